@@ -1,0 +1,202 @@
+"""Checks EasyR1 makes only at run time (on a rented GPU), made here before anything runs.
+
+Each check names the keys involved, their values, and what to set. Pure: a Spec in, Problems out.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Callable
+
+from .models import GROUP_ESTIMATORS, SAMPLING_KEYS, Spec
+from .problems import Problem
+
+Origins = dict[tuple[str, ...], str]
+
+
+def check_spec(spec: Spec, origins: Origins) -> list[Problem]:
+    out: list[Problem] = []
+
+    def problem(path: str, message: str, *related: str, warning: bool = False) -> None:
+        out.append(Problem(path, message, _origin(origins, path), tuple(related), warning))
+
+    for check in CHECKS:
+        check(spec, problem)
+    return out
+
+
+def _origin(origins: Origins, path: str) -> str:
+    return origins.get(tuple(path.split(".")), "default")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _nearest_divisor(n: int, target: int) -> int:
+    return min(_divisors(n), key=lambda d: (abs(d - target), -d))
+
+
+Report = Callable[..., None]
+
+
+def check_required(spec: Spec, problem: Report) -> None:
+    if not spec.worker.actor.model.model_path:
+        problem("worker.actor.model.model_path", "is not set: give a Hugging Face model id or a local model folder")
+    if not spec.data.train_files and not spec.trainer.val_only:
+        problem("data.train_files", "is not set: give name@split (a Hub dataset) or a local json/jsonl/parquet/csv file or folder")
+    validating = spec.trainer.val_before_train or spec.trainer.val_freq > 0 or spec.trainer.val_only
+    if not spec.data.val_files and validating:
+        problem(
+            "data.val_files",
+            "is not set but validation is on: set data.val_files, or turn validation off with "
+            "trainer.val_before_train=false trainer.val_freq=-1",
+            "trainer.val_before_train",
+            "trainer.val_freq",
+        )
+    if not spec.worker.reward.reward_function:
+        problem("worker.reward.reward_function", "is not set: give file.py:function (EasyR1's reward interface) or an http(s) URL")
+
+
+def check_batches(spec: Spec, problem: Report) -> None:
+    d, w, t = spec.data, spec.worker, spec.trainer
+    n = w.rollout.n
+    roles = [("actor", w.actor)] + ([("critic", w.critic)] if spec.algorithm.adv_estimator == "gae" else [])
+    for role_name, role in roles:
+        key = f"worker.{role_name}"
+        gbs = role.global_batch_size
+        if d.rollout_batch_size % gbs:
+            fix = _nearest_divisor(d.rollout_batch_size, gbs)
+            problem(
+                f"{key}.global_batch_size",
+                f"{gbs} does not divide data.rollout_batch_size ({d.rollout_batch_size}): each step's prompts are split "
+                f"into equal optimizer steps; set {key}.global_batch_size={fix}",
+                "data.rollout_batch_size",
+            )
+        if (d.rollout_batch_size * n) % role.micro_batch_size_per_device_for_experience:
+            problem(
+                f"{key}.micro_batch_size_per_device_for_experience",
+                f"{role.micro_batch_size_per_device_for_experience} does not divide data.rollout_batch_size × "
+                f"worker.rollout.n ({d.rollout_batch_size} × {n} = {d.rollout_batch_size * n}); set it to "
+                f"{_nearest_divisor(d.rollout_batch_size * n, role.micro_batch_size_per_device_for_experience)}",
+                "data.rollout_batch_size",
+                "worker.rollout.n",
+            )
+        world = spec.world_size
+        if world % role.ulysses_size:
+            problem(f"{key}.ulysses_size", f"{role.ulysses_size} does not divide the {world} devices (trainer.nnodes × trainer.n_gpus_per_node)", "trainer.n_gpus_per_node")
+            continue
+        dp = world // role.ulysses_size
+        samples = gbs * n
+        per_device = samples // dp
+        if per_device == 0:
+            problem(
+                f"{key}.global_batch_size",
+                f"{gbs} prompts × {n} samples = {samples} samples per optimizer step, fewer than the {dp} data-parallel "
+                f"devices; raise it to at least {-(-dp // n)} or use fewer devices",
+                "trainer.n_gpus_per_node",
+                "worker.rollout.n",
+            )
+        elif per_device % role.micro_batch_size_per_device_for_update:
+            problem(
+                f"{key}.micro_batch_size_per_device_for_update",
+                f"{role.micro_batch_size_per_device_for_update} does not divide the {per_device} samples each device gets "
+                f"per optimizer step ({gbs} × {n} / {dp} devices); set it to "
+                f"{_nearest_divisor(per_device, role.micro_batch_size_per_device_for_update)}",
+                f"{key}.global_batch_size",
+                "worker.rollout.n",
+            )
+        elif role.fsdp.enable_cpu_offload and per_device > role.micro_batch_size_per_device_for_update:
+            problem(
+                f"{key}.fsdp.enable_cpu_offload",
+                f"cannot be combined with gradient accumulation ({per_device} samples per device in "
+                f"micro-batches of {role.micro_batch_size_per_device_for_update}); set "
+                f"{key}.micro_batch_size_per_device_for_update={per_device} or turn offload off",
+                f"{key}.micro_batch_size_per_device_for_update",
+            )
+        if role.fsdp.fsdp_size > 0 and world % role.fsdp.fsdp_size:
+            problem(f"{key}.fsdp.fsdp_size", f"{role.fsdp.fsdp_size} does not divide the {world} devices", "trainer.n_gpus_per_node")
+
+
+def check_algorithm(spec: Spec, problem: Report) -> None:
+    a, w = spec.algorithm, spec.worker
+    if a.adv_estimator in GROUP_ESTIMATORS and w.rollout.n < 2:
+        problem(
+            "worker.rollout.n",
+            f"is {w.rollout.n}, but {a.adv_estimator} compares samples within a group: set worker.rollout.n "
+            "to 2 or more (EasyR1's examples use 5)",
+            "algorithm.adv_estimator",
+        )
+    if a.adv_estimator == "gae" and not w.critic.model.model_path:
+        problem("worker.critic.model.model_path", "is not set, but adv_estimator gae trains a critic: give its model (often the actor's)", "algorithm.adv_estimator")
+    if a.kl_penalty == "full" and not a.disable_kl:
+        problem(
+            "algorithm.kl_penalty",
+            "'full' needs the whole vocabulary distribution, but the trainer keeps per-token log-probs only; "
+            "use low_var_kl (k3), kl (k1) or mse (k2)",
+        )
+    if a.online_filtering and not a.filter_low < a.filter_high:
+        problem("algorithm.filter_low", f"{a.filter_low} must be below algorithm.filter_high ({a.filter_high}): no group could pass", "algorithm.filter_high")
+    if a.disable_kl and a.use_kl_loss:
+        problem("algorithm.use_kl_loss", "has no effect: algorithm.disable_kl is true (no reference model)", "algorithm.disable_kl", warning=True)
+
+
+def check_rollout(spec: Spec, problem: Report) -> None:
+    r, t, d = spec.worker.rollout, spec.trainer, spec.data
+    if t.n_gpus_per_node % r.tensor_parallel_size:
+        problem(
+            "worker.rollout.tensor_parallel_size",
+            f"{r.tensor_parallel_size} does not divide trainer.n_gpus_per_node ({t.n_gpus_per_node}); set it to "
+            f"{_nearest_divisor(t.n_gpus_per_node, r.tensor_parallel_size)}",
+            "trainer.n_gpus_per_node",
+        )
+    need = d.max_prompt_length + d.max_response_length
+    if r.max_num_batched_tokens < need:
+        problem(
+            "worker.rollout.max_num_batched_tokens",
+            f"{r.max_num_batched_tokens} is less than data.max_prompt_length + data.max_response_length "
+            f"({d.max_prompt_length} + {d.max_response_length} = {need}); set worker.rollout.max_num_batched_tokens={need}",
+            "data.max_prompt_length",
+            "data.max_response_length",
+        )
+    if r.max_model_len is not None and r.max_model_len < need:
+        problem(
+            "worker.rollout.max_model_len",
+            f"{r.max_model_len} is less than prompt + response length ({need}); set it to {need} or leave it unset",
+            "data.max_prompt_length",
+            "data.max_response_length",
+        )
+    for key, value in r.val_override_config.items():
+        if key not in SAMPLING_KEYS:
+            close = difflib.get_close_matches(key, SAMPLING_KEYS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; use {', '.join(SAMPLING_KEYS)}"
+            problem(f"worker.rollout.val_override_config.{key}", f"is not a sampling setting{hint}")
+        elif key == "n" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            problem("worker.rollout.val_override_config.n", f"{value!r} is not valid: samples per validation prompt must be a positive integer")
+        elif key in ("temperature", "top_p") and (not isinstance(value, int | float) or isinstance(value, bool) or value < 0):
+            problem(f"worker.rollout.val_override_config.{key}", f"{value!r} is not valid: must be a number ≥ 0")
+
+
+def check_trainer(spec: Spec, problem: Report) -> None:
+    t = spec.trainer
+    for key in ("val_freq", "save_freq", "save_limit"):
+        value = getattr(t, key)
+        if value == 0 or value < -1:
+            problem(f"trainer.{key}", f"{value} is not valid: use -1 to turn it off, or a positive number")
+
+
+def check_secrets_and_envs(spec: Spec, problem: Report) -> None:
+    for name in spec.secrets:
+        if name in spec.envs:
+            problem(f"envs.{name}", "is also a secret: its value would be stored in plain text; keep it under secrets only", "secrets")
+
+
+CHECKS = [check_required, check_batches, check_algorithm, check_rollout, check_trainer, check_secrets_and_envs]
+
+
+def missing_secrets(spec: Spec, provided: dict[str, str] | None = None, environ: dict[str, str] | None = None) -> list[str]:
+    """Secret names the spec needs that neither `--secret` nor the environment supplies."""
+    provided = provided or {}
+    environ = os.environ if environ is None else environ
+    return [s for s in spec.secrets if s not in provided and not environ.get(s)]

@@ -1,0 +1,219 @@
+"""Files a blueprint names: found (relative to the blueprint's folder, then the working directory,
+as EasyR1 resolves them), made absolute in the resolved spec, and checked — where EasyR1 silently
+turns a missing prompt or reward file into None, r1cloud stops with the path it looked for.
+
+The reward function is checked by reading its source (ast), never by importing it: validation
+must not run user code or pull in its imports.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import re
+from pathlib import Path
+
+from .models import Spec, _is_url
+from .problems import Problem
+
+Origins = dict[tuple[str, ...], str]
+DATA_EXTENSIONS = (".json", ".jsonl", ".parquet", ".csv", ".arrow", ".txt", ".tsv")
+HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+
+
+def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
+    problems: list[Problem] = []
+    cwd = Path.cwd()
+
+    def where(path: str) -> str | None:
+        key = tuple(path.split("."))
+        for i in range(len(key), 0, -1):
+            if key[:i] in origins:
+                return origins[key[:i]]
+        return None
+
+    def bases(path: str) -> list[Path]:
+        origin = where(path) or ""
+        m = re.match(r"^(.*):\d+$", origin)
+        if m:  # written in a file: relative to that file's folder first, then EasyR1's cwd
+            return _unique([Path(m.group(1)).parent.resolve(), cwd])
+        return _unique([cwd, source.parent.resolve()])
+
+    def problem(path: str, message: str) -> None:
+        problems.append(Problem(path, message, where(path)))
+
+    def find(path: str, value: str, kind: str, why: str = "") -> Path | None:
+        candidates = [(b / Path(value).expanduser()).resolve() for b in bases(path)]
+        for c in candidates:
+            if c.is_file() if kind == "file" else c.is_dir():
+                return c
+        looked = " or ".join(str(c) for c in candidates[:2]) if not Path(value).expanduser().is_absolute() else str(candidates[0])
+        hint = _near_name(candidates[0])
+        problem(path, f"{kind} not found: {value} (looked for {looked}){hint}{why}")
+        return None
+
+    d, w, t = spec.data, spec.worker, spec.trainer
+    if d.format_prompt:
+        found = find("data.format_prompt", d.format_prompt, "file", "; EasyR1 would silently train without the prompt")
+        if found:
+            d.format_prompt = str(found)
+            problems += _check_template(found, where("data.format_prompt"))
+    if d.override_chat_template:
+        found = find("data.override_chat_template", d.override_chat_template, "file")
+        if found:
+            d.override_chat_template = str(found)
+    if d.image_dir:
+        found = find("data.image_dir", d.image_dir, "folder")
+        if found:
+            d.image_dir = str(found)
+    rf = w.reward.reward_function
+    if rf and not _is_url(rf):
+        found = find("worker.reward.reward_function", rf, "file", "; EasyR1 would silently train with no reward")
+        if found:
+            w.reward.reward_function = str(found)
+            for msg in reward_function_problems(found, w.reward.reward_function_name or "main", w.reward.reward_function_kwargs):
+                problem("worker.reward.reward_function", msg)
+    if t.load_checkpoint_path and not _is_url(t.load_checkpoint_path):
+        found = find("trainer.load_checkpoint_path", t.load_checkpoint_path, "folder")
+        if found:
+            t.load_checkpoint_path = str(found)
+    for key in ("train_files", "val_files"):
+        value = getattr(d, key)
+        if value:
+            resolved = _resolve_data(f"data.{key}", value, bases(f"data.{key}"), problem)
+            setattr(d, key, resolved)
+    for role in ("actor", "critic"):
+        model = getattr(w, role).model
+        for key in ("model_path", "tokenizer_path"):
+            value = getattr(model, key)
+            if value:
+                setattr(model, key, _resolve_model(f"worker.{role}.model.{key}", value, bases(f"worker.{role}.model.{key}"), problem))
+    return problems
+
+
+def _unique(paths: list[Path]) -> list[Path]:
+    return list(dict.fromkeys(paths))
+
+
+def _near_name(path: Path) -> str:
+    try:
+        names = [p.name for p in path.parent.iterdir()] if path.parent.is_dir() else []
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(path.name, names, n=1, cutoff=0.6)
+    return f"; did you mean {path.parent / close[0]}?" if close else ""
+
+
+def _looks_local(value: str) -> bool:
+    return (
+        value.startswith((".", "/", "~"))
+        or value.lower().endswith(DATA_EXTENSIONS)
+        or value.count("/") >= 2
+        or "\\" in value
+    )
+
+
+def _resolve_data(path: str, value: str, bases: list[Path], problem) -> str:
+    name, at, split = value.rpartition("@") if "@" in value else (value, "", "")
+    for b in bases:
+        c = (b / Path(name).expanduser()).resolve()
+        if c.exists():
+            return f"{c}{at}{split}"
+    if _looks_local(name):
+        problem(path, f"not found: {name} (looked in {', '.join(map(str, bases))}); give a local file or folder, or a Hub dataset as name@split")
+    elif not HUB_ID_RE.match(name):
+        problem(path, f"{value!r} is neither a local file nor a Hub dataset id (org/name@split)")
+    return value
+
+
+def _resolve_model(path: str, value: str, bases: list[Path], problem) -> str:
+    for b in bases:
+        c = (b / Path(value).expanduser()).resolve()
+        if c.exists():
+            return str(c)
+    if _looks_local(value):
+        problem(path, f"folder not found: {value} (looked in {', '.join(map(str, bases))}); give a local model folder or a Hugging Face id such as Qwen/Qwen2.5-7B-Instruct")
+    elif not HUB_ID_RE.match(value):
+        problem(path, f"{value!r} is neither a local model folder nor a Hugging Face id (org/name)")
+    return value
+
+
+def _check_template(path: Path, origin: str | None) -> list[Problem]:
+    import jinja2
+    import jinja2.meta
+
+    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        parsed = jinja2.Environment().parse(text.strip())
+    except jinja2.TemplateSyntaxError as e:
+        return [Problem("data.format_prompt", f"{path}:{e.lineno}: not a valid Jinja template: {e.message}", origin)]
+    if "content" not in jinja2.meta.find_undeclared_variables(parsed):
+        return [Problem("data.format_prompt", f"{path} never uses {{{{ content }}}}: every prompt would be the same text", origin, warning=True)]
+    return []
+
+
+def reward_function_problems(path: Path, fn_name: str, kwargs: dict) -> list[str]:
+    """What would make EasyR1's loader fail on `path:fn_name`, found without running the file."""
+    if path.suffix != ".py":
+        return [f"{path} is not a Python file: give file.py:function"]
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"), filename=str(path))
+    except SyntaxError as e:
+        return [f"{path}:{e.lineno}: Python syntax error: {e.msg}"]
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    bound = set(functions) | _other_bindings(tree)
+    problems = []
+    reward_type = _string_constant(tree, "REWARD_TYPE")
+    if reward_type is not None and reward_type not in ("batch", "sequential"):
+        problems.append(f"{path}: REWARD_TYPE is {reward_type!r}; use 'batch' or 'sequential'")
+    if fn_name not in bound:
+        close = difflib.get_close_matches(fn_name, sorted(functions), n=1)
+        have = f"; did you mean {close[0]}?" if close else (f"; it defines {', '.join(sorted(functions))}" if functions else "; it defines no functions")
+        return [*problems, f"{path} has no function {fn_name!r}{have} (write file.py:function)"]
+    fn = functions.get(fn_name)
+    if fn is None:
+        return problems  # bound by import or assignment: its signature is checked when loaded
+    if isinstance(fn, ast.AsyncFunctionDef):
+        problems.append(f"{fn_name} is async; EasyR1's interface calls a plain function")
+    args = fn.args
+    positional = [a.arg for a in (*args.posonlyargs, *args.args)]
+    if not positional and args.vararg is None:
+        return [*problems, f"{fn_name}({_sig(fn)}) takes no argument; EasyR1 calls it with the reward inputs (a list of dicts, or one dict when sequential)"]
+    defaults_from = len(positional) - len(args.defaults)
+    required = [p for i, p in enumerate(positional) if i >= 1 and i < defaults_from]
+    required += [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is None]
+    accepted = set(positional[1:]) | {a.arg for a in args.kwonlyargs}
+    missing = [r for r in required if r not in kwargs]
+    if missing:
+        example = ", ".join(f'"{m}": ...' for m in missing)
+        problems.append(f"{fn_name} needs {', '.join(missing)}: set worker.reward.reward_function_kwargs='{{{example}}}'")
+    unknown = [k for k in kwargs if k not in accepted]
+    if unknown and args.kwarg is None:
+        problems.append(f"{fn_name}({_sig(fn)}) does not accept {', '.join(unknown)} from worker.reward.reward_function_kwargs")
+    return problems
+
+
+def _sig(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    return ast.unparse(fn.args)
+
+
+def _other_bindings(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign | ast.AugAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ClassDef):
+            names.add(node.name)
+    return names
+
+
+def _string_constant(tree: ast.Module, name: str) -> str | None:
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+                return node.value.value
+    return None

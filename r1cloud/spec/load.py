@@ -1,0 +1,409 @@
+"""Reading a blueprint: YAML with line numbers, EasyR1's `config=base.yaml` and `a.b.c=value`
+overrides, v0.3.2 legacy keys, resources kept in step with the trainer's device counts, and schema
+errors turned into readable problems.
+
+Precedence is EasyR1's: defaults < `config=` base < the blueprint < dotted overrides. Values are
+YAML-typed (`true`, `1.0e-6`, `['a','b']`, `{"n": 16}`), as OmegaConf's dotlist parses them. We
+parse ourselves rather than through OmegaConf because we need every key's file and line, and every
+problem at once, where OmegaConf's struct merge stops at the first.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from .models import Spec, accelerator_options, normalise_name
+from .problems import Problem, SpecError
+
+Key = tuple[str, ...]
+Origins = dict[Key, str]  # key path -> "file.yaml:LINE" or "command line"
+CLI = "command line"
+OVERRIDE_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]*(?:\.[A-Za-z_][A-Za-z0-9_-]*)*)=(.*)$", re.S)
+
+# Names users bring from verl / older EasyR1: suggestions only, never silent renames.
+ALIASES = {
+    "train_batch_size": "data.rollout_batch_size",
+    "gen_batch_size": "data.mini_rollout_batch_size",
+    "ppo_mini_batch_size": "worker.actor.global_batch_size",
+    "ppo_micro_batch_size_per_gpu": "worker.actor.micro_batch_size_per_device_for_update",
+    "log_prob_micro_batch_size_per_gpu": "worker.actor.micro_batch_size_per_device_for_experience",
+    "ulysses_sequence_parallel_size": "worker.actor.ulysses_size",
+    "total_episodes": "trainer.total_epochs",
+    "total_training_steps": "trainer.max_steps",
+    "score_function": "worker.reward.reward_function",
+    "reward_fn": "worker.reward.reward_function",
+    "path": "worker.actor.model.model_path",
+    "kl_loss_coef": "algorithm.kl_coef",
+    "kl_loss_type": "algorithm.kl_penalty",
+    "entropy_coeff": "worker.actor (no entropy bonus key in EasyR1)",
+}
+
+
+@dataclass
+class Loaded:
+    spec: Spec
+    warnings: list[Problem]
+    origins: Origins = field(default_factory=dict)
+    source: Path | None = None
+
+
+# --------------------------------------------------------------------------- YAML with lines
+def display_path(path: Path) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return str(path)
+    return str(path) if rel.startswith("..") else rel
+
+
+def read_yaml(path: Path) -> tuple[dict, Origins, list[Problem]]:
+    """The mapping in `path`, each key's `file:line`, and what is wrong with the file itself."""
+    shown = display_path(path)
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "does not exist"
+        return {}, {}, [Problem("", f"{shown} {what}: give the path of a blueprint YAML file")]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        return {}, {}, [Problem("", f"cannot read {shown}: {e}")]
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{shown}:{mark.line + 1}" if mark else shown
+        reason = getattr(e, "problem", None) or str(e).splitlines()[0]
+        return {}, {}, [Problem("", f"not valid YAML: {reason}", where)]
+    finally:
+        loader.dispose()
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        return {}, {}, [Problem("", f"a blueprint is a mapping of keys (data:, worker:, …), not a {type(data).__name__}", shown)]
+    origins: Origins = {}
+    problems: list[Problem] = []
+    _walk(node, (), shown, origins, problems)
+    return data, origins, problems
+
+
+def _walk(node: Any, prefix: Key, shown: str, origins: Origins, problems: list[Problem]) -> None:
+    if not isinstance(node, yaml.MappingNode):
+        return
+    seen: set[str] = set()
+    for knode, vnode in node.value:
+        key = str(knode.value)
+        path = (*prefix, key)
+        where = f"{shown}:{knode.start_mark.line + 1}"
+        if key in seen:
+            problems.append(Problem(".".join(path), "is written twice; YAML would silently keep the last one", where))
+        seen.add(key)
+        origins[path] = where
+        _walk(vnode, path, shown, origins, problems)
+
+
+# --------------------------------------------------------------------------- overrides
+def parse_override(text: str) -> tuple[Key, Any]:
+    """`a.b.c=value` -> (("a","b","c"), YAML-typed value). Raises ValueError with the fix."""
+    m = OVERRIDE_RE.match(text.strip())
+    if not m:
+        raise ValueError(f"{text!r} is not an override: write key.path=value, e.g. worker.rollout.n=8")
+    raw = m.group(2)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw  # like OmegaConf: an unparsable value stays a string; the schema judges it
+    return tuple(m.group(1).split(".")), value
+
+
+def set_path(tree: dict, key: Key, value: Any) -> None:
+    node = tree
+    for part in key[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[key[-1]] = value
+
+
+def get_path(tree: Any, key: Key, default: Any = None) -> Any:
+    for part in key:
+        if not isinstance(tree, dict) or part not in tree:
+            return default
+        tree = tree[part]
+    return tree
+
+
+def del_path(tree: dict, key: Key) -> None:
+    for i in range(len(key), 0, -1):  # the deepest prefix that exists
+        parent = get_path(tree, key[: i - 1])
+        if isinstance(parent, dict) and key[i - 1] in parent:
+            del parent[key[i - 1]]
+            return
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+# --------------------------------------------------------------------------- legacy keys
+def apply_legacy(raw: dict, origins: Origins) -> list[Problem]:
+    warnings = []
+    for role in ("actor", "critic"):
+        optim = get_path(raw, ("worker", role, "optim"))
+        if isinstance(optim, dict) and "warmup_style" in optim:
+            old = ("worker", role, "optim", "warmup_style")
+            new = ("worker", role, "optim", "lr_scheduler_type")
+            value = optim.pop("warmup_style")
+            optim.setdefault("lr_scheduler_type", value)
+            origins.setdefault(new, origins.get(old, CLI))
+            warnings.append(Problem(".".join(old), f"is deprecated (EasyR1 v0.3.2); write {'.'.join(new)} instead", origins.get(old), warning=True))
+    if get_path(raw, ("worker", "reward", "reward_type")) is not None:
+        key = ("worker", "reward", "reward_type")
+        warnings.append(Problem(".".join(key), "is deprecated (EasyR1 v0.3.2); set REWARD_TYPE in the reward module instead (still honoured)", origins.get(key), warning=True))
+    return warnings
+
+
+# --------------------------------------------------------------------------- resources <-> trainer
+def sync_resources(raw: dict, origins: Origins) -> list[Problem]:
+    """Setting the accelerator count or node count sets the trainer's, and the other way round."""
+    problems = []
+    res, tr = raw.get("resources"), raw.get("trainer")
+    if res is not None and not isinstance(res, dict) or tr is not None and not isinstance(tr, dict):
+        return problems  # the schema reports the wrong type
+    res = raw.setdefault("resources", {})
+    tr = raw.setdefault("trainer", {})
+    pairs = [(("resources", "num_nodes"), ("trainer", "nnodes"), res.get("num_nodes"))]
+    accels = res.get("accelerators")
+    if accels is not None:
+        try:
+            counts = {c for _, c in accelerator_options(accels)}
+        except (ValueError, TypeError, AttributeError):
+            counts = set()  # the schema reports it
+        if len(counts) == 1:
+            pairs.append((("resources", "accelerators"), ("trainer", "n_gpus_per_node"), counts.pop()))
+    for rkey, tkey, rvalue in pairs:
+        tvalue = get_path(raw, tkey)
+        if rvalue is None:
+            if tvalue is not None and rkey[1] == "num_nodes":
+                res["num_nodes"] = tvalue
+                origins.setdefault(rkey, origins.get(tkey, CLI))
+            continue
+        if tvalue is None:
+            tr[tkey[1]] = rvalue
+            origins.setdefault(tkey, origins.get(rkey, CLI))
+        elif tvalue != rvalue:
+            problems.append(
+                Problem(
+                    ".".join(rkey),
+                    f"means {rvalue} per {'node' if rkey[1] == 'accelerators' else 'job'}, but {'.'.join(tkey)} is "
+                    f"{tvalue} ({origins.get(tkey, 'default')}): set one of them, or make them equal",
+                    origins.get(rkey),
+                    related=(".".join(tkey),),
+                )
+            )
+    return problems
+
+
+# --------------------------------------------------------------------------- schema errors
+def _model_at(loc: Key) -> type[BaseModel] | None:
+    model: Any = Spec
+    for part in loc:
+        f = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if f is None:
+            return None
+        model = _nested_model(f.annotation)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _nested_model(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation) if get_origin(annotation) is not None else ():
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+def all_keys(model: type[BaseModel] = Spec, prefix: Key = ()) -> list[Key]:
+    keys = []
+    for name, f in model.model_fields.items():
+        keys.append((*prefix, name))
+        sub = _nested_model(f.annotation)
+        if sub is not None:
+            keys.extend(all_keys(sub, (*prefix, name)))
+    return keys
+
+
+def suggest_key(loc: Key) -> str | None:
+    parent, name = loc[:-1], loc[-1]
+    model = _model_at(parent)
+    siblings = list(model.model_fields) if model else []
+    close = difflib.get_close_matches(name, siblings, n=1, cutoff=0.75)
+    if close:
+        return ".".join((*parent, close[0]))
+    if name in ALIASES:
+        return ALIASES[name]
+    everywhere = [k for k in all_keys() if k[-1] == name]
+    if not everywhere:
+        leaves = {k[-1]: k for k in all_keys()}
+        near = difflib.get_close_matches(name, list(leaves), n=1, cutoff=0.8)
+        everywhere = [leaves[near[0]]] if near else []
+    if everywhere:
+        return ".".join(everywhere[0])
+    close = difflib.get_close_matches(name, siblings, n=1, cutoff=0.5)
+    return ".".join((*parent, close[0])) if close else None
+
+
+def origin_of(origins: Origins, loc: Key) -> str | None:
+    for i in range(len(loc), 0, -1):
+        if loc[:i] in origins:
+            return origins[loc[:i]]
+    return None
+
+
+def schema_problem(err: dict, origins: Origins) -> tuple[Key, Problem]:
+    loc = tuple(str(p) for p in err["loc"])
+    key_loc = tuple(p for p in loc if not p.isdigit()) if loc else loc
+    path = ".".join(loc)
+    where = origin_of(origins, loc)
+    kind, value = err["type"], err.get("input")
+    if kind == "extra_forbidden":
+        hint = suggest_key(loc)
+        known = "an EasyR1/r1cloud key" if len(loc) > 1 else "a top-level key (data, algorithm, worker, trainer, name, resources, envs, secrets)"
+        msg = f"unknown key: not {known}" + (f"; did you mean {hint}?" if hint else "")
+        return key_loc, Problem(path, msg, where)
+    msg = err["msg"].removeprefix("Value error, ")
+    if kind == "literal_error":
+        allowed = re.findall(r"'([^']*)'", err.get("ctx", {}).get("expected", ""))
+        close = difflib.get_close_matches(str(value), allowed, n=1, cutoff=0.6)
+        msg = f"{_show(value)} is not allowed; use one of: {', '.join(allowed)}" + (f" (did you mean {close[0]!r}?)" if close else "")
+    elif kind == "missing":
+        msg = "is required"
+    elif kind.startswith(("greater_than", "less_than")) or kind.endswith("_type") or kind.endswith("_parsing"):
+        msg = f"{_show(value)} is not valid: {msg[0].lower()}{msg[1:]}"
+    return key_loc, Problem(path, msg, where)
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def validate_tree(raw: dict, origins: Origins) -> tuple[Spec | None, list[Problem], set[Key]]:
+    """Validate; on errors, drop the bad keys and retry, so later checks can still run."""
+    problems: list[Problem] = []
+    bad: set[Key] = set()
+    tree = copy.deepcopy(raw)
+    for _ in range(5):
+        try:
+            return Spec.model_validate(tree), problems, bad
+        except ValidationError as e:
+            for err in e.errors():
+                key, problem = schema_problem(err, origins)
+                if key not in bad:
+                    problems.append(problem)
+                    bad.add(key)
+                del_path(tree, key if key else ("name",))
+    return None, problems, bad
+
+
+# --------------------------------------------------------------------------- the entry point
+def load_spec(
+    path: str | os.PathLike,
+    overrides: list[str] | tuple[str, ...] = (),
+    *,
+    check_files: bool = True,
+    secrets: dict[str, str] | None = None,
+) -> Loaded:
+    """Read, merge, validate and check a blueprint. Raises SpecError with every problem found.
+
+    With `secrets` (the values given at launch), secrets the spec names but neither they nor the
+    environment supply are problems too."""
+    from .checks import check_spec, missing_secrets
+    from .files import resolve_files
+
+    source = Path(path).expanduser()
+    problems: list[Problem] = []
+    layers: list[tuple[dict, Origins]] = []
+    cli_tree: dict = {}
+    cli_origins: Origins = {}
+    base: str | None = None
+    for text in overrides:
+        try:
+            key, value = parse_override(text)
+        except ValueError as e:
+            problems.append(Problem("", str(e), CLI))
+            continue
+        if key == ("config",):
+            base = str(value)
+            continue
+        set_path(cli_tree, key, value)
+        cli_origins[key] = CLI
+    if base is not None:
+        data, origins, probs = read_yaml(Path(base).expanduser())
+        problems += probs
+        layers.append((data, origins))
+    data, origins, probs = read_yaml(source)
+    problems += probs
+    layers.append((data, origins))
+    layers.append((cli_tree, cli_origins))
+
+    raw: dict = {}
+    merged_origins: Origins = {}
+    for tree, origins in layers:
+        raw = deep_merge(raw, tree)
+        merged_origins.update(origins)
+    if problems and not raw:
+        raise SpecError(problems)
+    if "name" not in raw:
+        raw["name"] = normalise_name(source.stem)
+        merged_origins[("name",)] = f"from the file name {source.name}"
+
+    warnings = apply_legacy(raw, merged_origins)
+    problems += sync_resources(raw, merged_origins)
+    spec, schema_problems, bad = validate_tree(raw, merged_origins)
+    problems += schema_problems
+    if spec is not None:
+        later = check_spec(spec, merged_origins)
+        if secrets is not None:
+            later += [
+                Problem(f"secrets.{m}", f"is not set: export {m}=… or pass --secret {m}=VALUE", merged_origins.get(("secrets",)))
+                for m in missing_secrets(spec, secrets)
+            ]
+        if check_files:
+            later = resolve_files(spec, merged_origins, source) + later
+        bad_paths = {".".join(k) for k in bad}
+        for p in later:
+            if not _touches(p, bad_paths):
+                (warnings if p.warning else problems).append(p)
+    if problems or spec is None:
+        raise SpecError(sorted(problems, key=_reading_order), warnings)
+    return Loaded(spec, warnings, merged_origins, source)
+
+
+def _reading_order(problem: Problem) -> tuple:
+    """File problems first, by line, as one reads the file; then the command line; then defaults."""
+    m = re.match(r"^(.*):(\d+)$", problem.origin or "")
+    if m:
+        return (0, m.group(1), int(m.group(2)))
+    return (1 if problem.origin == CLI else 2, "", 0)
+
+
+def _touches(problem: Problem, bad_paths: set[str]) -> bool:
+    for path in (problem.path, *problem.related):
+        for bad in bad_paths:
+            if path == bad or path.startswith(bad + ".") or bad.startswith(path + "."):
+                return True
+    return False

@@ -1,0 +1,469 @@
+"""The blueprint schema: EasyR1's config tree (same keys, types, defaults) plus r1cloud's own keys.
+
+Every model forbids unknown keys, so a typo is an error, not a silently ignored setting. Fields
+EasyR1 computes itself ("auto keys", `init=False` in its dataclasses) are accepted on input so that a
+dumped EasyR1 config loads, and are then overwritten from their sources in `Spec._derive`, which
+is idempotent: a resolved spec validates back to itself.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+ADV_ESTIMATORS = (
+    "grpo",
+    "gae",
+    "grpo_passk",
+    "rloo",
+    "reinforce_plus_plus",
+    "reinforce_plus_plus_baseline",
+    "remax",
+    "dapo",
+)
+GROUP_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "dapo", "reinforce_plus_plus_baseline")
+KL_PENALTIES = ("kl", "abs", "mse", "low_var_kl", "full")
+LOSS_TYPES = ("default", "gspo", "gspo_token", "cispo", "sapo")
+LOGGERS = ("console", "file", "mlflow", "swanlab", "tensorboard", "wandb")
+DTYPES = ("bf16", "fp16", "fp32", "bfloat16", "float16", "float32")
+# SamplingParams fields EasyR1 lets `val_override_config` (and the ReMax baseline) override.
+SAMPLING_KEYS = ("n", "temperature", "top_p", "top_k", "seed", "ignore_eos", "max_tokens", "min_p")
+KNOWN_INFRA = (
+    "local", "aws", "gcp", "azure", "k8s", "kubernetes", "lambda", "runpod", "nebius", "oci", "ibm",
+    "cudo", "fluidstack", "paperspace", "vast", "do", "scp", "vsphere", "hyperbolic", "ssh", "seeweb",
+    "primeintellect", "*",
+)  # fmt: skip
+
+Dtype = Literal[DTYPES]  # type: ignore[valid-type]
+Pos = Field(ge=1)
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=False)
+
+
+# --------------------------------------------------------------------------- data
+class DataConfig(Model):
+    train_files: str = ""
+    val_files: str = ""
+    prompt_key: str = "prompt"
+    answer_key: str = "answer"
+    image_key: str = "images"
+    video_key: str = "videos"
+    image_dir: str | None = None
+    video_fps: float = Field(2.0, gt=0)
+    max_prompt_length: int = Field(512, ge=1)
+    max_response_length: int = Field(512, ge=1)
+    rollout_batch_size: int = Field(512, ge=1)
+    mini_rollout_batch_size: int | None = Field(None, ge=1)
+    val_batch_size: int = -1
+    format_prompt: str | None = None
+    override_chat_template: str | None = None
+    shuffle: bool = True
+    seed: int = 1
+    min_pixels: int | None = Field(262144, ge=1)
+    max_pixels: int | None = Field(4194304, ge=1)
+    filter_overlong_prompts: bool = True
+    filter_overlong_prompts_workers: int = Field(16, ge=1)
+
+    @field_validator("val_batch_size")
+    @classmethod
+    def _val_batch(cls, v: int) -> int:
+        if v == 0 or v < -1:
+            raise ValueError("must be -1 (the whole validation set in one batch) or a positive number")
+        return v
+
+
+# --------------------------------------------------------------------------- algorithm
+class AlgorithmConfig(Model):
+    gamma: float = Field(1.0, ge=0, le=1)
+    lam: float = Field(1.0, ge=0, le=1)
+    adv_estimator: Literal[ADV_ESTIMATORS] = "grpo"  # type: ignore[valid-type]
+    disable_kl: bool = False
+    use_kl_loss: bool = False
+    kl_penalty: Literal[KL_PENALTIES] = "kl"  # type: ignore[valid-type]
+    kl_coef: float = Field(1e-3, ge=0)
+    kl_type: Literal["fixed", "adaptive"] = "fixed"
+    kl_horizon: float = Field(10000.0, gt=0)
+    kl_target: float = Field(0.1, gt=0)
+    online_filtering: bool = False
+    filter_key: str = "overall"
+    filter_low: float = 0.01
+    filter_high: float = 0.99
+
+
+# --------------------------------------------------------------------------- worker
+class LoraConfig(Model):
+    rank: int = Field(0, ge=0)
+    alpha: int = Field(64, ge=1)
+    target_modules: str = "all-linear"
+    exclude_modules: str | None = None
+
+    @field_validator("target_modules", "exclude_modules")
+    @classmethod
+    def _strip(cls, v: str | None) -> str | None:
+        return v.strip() if isinstance(v, str) else v
+
+
+class ModelConfig(Model):
+    model_path: str | None = None
+    tokenizer_path: str | None = None
+    override_config: dict[str, Any] = Field(default_factory=dict)
+    enable_gradient_checkpointing: bool = True
+    trust_remote_code: bool = True
+    freeze_vision_tower: bool = False
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+
+
+class OptimConfig(Model):
+    lr: float = Field(1e-6, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = Field(1e-2, ge=0)
+    strategy: Literal["adamw", "adamw_bf16"] = "adamw"
+    lr_warmup_ratio: float = Field(0.0, ge=0, le=1)
+    lr_warmup_steps: int | None = Field(None, ge=0)
+    min_lr_ratio: float | None = Field(None, ge=0, le=1)
+    lr_scheduler_type: Literal["constant", "cosine"] = "constant"
+    training_steps: int = -1  # auto: set by the trainer from the step count
+
+    @field_validator("betas")
+    @classmethod
+    def _betas(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not all(0 <= b < 1 for b in v):
+            raise ValueError("each beta must be in [0, 1)")
+        return v
+
+
+class FSDPConfig(Model):
+    enable_full_shard: bool = True
+    enable_cpu_offload: bool = False
+    enable_rank0_init: bool = True
+    use_orig_params: bool = False
+    torch_dtype: Dtype | None = None
+    fsdp_size: int = -1
+    mp_param_dtype: Dtype = "bf16"
+    mp_reduce_dtype: Dtype = "fp32"
+    mp_buffer_dtype: Dtype = "fp32"
+
+    @field_validator("fsdp_size")
+    @classmethod
+    def _fsdp_size(cls, v: int) -> int:
+        if v == 0 or v < -1:
+            raise ValueError("must be -1 (shard across all devices) or a positive group size")
+        return v
+
+
+class OffloadConfig(Model):
+    offload_params: bool = False
+    offload_optimizer: bool = False
+
+
+class ActorConfig(Model):
+    strategy: Literal["fsdp"] = "fsdp"
+    global_batch_size: int = Field(256, ge=1)
+    micro_batch_size_per_device_for_update: int = Field(4, ge=1)
+    micro_batch_size_per_device_for_experience: int = Field(16, ge=1)
+    max_grad_norm: float = Field(1.0, gt=0)
+    clip_ratio_low: float = Field(0.2, ge=0)
+    clip_ratio_high: float = Field(0.3, ge=0)
+    clip_ratio_dual: float = Field(3.0, gt=1)
+    loss_avg_mode: Literal["token", "seq"] = "token"
+    loss_type: Literal[LOSS_TYPES] = "default"  # type: ignore[valid-type]
+    ppo_epochs: int = Field(1, ge=1)
+    padding_free: bool = True
+    dynamic_batching: bool = True
+    ulysses_size: int = Field(1, ge=1)
+    use_torch_compile: bool = True
+    tau_positive: float = Field(1.0, gt=0)
+    tau_negative: float = Field(1.05, gt=0)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    fsdp: FSDPConfig = Field(default_factory=FSDPConfig)
+    offload: OffloadConfig = Field(default_factory=OffloadConfig)
+    # auto keys (copied from `algorithm` / computed)
+    global_batch_size_per_device: int = -1
+    disable_kl: bool = False
+    use_kl_loss: bool = False
+    kl_penalty: Literal[KL_PENALTIES] = "kl"  # type: ignore[valid-type]
+    kl_coef: float = 0.0
+
+
+class CriticConfig(Model):
+    strategy: Literal["fsdp"] = "fsdp"
+    global_batch_size: int = Field(256, ge=1)
+    micro_batch_size_per_device_for_update: int = Field(4, ge=1)
+    micro_batch_size_per_device_for_experience: int = Field(16, ge=1)
+    max_grad_norm: float = Field(1.0, gt=0)
+    cliprange_value: float = Field(0.5, ge=0)
+    loss_avg_mode: Literal["token", "seq"] = "token"
+    ppo_epochs: int = Field(1, ge=1)
+    padding_free: bool = False
+    dynamic_batching: bool = True
+    ulysses_size: int = Field(1, ge=1)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    fsdp: FSDPConfig = Field(default_factory=FSDPConfig)
+    offload: OffloadConfig = Field(default_factory=OffloadConfig)
+    global_batch_size_per_device: int = -1  # auto
+
+
+class RefConfig(Model):
+    strategy: Literal["fsdp"] = "fsdp"
+    fsdp: FSDPConfig = Field(default_factory=FSDPConfig)
+    offload: OffloadConfig = Field(default_factory=OffloadConfig)
+    # auto keys (copied from the actor)
+    micro_batch_size_per_device_for_experience: int = -1
+    padding_free: bool = False
+    dynamic_batching: bool = False
+    ulysses_size: int = 1
+    use_torch_compile: bool = True
+
+
+class RolloutConfig(Model):
+    # r1cloud adds `hf` (transformers generate) and `auto` (vllm when importable, else hf).
+    name: Literal["vllm", "hf", "auto"] = "vllm"
+    n: int = Field(1, ge=1)
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(-1, ge=-1)
+    seed: int = 1
+    limit_images: int = Field(0, ge=0)
+    dtype: Dtype = "bf16"
+    gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
+    ignore_eos: bool = False
+    enforce_eager: bool = False
+    enable_chunked_prefill: bool = False
+    tensor_parallel_size: int = Field(2, ge=1)
+    max_model_len: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int = Field(8192, ge=1)
+    disable_log_stats: bool = True
+    disable_tqdm: bool = False
+    val_override_config: dict[str, Any] = Field(default_factory=dict)
+    # auto keys (copied from `data` / the actor model)
+    prompt_length: int = -1
+    response_length: int = -1
+    trust_remote_code: bool = False
+
+
+class RewardConfig(Model):
+    reward_function: str | None = None
+    reward_function_kwargs: dict[str, Any] = Field(default_factory=dict)
+    skip_special_tokens: bool = True
+    num_cpus: int = Field(1, ge=0)
+    reward_function_name: str | None = None  # auto: the part after ':' (default `main`)
+    # EasyR1 v0.3.2 chose batch/sequential here; now the module's REWARD_TYPE does. Kept so old
+    # configs still say what they meant; it wins over the module when set.
+    reward_type: Literal["batch", "sequential"] | None = None
+
+
+class WorkerConfig(Model):
+    hybrid_engine: Literal[True] = True
+    actor: ActorConfig = Field(default_factory=ActorConfig)
+    critic: CriticConfig = Field(default_factory=CriticConfig)
+    ref: RefConfig = Field(default_factory=RefConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+
+
+# --------------------------------------------------------------------------- trainer
+class TrainerConfig(Model):
+    total_epochs: int = Field(15, ge=1)
+    max_steps: int | None = Field(None, ge=1)
+    project_name: str = "easy_r1"
+    experiment_name: str = "demo"
+    logger: tuple[Literal[LOGGERS], ...] = ("console", "wandb")  # type: ignore[valid-type]
+    nnodes: int = Field(1, ge=1)
+    n_gpus_per_node: int = Field(8, ge=1)
+    max_try_make_batch: int = 20
+    critic_warmup: int = Field(0, ge=0)
+    val_freq: int = -1
+    val_before_train: bool = True
+    val_only: bool = False
+    val_generations_to_log: int = Field(0, ge=0)
+    save_freq: int = -1
+    save_limit: int = -1
+    save_model_only: bool = False
+    save_checkpoint_path: str | None = None  # None: the job's run directory decides (r1cloud)
+    load_checkpoint_path: str | None = None
+    ray_timeline: str | None = None
+    find_last_checkpoint: bool = True
+
+    @field_validator("logger", mode="before")
+    @classmethod
+    def _logger(cls, v: Any) -> Any:
+        return (v,) if isinstance(v, str) else v
+
+
+# --------------------------------------------------------------------------- r1cloud's own keys
+ACCEL_RE = re.compile(r"^([A-Za-z][A-Za-z0-9_.-]*)(?::(\d+))?$")
+
+
+def parse_accelerator(text: str) -> tuple[str, int]:
+    """`H100:8` -> ("H100", 8); `H100` -> ("H100", 1)."""
+    m = ACCEL_RE.match(text.strip())
+    if not m or (m.group(2) is not None and int(m.group(2)) < 1):
+        raise ValueError(f"{text!r} is not an accelerator; write NAME:COUNT, e.g. H100:8")
+    return m.group(1), int(m.group(2) or 1)
+
+
+class Resources(Model):
+    infra: str = "local"
+    # One `H100:8`, a list tried in order, or a dict of alternatives {H100: 8, A100-80GB: 8}.
+    accelerators: str | list[str] | dict[str, int] | None = None
+    num_nodes: int = Field(1, ge=1)
+    use_spot: bool = False
+    disk_size: int | None = Field(None, ge=1)
+    image: str | None = None
+    region: str | None = None
+
+    @field_validator("infra")
+    @classmethod
+    def _infra(cls, v: str) -> str:
+        cloud = v.strip().split("/", 1)[0].lower()
+        if cloud not in KNOWN_INFRA:
+            raise ValueError(f"unknown infra {cloud!r}; use local or a SkyPilot infra ({', '.join(KNOWN_INFRA[1:8])}, …)")
+        return v.strip()
+
+    @field_validator("disk_size", mode="before")
+    @classmethod
+    def _disk(cls, v: Any) -> Any:
+        if isinstance(v, str) and re.fullmatch(r"\s*\d+\s*(GB|gb)?\s*", v):
+            return int(re.sub(r"\D", "", v))
+        return v
+
+    @field_validator("accelerators")
+    @classmethod
+    def _accels(cls, v: Any) -> Any:
+        if v is None:
+            return v
+        options = accelerator_options(v)
+        counts = {c for _, c in options}
+        if len(counts) > 1:
+            raise ValueError(
+                f"alternatives must use the same count (got {sorted(counts)}): the trainer needs one "
+                "device count per node"
+            )
+        return v
+
+
+def accelerator_options(value: str | list[str] | dict[str, int]) -> list[tuple[str, int]]:
+    if isinstance(value, str):
+        return [parse_accelerator(value)]
+    if isinstance(value, list):
+        if not value:
+            raise ValueError("the list of accelerators is empty")
+        return [parse_accelerator(a) for a in value]
+    out = []
+    for name, count in value.items():
+        parsed, _ = parse_accelerator(name)
+        if count is None or count < 1:
+            raise ValueError(f"{name}: count must be a positive number")
+        out.append((parsed, int(count)))
+    if not out:
+        raise ValueError("the dict of accelerators is empty")
+    return out
+
+
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{1,61})[a-z0-9]$")
+
+
+def normalise_name(text: str) -> str:
+    """A file stem such as `Math12k_GRPO.v2` -> `math12k-grpo-v2` (3–63 chars of a-z0-9-)."""
+    name = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:63].strip("-")
+    return name if len(name) >= 3 else (name + "-job")[:63].strip("-")
+
+
+# --------------------------------------------------------------------------- the whole spec
+class Spec(Model):
+    name: str
+    resources: Resources = Field(default_factory=Resources)
+    envs: dict[str, str] = Field(default_factory=dict)
+    secrets: list[str] = Field(default_factory=list)
+    data: DataConfig = Field(default_factory=DataConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    worker: WorkerConfig = Field(default_factory=WorkerConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError(f"{v!r} is not a job name: use 3–63 characters of a-z, 0-9 and '-', e.g. {normalise_name(v)!r}")
+        return v
+
+    @field_validator("envs", mode="before")
+    @classmethod
+    def _envs(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            return v
+        out = {}
+        for k, val in v.items():
+            if not isinstance(k, str) or not ENV_NAME_RE.match(k):
+                raise ValueError(f"{k!r} is not an environment variable name")
+            if isinstance(val, dict | list) or val is None:
+                raise ValueError(f"{k}: environment values are plain strings, numbers or booleans")
+            out[k] = str(val).lower() if isinstance(val, bool) else str(val)
+        return out
+
+    @field_validator("secrets", mode="before")
+    @classmethod
+    def _secrets(cls, v: Any) -> Any:
+        # SkyPilot writes secrets as {NAME: null}; a value here would be stored in plain text.
+        if isinstance(v, dict):
+            written = [k for k, val in v.items() if val is not None]
+            if written:
+                raise ValueError(
+                    f"secret values must not be written in a blueprint ({', '.join(map(str, written))}): "
+                    "list the names only and pass values with --secret NAME or the environment"
+                )
+            v = list(v)
+        if isinstance(v, str):
+            v = [v]
+        if isinstance(v, list):
+            bad = [s for s in v if not isinstance(s, str) or not ENV_NAME_RE.match(s)]
+            if bad:
+                raise ValueError(f"{bad[0]!r} is not an environment variable name")
+            return list(dict.fromkeys(v))
+        return v
+
+    @model_validator(mode="after")
+    def _derive(self) -> Spec:
+        """EasyR1's post_init copies, so the trainer reads one consistent tree."""
+        d, a, w = self.data, self.algorithm, self.worker
+        w.rollout.prompt_length = d.max_prompt_length
+        w.rollout.response_length = d.max_response_length
+        w.rollout.trust_remote_code = w.actor.model.trust_remote_code
+        w.actor.disable_kl = a.disable_kl
+        w.actor.use_kl_loss = a.use_kl_loss
+        w.actor.kl_penalty = a.kl_penalty
+        w.actor.kl_coef = a.kl_coef
+        w.ref.micro_batch_size_per_device_for_experience = w.actor.micro_batch_size_per_device_for_experience
+        w.ref.padding_free = w.actor.padding_free
+        w.ref.dynamic_batching = w.actor.dynamic_batching
+        w.ref.ulysses_size = w.actor.ulysses_size
+        w.ref.use_torch_compile = w.actor.use_torch_compile
+        for model in (w.actor.model, w.critic.model):
+            if model.tokenizer_path is None:
+                model.tokenizer_path = model.model_path
+        world = self.trainer.nnodes * self.trainer.n_gpus_per_node
+        for role in (w.actor, w.critic):
+            per_device = role.global_batch_size * w.rollout.n // max(world // role.ulysses_size, 1)
+            role.global_batch_size_per_device = per_device
+        if w.reward.reward_function and not _is_url(w.reward.reward_function):
+            path, sep, fn = w.reward.reward_function.rpartition(":")
+            if sep and fn and "/" not in fn and "\\" not in fn:
+                w.reward.reward_function, w.reward.reward_function_name = path, fn
+            elif w.reward.reward_function_name is None:
+                w.reward.reward_function_name = "main"
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.trainer.nnodes * self.trainer.n_gpus_per_node
+
+
+def _is_url(text: str) -> bool:
+    return bool(re.match(r"^[a-z][a-z0-9+.-]*://", text))

@@ -1,0 +1,89 @@
+"""What a validated blueprint will do, in a few lines: the facts `r1cloud validate` prints."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from .models import Spec, accelerator_options
+
+COUNTABLE = (".jsonl", ".json", ".csv")
+
+
+def count_rows(path: str) -> int | None:
+    """Rows of a local jsonl/csv file (JSON lines counted the same way); None when unknown without
+    loading the data set (Hub ids, parquet, folders, JSON arrays)."""
+    name = path.rpartition("@")[0] if "@" in path else path
+    p = Path(name)
+    if not p.is_file() or p.suffix.lower() not in COUNTABLE:
+        return None
+    try:
+        with p.open(encoding="utf-8", errors="replace") as f:
+            if p.suffix.lower() == ".csv":
+                return max(sum(1 for _ in csv.reader(f)) - 1, 0)
+            first = f.read(1)
+            if first == "[":
+                return None
+            f.seek(0)
+            return sum(1 for line in f if line.strip())
+    except OSError:
+        return None
+
+
+def total_steps(spec: Spec) -> tuple[int | None, str]:
+    """EasyR1's step count: max_steps, else batches per epoch × epochs (drop_last)."""
+    t, d = spec.trainer, spec.data
+    if t.max_steps:
+        return t.max_steps, "trainer.max_steps"
+    rows = count_rows(d.train_files)
+    if rows is None:
+        return None, f"{t.total_epochs} epochs × (dataset rows ÷ {d.rollout_batch_size}), known when the data loads"
+    if d.mini_rollout_batch_size:
+        steps = (rows // d.mini_rollout_batch_size * d.mini_rollout_batch_size) // d.rollout_batch_size * t.total_epochs
+    else:
+        steps = rows // d.rollout_batch_size * t.total_epochs
+    return steps, f"{t.total_epochs} epochs × ({rows} rows ÷ {d.rollout_batch_size})"
+
+
+def resources_line(spec: Spec) -> str:
+    r, t = spec.resources, spec.trainer
+    if r.accelerators is not None:
+        options = accelerator_options(r.accelerators)
+        accel = " or ".join(f"{n}:{c}" for n, c in options)
+    elif r.infra == "local":
+        accel = f"{t.n_gpus_per_node} local worker slot{'s' if t.n_gpus_per_node > 1 else ''}"
+    else:
+        accel = f"{t.n_gpus_per_node} GPUs (type chosen by the backend)"
+    nodes = f" × {t.nnodes} nodes" if t.nnodes > 1 else ""
+    extra = [x for x in ("spot" if r.use_spot else "", f"image {r.image}" if r.image else "", r.region or "") if x]
+    return f"{r.infra}: {accel}{nodes}" + (f" ({', '.join(extra)})" if extra else "")
+
+
+def summarize(spec: Spec) -> list[tuple[str, str]]:
+    d, a, w, t = spec.data, spec.algorithm, spec.worker, spec.trainer
+    steps, how = total_steps(spec)
+    kl = "off" if a.disable_kl else f"{a.kl_penalty} × {a.kl_coef:g} {'as a loss' if a.use_kl_loss else 'in the reward'}"
+    loss = w.actor.loss_type if w.actor.loss_type != "default" else "dual-clip PPO"
+    reward = w.reward.reward_function or "—"
+    if w.reward.reward_function_name and not reward.startswith(("http://", "https://")):
+        reward = f"{reward}:{w.reward.reward_function_name}"
+    rows = [
+        ("job", spec.name),
+        ("model", w.actor.model.model_path or "—"),
+        ("data", f"{d.train_files or '—'} (val: {d.val_files or 'none'})"),
+        ("prompt", d.format_prompt or "the raw prompt column, no format prompt"),
+        ("reward", reward),
+        ("algorithm", f"{a.adv_estimator}, {loss} loss (clip {w.actor.clip_ratio_low:g}/{w.actor.clip_ratio_high:g}), KL {kl}"),
+        (
+            "per step",
+            f"{d.rollout_batch_size} prompts × {w.rollout.n} samples = {d.rollout_batch_size * w.rollout.n} responses, "
+            f"{d.rollout_batch_size // w.actor.global_batch_size * w.actor.ppo_epochs} optimizer step(s)",
+        ),
+        ("lengths", f"prompt ≤ {d.max_prompt_length}, response ≤ {d.max_response_length} tokens"),
+        ("steps", f"{steps} ({how})" if steps is not None else how),
+        ("rollout", f"{w.rollout.name}, temperature {w.rollout.temperature:g}, top_p {w.rollout.top_p:g}, TP {w.rollout.tensor_parallel_size}"),
+        ("resources", resources_line(spec)),
+    ]
+    if spec.secrets:
+        rows.append(("secrets", ", ".join(spec.secrets)))
+    return rows
