@@ -44,7 +44,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
     pass
 
@@ -70,7 +72,9 @@ def _parse_secrets(values: list[str]) -> dict[str, str]:
         elif os.environ.get(name):
             secrets[name] = os.environ[name]
         else:
-            problems.append(f"--secret {name}: {name} is not set in the environment; export it or pass --secret {name}=VALUE")
+            problems.append(
+                f"--secret {name}: {name} is not set in the environment; export it or pass --secret {name}=VALUE"
+            )
     if problems:
         _fail("error: bad --secret", problems)
     return secrets
@@ -78,7 +82,10 @@ def _parse_secrets(values: list[str]) -> dict[str, str]:
 
 @app.command()
 def validate(
-    blueprint: Annotated[Path, typer.Argument(help="Blueprint YAML (an EasyR1 config.yaml works as it is).", show_default=False)],
+    blueprint: Annotated[
+        Path,
+        typer.Argument(help="Blueprint YAML (an EasyR1 config.yaml works as it is).", show_default=False),
+    ],
     overrides: Annotated[
         list[str] | None,
         typer.Argument(
@@ -91,7 +98,11 @@ def validate(
     as_json: Annotated[bool, typer.Option("--json", help="Print the fully resolved spec as JSON.")] = False,
     secret: Annotated[
         list[str] | None,
-        typer.Option("--secret", help="NAME (value from the environment) or NAME=VALUE; repeatable. Checked, never stored.", show_default=False),
+        typer.Option(
+            "--secret",
+            help="NAME (value from the environment) or NAME=VALUE; repeatable. Checked, never stored.",
+            show_default=False,
+        ),
     ] = None,
 ) -> None:
     """Check a blueprint without running anything: unknown keys, types, ranges, batch arithmetic,
@@ -108,11 +119,11 @@ def validate(
             [w.render() for w in e.warnings],
         )
     spec = loaded.spec
+    for w in loaded.warnings:
+        err.print(f"warning: {w.render()}", style="yellow", markup=False)
     if as_json:
         print(json.dumps(spec.model_dump(mode="json"), indent=2))
         return
-    for w in loaded.warnings:
-        err.print(f"warning: {w.render()}", style="yellow", markup=False)
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold cyan", no_wrap=True)
     table.add_column(overflow="fold")
@@ -132,7 +143,10 @@ def main() -> None:
         if os.environ.get("R1CLOUD_DEBUG"):
             raise
         err.print(f"internal error: {type(e).__name__}: {e}", style="bold red", markup=False)
-        err.print("this is a bug in r1cloud; rerun with R1CLOUD_DEBUG=1 for the traceback and report it", markup=False)
+        err.print(
+            "this is a bug in r1cloud; rerun with R1CLOUD_DEBUG=1 for the traceback and report it",
+            markup=False,
+        )
         sys.exit(1)
 
 

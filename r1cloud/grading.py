@@ -31,7 +31,20 @@ def extract_boxed(text: str) -> str | None:
     return None
 
 
-_REMOVE = [r"\left", r"\right", r"\!", r"\,", r"\;", r"\:", r"\displaystyle", "$", "^\\circ", "^{\\circ}", "\\%", "%"]
+_REMOVE = [
+    r"\left",
+    r"\right",
+    r"\!",
+    r"\,",
+    r"\;",
+    r"\:",
+    r"\displaystyle",
+    "$",
+    "^\\circ",
+    "^{\\circ}",
+    "\\%",
+    "%",
+]
 
 
 def normalize(answer: str) -> str:

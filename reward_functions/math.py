@@ -17,5 +17,7 @@ def compute_score(reward_inputs: list[dict], format_weight: float = 0.1) -> list
         response = re.sub(r"\s*(<|>|/)\s*", r"\1", item["response"])  # "< think >" -> "<think>"
         fmt = 1.0 if _FORMAT.fullmatch(response) else 0.0
         acc = 1.0 if answers_equal(extract_boxed(response), str(item["ground_truth"])) else 0.0
-        scores.append({"overall": (1 - format_weight) * acc + format_weight * fmt, "format": fmt, "accuracy": acc})
+        scores.append(
+            {"overall": (1 - format_weight) * acc + format_weight * fmt, "format": fmt, "accuracy": acc}
+        )
     return scores

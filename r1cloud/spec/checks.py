@@ -43,9 +43,15 @@ Report = Callable[..., None]
 
 def check_required(spec: Spec, problem: Report) -> None:
     if not spec.worker.actor.model.model_path:
-        problem("worker.actor.model.model_path", "is not set: give a Hugging Face model id or a local model folder")
+        problem(
+            "worker.actor.model.model_path",
+            "is not set: give a Hugging Face model id or a local model folder",
+        )
     if not spec.data.train_files and not spec.trainer.val_only:
-        problem("data.train_files", "is not set: give name@split (a Hub dataset) or a local json/jsonl/parquet/csv file or folder")
+        problem(
+            "data.train_files",
+            "is not set: give name@split (a Hub dataset) or a local json/jsonl/parquet/csv file or folder",
+        )
     validating = spec.trainer.val_before_train or spec.trainer.val_freq > 0 or spec.trainer.val_only
     if not spec.data.val_files and validating:
         problem(
@@ -56,11 +62,14 @@ def check_required(spec: Spec, problem: Report) -> None:
             "trainer.val_freq",
         )
     if not spec.worker.reward.reward_function:
-        problem("worker.reward.reward_function", "is not set: give file.py:function (EasyR1's reward interface) or an http(s) URL")
+        problem(
+            "worker.reward.reward_function",
+            "is not set: give file.py:function (EasyR1's reward interface) or an http(s) URL",
+        )
 
 
 def check_batches(spec: Spec, problem: Report) -> None:
-    d, w, t = spec.data, spec.worker, spec.trainer
+    d, w = spec.data, spec.worker
     n = w.rollout.n
     roles = [("actor", w.actor)] + ([("critic", w.critic)] if spec.algorithm.adv_estimator == "gae" else [])
     for role_name, role in roles:
@@ -85,7 +94,11 @@ def check_batches(spec: Spec, problem: Report) -> None:
             )
         world = spec.world_size
         if world % role.ulysses_size:
-            problem(f"{key}.ulysses_size", f"{role.ulysses_size} does not divide the {world} devices (trainer.nnodes × trainer.n_gpus_per_node)", "trainer.n_gpus_per_node")
+            problem(
+                f"{key}.ulysses_size",
+                f"{role.ulysses_size} does not divide the {world} devices (trainer.nnodes × trainer.n_gpus_per_node)",
+                "trainer.n_gpus_per_node",
+            )
             continue
         dp = world // role.ulysses_size
         samples = gbs * n
@@ -116,7 +129,11 @@ def check_batches(spec: Spec, problem: Report) -> None:
                 f"{key}.micro_batch_size_per_device_for_update",
             )
         if role.fsdp.fsdp_size > 0 and world % role.fsdp.fsdp_size:
-            problem(f"{key}.fsdp.fsdp_size", f"{role.fsdp.fsdp_size} does not divide the {world} devices", "trainer.n_gpus_per_node")
+            problem(
+                f"{key}.fsdp.fsdp_size",
+                f"{role.fsdp.fsdp_size} does not divide the {world} devices",
+                "trainer.n_gpus_per_node",
+            )
 
 
 def check_algorithm(spec: Spec, problem: Report) -> None:
@@ -129,7 +146,11 @@ def check_algorithm(spec: Spec, problem: Report) -> None:
             "algorithm.adv_estimator",
         )
     if a.adv_estimator == "gae" and not w.critic.model.model_path:
-        problem("worker.critic.model.model_path", "is not set, but adv_estimator gae trains a critic: give its model (often the actor's)", "algorithm.adv_estimator")
+        problem(
+            "worker.critic.model.model_path",
+            "is not set, but adv_estimator gae trains a critic: give its model (often the actor's)",
+            "algorithm.adv_estimator",
+        )
     if a.kl_penalty == "full" and not a.disable_kl:
         problem(
             "algorithm.kl_penalty",
@@ -137,9 +158,18 @@ def check_algorithm(spec: Spec, problem: Report) -> None:
             "use low_var_kl (k3), kl (k1) or mse (k2)",
         )
     if a.online_filtering and not a.filter_low < a.filter_high:
-        problem("algorithm.filter_low", f"{a.filter_low} must be below algorithm.filter_high ({a.filter_high}): no group could pass", "algorithm.filter_high")
+        problem(
+            "algorithm.filter_low",
+            f"{a.filter_low} must be below algorithm.filter_high ({a.filter_high}): no group could pass",
+            "algorithm.filter_high",
+        )
     if a.disable_kl and a.use_kl_loss:
-        problem("algorithm.use_kl_loss", "has no effect: algorithm.disable_kl is true (no reference model)", "algorithm.disable_kl", warning=True)
+        problem(
+            "algorithm.use_kl_loss",
+            "has no effect: algorithm.disable_kl is true (no reference model)",
+            "algorithm.disable_kl",
+            warning=True,
+        )
 
 
 def check_rollout(spec: Spec, problem: Report) -> None:
@@ -173,9 +203,16 @@ def check_rollout(spec: Spec, problem: Report) -> None:
             hint = f"; did you mean {close[0]!r}?" if close else f"; use {', '.join(SAMPLING_KEYS)}"
             problem(f"worker.rollout.val_override_config.{key}", f"is not a sampling setting{hint}")
         elif key == "n" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            problem("worker.rollout.val_override_config.n", f"{value!r} is not valid: samples per validation prompt must be a positive integer")
-        elif key in ("temperature", "top_p") and (not isinstance(value, int | float) or isinstance(value, bool) or value < 0):
-            problem(f"worker.rollout.val_override_config.{key}", f"{value!r} is not valid: must be a number ≥ 0")
+            problem(
+                "worker.rollout.val_override_config.n",
+                f"{value!r} is not valid: samples per validation prompt must be a positive integer",
+            )
+        elif key in ("temperature", "top_p") and (
+            not isinstance(value, int | float) or isinstance(value, bool) or value < 0
+        ):
+            problem(
+                f"worker.rollout.val_override_config.{key}", f"{value!r} is not valid: must be a number ≥ 0"
+            )
 
 
 def check_trainer(spec: Spec, problem: Report) -> None:
@@ -189,13 +226,26 @@ def check_trainer(spec: Spec, problem: Report) -> None:
 def check_secrets_and_envs(spec: Spec, problem: Report) -> None:
     for name in spec.secrets:
         if name in spec.envs:
-            problem(f"envs.{name}", "is also a secret: its value would be stored in plain text; keep it under secrets only", "secrets")
+            problem(
+                f"envs.{name}",
+                "is also a secret: its value would be stored in plain text; keep it under secrets only",
+                "secrets",
+            )
 
 
-CHECKS = [check_required, check_batches, check_algorithm, check_rollout, check_trainer, check_secrets_and_envs]
+CHECKS = [
+    check_required,
+    check_batches,
+    check_algorithm,
+    check_rollout,
+    check_trainer,
+    check_secrets_and_envs,
+]
 
 
-def missing_secrets(spec: Spec, provided: dict[str, str] | None = None, environ: dict[str, str] | None = None) -> list[str]:
+def missing_secrets(
+    spec: Spec, provided: dict[str, str] | None = None, environ: dict[str, str] | None = None
+) -> list[str]:
     """Secret names the spec needs that neither `--secret` nor the environment supplies."""
     provided = provided or {}
     environ = os.environ if environ is None else environ

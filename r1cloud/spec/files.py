@@ -47,14 +47,20 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
         for c in candidates:
             if c.is_file() if kind == "file" else c.is_dir():
                 return c
-        looked = " or ".join(str(c) for c in candidates[:2]) if not Path(value).expanduser().is_absolute() else str(candidates[0])
+        looked = (
+            " or ".join(str(c) for c in candidates[:2])
+            if not Path(value).expanduser().is_absolute()
+            else str(candidates[0])
+        )
         hint = _near_name(candidates[0])
         problem(path, f"{kind} not found: {value} (looked for {looked}){hint}{why}")
         return None
 
     d, w, t = spec.data, spec.worker, spec.trainer
     if d.format_prompt:
-        found = find("data.format_prompt", d.format_prompt, "file", "; EasyR1 would silently train without the prompt")
+        found = find(
+            "data.format_prompt", d.format_prompt, "file", "; EasyR1 would silently train without the prompt"
+        )
         if found:
             d.format_prompt = str(found)
             problems += _check_template(found, where("data.format_prompt"))
@@ -68,10 +74,14 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
             d.image_dir = str(found)
     rf = w.reward.reward_function
     if rf and not _is_url(rf):
-        found = find("worker.reward.reward_function", rf, "file", "; EasyR1 would silently train with no reward")
+        found = find(
+            "worker.reward.reward_function", rf, "file", "; EasyR1 would silently train with no reward"
+        )
         if found:
             w.reward.reward_function = str(found)
-            for msg in reward_function_problems(found, w.reward.reward_function_name or "main", w.reward.reward_function_kwargs):
+            for msg in reward_function_problems(
+                found, w.reward.reward_function_name or "main", w.reward.reward_function_kwargs
+            ):
                 problem("worker.reward.reward_function", msg)
     if t.load_checkpoint_path and not _is_url(t.load_checkpoint_path):
         found = find("trainer.load_checkpoint_path", t.load_checkpoint_path, "folder")
@@ -87,7 +97,13 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
         for key in ("model_path", "tokenizer_path"):
             value = getattr(model, key)
             if value:
-                setattr(model, key, _resolve_model(f"worker.{role}.model.{key}", value, bases(f"worker.{role}.model.{key}"), problem))
+                setattr(
+                    model,
+                    key,
+                    _resolve_model(
+                        f"worker.{role}.model.{key}", value, bases(f"worker.{role}.model.{key}"), problem
+                    ),
+                )
     return problems
 
 
@@ -120,7 +136,10 @@ def _resolve_data(path: str, value: str, bases: list[Path], problem) -> str:
         if c.exists():
             return f"{c}{at}{split}"
     if _looks_local(name):
-        problem(path, f"not found: {name} (looked in {', '.join(map(str, bases))}); give a local file or folder, or a Hub dataset as name@split")
+        problem(
+            path,
+            f"not found: {name} (looked in {', '.join(map(str, bases))}); give a local file or folder, or a Hub dataset as name@split",
+        )
     elif not HUB_ID_RE.match(name):
         problem(path, f"{value!r} is neither a local file nor a Hub dataset id (org/name@split)")
     return value
@@ -132,7 +151,10 @@ def _resolve_model(path: str, value: str, bases: list[Path], problem) -> str:
         if c.exists():
             return str(c)
     if _looks_local(value):
-        problem(path, f"folder not found: {value} (looked in {', '.join(map(str, bases))}); give a local model folder or a Hugging Face id such as Qwen/Qwen2.5-7B-Instruct")
+        problem(
+            path,
+            f"folder not found: {value} (looked in {', '.join(map(str, bases))}); give a local model folder or a Hugging Face id such as Qwen/Qwen2.5-7B-Instruct",
+        )
     elif not HUB_ID_RE.match(value):
         problem(path, f"{value!r} is neither a local model folder nor a Hugging Face id (org/name)")
     return value
@@ -146,9 +168,20 @@ def _check_template(path: Path, origin: str | None) -> list[Problem]:
     try:
         parsed = jinja2.Environment().parse(text.strip())
     except jinja2.TemplateSyntaxError as e:
-        return [Problem("data.format_prompt", f"{path}:{e.lineno}: not a valid Jinja template: {e.message}", origin)]
+        return [
+            Problem(
+                "data.format_prompt", f"{path}:{e.lineno}: not a valid Jinja template: {e.message}", origin
+            )
+        ]
     if "content" not in jinja2.meta.find_undeclared_variables(parsed):
-        return [Problem("data.format_prompt", f"{path} never uses {{{{ content }}}}: every prompt would be the same text", origin, warning=True)]
+        return [
+            Problem(
+                "data.format_prompt",
+                f"{path} never uses {{{{ content }}}}: every prompt would be the same text",
+                origin,
+                warning=True,
+            )
+        ]
     return []
 
 
@@ -168,7 +201,13 @@ def reward_function_problems(path: Path, fn_name: str, kwargs: dict) -> list[str
         problems.append(f"{path}: REWARD_TYPE is {reward_type!r}; use 'batch' or 'sequential'")
     if fn_name not in bound:
         close = difflib.get_close_matches(fn_name, sorted(functions), n=1)
-        have = f"; did you mean {close[0]}?" if close else (f"; it defines {', '.join(sorted(functions))}" if functions else "; it defines no functions")
+        have = (
+            f"; did you mean {close[0]}?"
+            if close
+            else (
+                f"; it defines {', '.join(sorted(functions))}" if functions else "; it defines no functions"
+            )
+        )
         return [*problems, f"{path} has no function {fn_name!r}{have} (write file.py:function)"]
     fn = functions.get(fn_name)
     if fn is None:
@@ -178,7 +217,10 @@ def reward_function_problems(path: Path, fn_name: str, kwargs: dict) -> list[str
     args = fn.args
     positional = [a.arg for a in (*args.posonlyargs, *args.args)]
     if not positional and args.vararg is None:
-        return [*problems, f"{fn_name}({_sig(fn)}) takes no argument; EasyR1 calls it with the reward inputs (a list of dicts, or one dict when sequential)"]
+        return [
+            *problems,
+            f"{fn_name}({_sig(fn)}) takes no argument; EasyR1 calls it with the reward inputs (a list of dicts, or one dict when sequential)",
+        ]
     defaults_from = len(positional) - len(args.defaults)
     required = [p for i, p in enumerate(positional) if i >= 1 and i < defaults_from]
     required += [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is None]
@@ -186,10 +228,14 @@ def reward_function_problems(path: Path, fn_name: str, kwargs: dict) -> list[str
     missing = [r for r in required if r not in kwargs]
     if missing:
         example = ", ".join(f'"{m}": ...' for m in missing)
-        problems.append(f"{fn_name} needs {', '.join(missing)}: set worker.reward.reward_function_kwargs='{{{example}}}'")
+        problems.append(
+            f"{fn_name} needs {', '.join(missing)}: set worker.reward.reward_function_kwargs='{{{example}}}'"
+        )
     unknown = [k for k in kwargs if k not in accepted]
     if unknown and args.kwarg is None:
-        problems.append(f"{fn_name}({_sig(fn)}) does not accept {', '.join(unknown)} from worker.reward.reward_function_kwargs")
+        problems.append(
+            f"{fn_name}({_sig(fn)}) does not accept {', '.join(unknown)} from worker.reward.reward_function_kwargs"
+        )
     return problems
 
 
@@ -213,7 +259,11 @@ def _other_bindings(tree: ast.Module) -> set[str]:
 
 def _string_constant(tree: ast.Module, name: str) -> str | None:
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-            if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-                return node.value.value
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            return node.value.value
     return None

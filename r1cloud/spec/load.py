@@ -89,7 +89,17 @@ def read_yaml(path: Path) -> tuple[dict, Origins, list[Problem]]:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        return {}, {}, [Problem("", f"a blueprint is a mapping of keys (data:, worker:, …), not a {type(data).__name__}", shown)]
+        return (
+            {},
+            {},
+            [
+                Problem(
+                    "",
+                    f"a blueprint is a mapping of keys (data:, worker:, …), not a {type(data).__name__}",
+                    shown,
+                )
+            ],
+        )
     origins: Origins = {}
     problems: list[Problem] = []
     _walk(node, (), shown, origins, problems)
@@ -105,7 +115,9 @@ def _walk(node: Any, prefix: Key, shown: str, origins: Origins, problems: list[P
         path = (*prefix, key)
         where = f"{shown}:{knode.start_mark.line + 1}"
         if key in seen:
-            problems.append(Problem(".".join(path), "is written twice; YAML would silently keep the last one", where))
+            problems.append(
+                Problem(".".join(path), "is written twice; YAML would silently keep the last one", where)
+            )
         seen.add(key)
         origins[path] = where
         _walk(vnode, path, shown, origins, problems)
@@ -153,7 +165,11 @@ def del_path(tree: dict, key: Key) -> None:
 def deep_merge(base: dict, over: dict) -> dict:
     out = copy.deepcopy(base)
     for k, v in over.items():
-        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+        out[k] = (
+            deep_merge(out[k], v)
+            if isinstance(v, dict) and isinstance(out.get(k), dict)
+            else copy.deepcopy(v)
+        )
     return out
 
 
@@ -168,10 +184,24 @@ def apply_legacy(raw: dict, origins: Origins) -> list[Problem]:
             value = optim.pop("warmup_style")
             optim.setdefault("lr_scheduler_type", value)
             origins.setdefault(new, origins.get(old, CLI))
-            warnings.append(Problem(".".join(old), f"is deprecated (EasyR1 v0.3.2); write {'.'.join(new)} instead", origins.get(old), warning=True))
+            warnings.append(
+                Problem(
+                    ".".join(old),
+                    f"is deprecated (EasyR1 v0.3.2); write {'.'.join(new)} instead",
+                    origins.get(old),
+                    warning=True,
+                )
+            )
     if get_path(raw, ("worker", "reward", "reward_type")) is not None:
         key = ("worker", "reward", "reward_type")
-        warnings.append(Problem(".".join(key), "is deprecated (EasyR1 v0.3.2); set REWARD_TYPE in the reward module instead (still honoured)", origins.get(key), warning=True))
+        warnings.append(
+            Problem(
+                ".".join(key),
+                "is deprecated (EasyR1 v0.3.2); set REWARD_TYPE in the reward module instead (still honoured)",
+                origins.get(key),
+                warning=True,
+            )
+        )
     return warnings
 
 
@@ -248,13 +278,13 @@ def all_keys(model: type[BaseModel] = Spec, prefix: Key = ()) -> list[Key]:
 
 def suggest_key(loc: Key) -> str | None:
     parent, name = loc[:-1], loc[-1]
+    if name in ALIASES:  # known names from verl / older EasyR1 beat a fuzzy match
+        return ALIASES[name]
     model = _model_at(parent)
     siblings = list(model.model_fields) if model else []
     close = difflib.get_close_matches(name, siblings, n=1, cutoff=0.75)
     if close:
         return ".".join((*parent, close[0]))
-    if name in ALIASES:
-        return ALIASES[name]
     everywhere = [k for k in all_keys() if k[-1] == name]
     if not everywhere:
         leaves = {k[-1]: k for k in all_keys()}
@@ -276,22 +306,30 @@ def origin_of(origins: Origins, loc: Key) -> str | None:
 def schema_problem(err: dict, origins: Origins) -> tuple[Key, Problem]:
     loc = tuple(str(p) for p in err["loc"])
     key_loc = tuple(p for p in loc if not p.isdigit()) if loc else loc
-    path = ".".join(loc)
+    path = ".".join(p if re.fullmatch(r"[\w.-]+", p) else repr(p) for p in loc)
     where = origin_of(origins, loc)
     kind, value = err["type"], err.get("input")
     if kind == "extra_forbidden":
         hint = suggest_key(loc)
-        known = "an EasyR1/r1cloud key" if len(loc) > 1 else "a top-level key (data, algorithm, worker, trainer, name, resources, envs, secrets)"
+        known = (
+            "an EasyR1/r1cloud key"
+            if len(loc) > 1
+            else "a top-level key (data, algorithm, worker, trainer, name, resources, envs, secrets)"
+        )
         msg = f"unknown key: not {known}" + (f"; did you mean {hint}?" if hint else "")
         return key_loc, Problem(path, msg, where)
     msg = err["msg"].removeprefix("Value error, ")
     if kind == "literal_error":
         allowed = re.findall(r"'([^']*)'", err.get("ctx", {}).get("expected", ""))
         close = difflib.get_close_matches(str(value), allowed, n=1, cutoff=0.6)
-        msg = f"{_show(value)} is not allowed; use one of: {', '.join(allowed)}" + (f" (did you mean {close[0]!r}?)" if close else "")
+        msg = f"{_show(value)} is not allowed; use one of: {', '.join(allowed)}" + (
+            f" (did you mean {close[0]!r}?)" if close else ""
+        )
     elif kind == "missing":
         msg = "is required"
-    elif kind.startswith(("greater_than", "less_than")) or kind.endswith("_type") or kind.endswith("_parsing"):
+    elif (
+        kind.startswith(("greater_than", "less_than")) or kind.endswith("_type") or kind.endswith("_parsing")
+    ):
         msg = f"{_show(value)} is not valid: {msg[0].lower()}{msg[1:]}"
     return key_loc, Problem(path, msg, where)
 
@@ -299,6 +337,18 @@ def schema_problem(err: dict, origins: Origins) -> tuple[Key, Problem]:
 def _show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def fill_empty_sections(tree: dict, model: type[BaseModel] = Spec) -> None:
+    """`worker:` with everything under it commented out is an empty section, not null."""
+    for name, f in model.model_fields.items():
+        sub = _nested_model(f.annotation)
+        if sub is None or name not in tree:
+            continue
+        if tree[name] is None:
+            tree[name] = {}
+        if isinstance(tree[name], dict):
+            fill_empty_sections(tree[name], sub)
 
 
 def validate_tree(raw: dict, origins: Origins) -> tuple[Spec | None, list[Problem], set[Key]]:
@@ -371,6 +421,7 @@ def load_spec(
         raw["name"] = normalise_name(source.stem)
         merged_origins[("name",)] = f"from the file name {source.name}"
 
+    fill_empty_sections(raw)
     warnings = apply_legacy(raw, merged_origins)
     problems += sync_resources(raw, merged_origins)
     spec, schema_problems, bad = validate_tree(raw, merged_origins)
@@ -379,7 +430,11 @@ def load_spec(
         later = check_spec(spec, merged_origins)
         if secrets is not None:
             later += [
-                Problem(f"secrets.{m}", f"is not set: export {m}=… or pass --secret {m}=VALUE", merged_origins.get(("secrets",)))
+                Problem(
+                    f"secrets.{m}",
+                    f"is not set: export {m}=… or pass --secret {m}=VALUE",
+                    merged_origins.get(("secrets",)),
+                )
                 for m in missing_secrets(spec, secrets)
             ]
         if check_files:

@@ -323,7 +323,9 @@ class Resources(Model):
     def _infra(cls, v: str) -> str:
         cloud = v.strip().split("/", 1)[0].lower()
         if cloud not in KNOWN_INFRA:
-            raise ValueError(f"unknown infra {cloud!r}; use local or a SkyPilot infra ({', '.join(KNOWN_INFRA[1:8])}, …)")
+            raise ValueError(
+                f"unknown infra {cloud!r}; use local or a SkyPilot infra ({', '.join(KNOWN_INFRA[1:8])}, …)"
+            )
         return v.strip()
 
     @field_validator("disk_size", mode="before")
@@ -391,7 +393,9 @@ class Spec(Model):
     @classmethod
     def _name(cls, v: str) -> str:
         if not NAME_RE.match(v):
-            raise ValueError(f"{v!r} is not a job name: use 3–63 characters of a-z, 0-9 and '-', e.g. {normalise_name(v)!r}")
+            raise ValueError(
+                f"{v!r} is not a job name: use 3–63 characters of a-z, 0-9 and '-', e.g. {normalise_name(v)!r}"
+            )
         return v
 
     @field_validator("envs", mode="before")

@@ -15,7 +15,8 @@ class Problem:
 
     def render(self) -> str:
         where = f" ({self.origin})" if self.origin else ""
-        head = f"{self.path}: " if self.path else ""
+        path = self.path if self.path.isprintable() else repr(self.path)
+        head = f"{path}: " if path else ""
         return f"{head}{self.message}{where}"
 
 

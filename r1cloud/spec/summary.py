@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 from pathlib import Path
 
 from .models import Spec, accelerator_options
@@ -37,9 +38,16 @@ def total_steps(spec: Spec) -> tuple[int | None, str]:
         return t.max_steps, "trainer.max_steps"
     rows = count_rows(d.train_files)
     if rows is None:
-        return None, f"{t.total_epochs} epochs × (dataset rows ÷ {d.rollout_batch_size}), known when the data loads"
+        return (
+            None,
+            f"{t.total_epochs} epochs × (dataset rows ÷ {d.rollout_batch_size}), known when the data loads",
+        )
     if d.mini_rollout_batch_size:
-        steps = (rows // d.mini_rollout_batch_size * d.mini_rollout_batch_size) // d.rollout_batch_size * t.total_epochs
+        steps = (
+            (rows // d.mini_rollout_batch_size * d.mini_rollout_batch_size)
+            // d.rollout_batch_size
+            * t.total_epochs
+        )
     else:
         steps = rows // d.rollout_batch_size * t.total_epochs
     return steps, f"{t.total_epochs} epochs × ({rows} rows ÷ {d.rollout_batch_size})"
@@ -55,25 +63,45 @@ def resources_line(spec: Spec) -> str:
     else:
         accel = f"{t.n_gpus_per_node} GPUs (type chosen by the backend)"
     nodes = f" × {t.nnodes} nodes" if t.nnodes > 1 else ""
-    extra = [x for x in ("spot" if r.use_spot else "", f"image {r.image}" if r.image else "", r.region or "") if x]
+    extra = [
+        x for x in ("spot" if r.use_spot else "", f"image {r.image}" if r.image else "", r.region or "") if x
+    ]
     return f"{r.infra}: {accel}{nodes}" + (f" ({', '.join(extra)})" if extra else "")
 
 
+def _short(path: str | None) -> str:
+    """Absolute paths under the working directory are shown relative to it."""
+    if not path or not path.startswith("/"):
+        return path or ""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
 def summarize(spec: Spec) -> list[tuple[str, str]]:
-    d, a, w, t = spec.data, spec.algorithm, spec.worker, spec.trainer
+    d, a, w = spec.data, spec.algorithm, spec.worker
     steps, how = total_steps(spec)
-    kl = "off" if a.disable_kl else f"{a.kl_penalty} × {a.kl_coef:g} {'as a loss' if a.use_kl_loss else 'in the reward'}"
+    kl = (
+        "off"
+        if a.disable_kl
+        else f"{a.kl_penalty} × {a.kl_coef:g} {'as a loss' if a.use_kl_loss else 'in the reward'}"
+    )
     loss = w.actor.loss_type if w.actor.loss_type != "default" else "dual-clip PPO"
-    reward = w.reward.reward_function or "—"
+    reward = _short(w.reward.reward_function) or "—"
     if w.reward.reward_function_name and not reward.startswith(("http://", "https://")):
         reward = f"{reward}:{w.reward.reward_function_name}"
     rows = [
         ("job", spec.name),
-        ("model", w.actor.model.model_path or "—"),
-        ("data", f"{d.train_files or '—'} (val: {d.val_files or 'none'})"),
-        ("prompt", d.format_prompt or "the raw prompt column, no format prompt"),
+        ("model", _short(w.actor.model.model_path) or "—"),
+        ("data", f"{_short(d.train_files) or '—'} (val: {_short(d.val_files) or 'none'})"),
+        ("prompt", _short(d.format_prompt) or "the raw prompt column, no format prompt"),
         ("reward", reward),
-        ("algorithm", f"{a.adv_estimator}, {loss} loss (clip {w.actor.clip_ratio_low:g}/{w.actor.clip_ratio_high:g}), KL {kl}"),
+        (
+            "algorithm",
+            f"{a.adv_estimator}, {loss} loss (clip {w.actor.clip_ratio_low:g}/{w.actor.clip_ratio_high:g}), KL {kl}",
+        ),
         (
             "per step",
             f"{d.rollout_batch_size} prompts × {w.rollout.n} samples = {d.rollout_batch_size * w.rollout.n} responses, "
@@ -81,7 +109,10 @@ def summarize(spec: Spec) -> list[tuple[str, str]]:
         ),
         ("lengths", f"prompt ≤ {d.max_prompt_length}, response ≤ {d.max_response_length} tokens"),
         ("steps", f"{steps} ({how})" if steps is not None else how),
-        ("rollout", f"{w.rollout.name}, temperature {w.rollout.temperature:g}, top_p {w.rollout.top_p:g}, TP {w.rollout.tensor_parallel_size}"),
+        (
+            "rollout",
+            f"{w.rollout.name}, temperature {w.rollout.temperature:g}, top_p {w.rollout.top_p:g}, TP {w.rollout.tensor_parallel_size}",
+        ),
         ("resources", resources_line(spec)),
     ]
     if spec.secrets:

@@ -1,0 +1,81 @@
+import os
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from r1cloud.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+REWARD = ROOT / "reward_functions" / "math.py"
+
+# A complete, valid blueprint: each check test breaks one thing in it.
+MINIMAL = f"""
+data:
+  train_files: hiyouga/math12k@train
+  val_files: hiyouga/math12k@test
+  rollout_batch_size: 16
+algorithm:
+  adv_estimator: grpo
+worker:
+  actor:
+    global_batch_size: 8
+    micro_batch_size_per_device_for_update: 2
+    micro_batch_size_per_device_for_experience: 4
+    model:
+      model_path: Qwen/Qwen2.5-0.5B-Instruct
+  rollout:
+    n: 4
+    tensor_parallel_size: 1
+  reward:
+    reward_function: {REWARD}:compute_score
+trainer:
+  n_gpus_per_node: 2
+  logger: [console]
+"""
+
+
+@dataclass
+class Result:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def blueprint(tmp_path, monkeypatch):
+    """Write a blueprint (and any side files) into a temp dir, chdir there, return its path."""
+    monkeypatch.chdir(tmp_path)
+
+    def write(text: str = MINIMAL, name: str = "job.yaml", files: dict[str, str] | None = None) -> Path:
+        for rel, content in (files or {}).items():
+            p = tmp_path / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(content)
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+        return path
+
+    return write
+
+
+@pytest.fixture
+def cli(monkeypatch):
+    """Run `r1cloud ARGS` in-process; secrets in the environment are cleared first."""
+    for name in ("HF_TOKEN", "WANDB_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+    def run(*args: str, env: dict[str, str] | None = None) -> Result:
+        r = CliRunner(env=env).invoke(app, [str(a) for a in args])
+        if r.exception and not isinstance(r.exception, SystemExit):
+            raise r.exception
+        return Result(r.exit_code, r.stdout, r.stderr)
+
+    return run
+
+
+def pytest_configure(config):
+    os.environ.setdefault("COLUMNS", "200")

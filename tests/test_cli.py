@@ -1,0 +1,91 @@
+"""The CLI as a user runs it: real subprocesses, start-up imports, help, exit codes."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT
+
+HEAVY = ("torch", "ray", "transformers", "vllm", "sky", "datasets")
+QUICKSTART = ROOT / "blueprints" / "quickstart.yaml"
+R1CLOUD = str(Path(sys.executable).parent / "r1cloud")  # the installed console script
+
+
+def run(*args, env=None, cwd=None):
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+def imported_by(argv: list[str]) -> list[str]:
+    code = (
+        "import sys\n"
+        f"sys.argv = {['r1cloud', *argv]!r}\n"
+        "from r1cloud.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        f"print('HEAVY=' + ','.join(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)\n"
+    )
+    r = run("-c", code)
+    line = [x for x in r.stderr.splitlines() if x.startswith("HEAVY=")][-1]
+    return [m for m in line.removeprefix("HEAVY=").split(",") if m]
+
+
+def test_help_and_validate_import_no_heavy_library():
+    assert imported_by(["--help"]) == []
+    assert imported_by(["validate", str(QUICKSTART)]) == []
+
+
+def test_console_script_help_teaches():
+    r = subprocess.run([R1CLOUD, "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0
+    assert "validate" in r.stdout and "blueprint" in r.stdout.lower()
+    r = subprocess.run([R1CLOUD, "validate", "--help"], capture_output=True, text=True, timeout=60)
+    assert "worker.rollout.n=8" in r.stdout and "--secret" in r.stdout and "--json" in r.stdout
+
+
+def test_bad_blueprint_in_a_real_process_exits_2_without_traceback(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("worker:\n  rollout:\n    n: 0\n")
+    r = subprocess.run([R1CLOUD, "validate", str(bad)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "worker.rollout.n: 0 is not valid" in r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_usage_errors_exit_2():
+    r = subprocess.run([R1CLOUD, "validate"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_json_output_is_the_resolved_spec():
+    r = subprocess.run(
+        [R1CLOUD, "validate", str(QUICKSTART), "--json"], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    spec = json.loads(r.stdout)
+    assert spec["name"] == "quickstart" and Path(spec["data"]["train_files"]).is_file()
+
+
+def test_summary_names_what_will_run():
+    r = subprocess.run([R1CLOUD, "validate", str(QUICKSTART)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    for text in (
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "8 prompts × 8 samples = 64 responses",
+        "20 (trainer.max_steps)",
+        "local",
+        "is valid",
+    ):
+        assert text in r.stdout, text
+
+
+def test_module_entry_point_and_version():
+    r = run("-m", "r1cloud", "--version")
+    assert r.returncode == 0 and r.stdout.startswith("r1cloud ")

@@ -1,0 +1,366 @@
+"""Every pre-flight check: its message names the key, the value and the fix; exit code 2."""
+
+import pytest
+
+from conftest import MINIMAL
+
+# (overrides applied to the minimal valid blueprint, substrings the one error line must contain)
+CHECKS = [
+    pytest.param(
+        ["worker.rollout.temprature=0.5"],
+        ["worker.rollout.temprature", "unknown key", "did you mean worker.rollout.temperature?"],
+        id="unknown-key-sibling",
+    ),
+    pytest.param(
+        ["worker.actor.n=8"], ["worker.actor.n", "did you mean worker.rollout.n?"], id="unknown-key-elsewhere"
+    ),
+    pytest.param(
+        ["data.train_batch_size=8"],
+        ["data.train_batch_size", "did you mean data.rollout_batch_size?"],
+        id="unknown-key-verl-alias",
+    ),
+    pytest.param(["optimizer=adam"], ["optimizer", "unknown key", "top-level key"], id="unknown-top-level"),
+    pytest.param(
+        ["worker.rollout.n=five"], ["worker.rollout.n", "'five' is not valid", "integer"], id="wrong-type"
+    ),
+    pytest.param(
+        ["worker.rollout.top_p=1.5"],
+        ["worker.rollout.top_p", "1.5 is not valid", "less than or equal to 1"],
+        id="out-of-range",
+    ),
+    pytest.param(["data.val_batch_size=0"], ["data.val_batch_size", "must be -1"], id="val-batch-zero"),
+    pytest.param(
+        ["algorithm.adv_estimator=grpoo"],
+        ["algorithm.adv_estimator", "'grpoo' is not allowed", "did you mean 'grpo'?"],
+        id="adv-estimator-name",
+    ),
+    pytest.param(
+        ["algorithm.kl_penalty=k3"],
+        ["algorithm.kl_penalty", "use one of: kl, abs, mse, low_var_kl"],
+        id="kl-penalty-name",
+    ),
+    pytest.param(
+        ["worker.actor.loss_type=gpso"],
+        ["worker.actor.loss_type", "did you mean 'gspo'?"],
+        id="loss-type-name",
+    ),
+    pytest.param(
+        ["trainer.logger=['console','wandbb']"],
+        ["trainer.logger.1", "'wandbb' is not allowed", "did you mean 'wandb'?"],
+        id="logger-name",
+    ),
+    pytest.param(
+        ["worker.actor.global_batch_size=5"],
+        [
+            "worker.actor.global_batch_size",
+            "5 does not divide data.rollout_batch_size (16)",
+            "global_batch_size=4",
+        ],
+        id="rollout-divisible",
+    ),
+    pytest.param(
+        ["worker.actor.micro_batch_size_per_device_for_experience=5"],
+        ["micro_batch_size_per_device_for_experience", "16 × 4 = 64", "set it to 4"],
+        id="experience-divisible",
+    ),
+    pytest.param(
+        ["worker.actor.micro_batch_size_per_device_for_update=3"],
+        ["micro_batch_size_per_device_for_update", "16 samples each device", "set it to 4"],
+        id="update-divisible",
+    ),
+    pytest.param(
+        ["trainer.n_gpus_per_node=64"],
+        ["worker.actor.global_batch_size", "fewer than the 64 data-parallel devices"],
+        id="batch-smaller-than-devices",
+    ),
+    pytest.param(
+        ["worker.actor.fsdp.enable_cpu_offload=true"],
+        ["enable_cpu_offload", "gradient accumulation", "micro_batch_size_per_device_for_update=16"],
+        id="offload-accumulation",
+    ),
+    pytest.param(
+        ["worker.rollout.n=1"],
+        ["worker.rollout.n", "grpo compares samples within a group", "2 or more"],
+        id="grpo-needs-n",
+    ),
+    pytest.param(
+        ["algorithm.adv_estimator=rloo", "worker.rollout.n=1"],
+        ["worker.rollout.n", "rloo"],
+        id="rloo-needs-n",
+    ),
+    pytest.param(
+        ["worker.rollout.tensor_parallel_size=4", "trainer.n_gpus_per_node=6"],
+        ["worker.rollout.tensor_parallel_size", "4 does not divide trainer.n_gpus_per_node (6)"],
+        id="tp-divides",
+    ),
+    pytest.param(
+        ["data.max_prompt_length=4096", "data.max_response_length=8192"],
+        ["worker.rollout.max_num_batched_tokens", "4096 + 8192 = 12288", "max_num_batched_tokens=12288"],
+        id="batched-tokens",
+    ),
+    pytest.param(
+        ['worker.rollout.val_override_config={"temprature": 0.6}'],
+        ["val_override_config.temprature", "did you mean 'temperature'?"],
+        id="val-override-key",
+    ),
+    pytest.param(
+        ["algorithm.adv_estimator=gae"], ["worker.critic.model.model_path", "critic"], id="gae-needs-critic"
+    ),
+    pytest.param(
+        ["algorithm.kl_penalty=full", "algorithm.use_kl_loss=true"],
+        ["algorithm.kl_penalty", "whole vocabulary"],
+        id="kl-full",
+    ),
+    pytest.param(
+        ["algorithm.online_filtering=true", "algorithm.filter_low=0.9", "algorithm.filter_high=0.1"],
+        ["algorithm.filter_low", "must be below"],
+        id="filter-range",
+    ),
+    pytest.param(
+        ["trainer.save_freq=0"], ["trainer.save_freq", "use -1 to turn it off"], id="save-freq-zero"
+    ),
+    pytest.param(
+        ["worker.actor.model.model_path=null"],
+        ["worker.actor.model.model_path", "is not set"],
+        id="model-required",
+    ),
+    pytest.param(["data.val_files="], ["data.val_files", "validation is on"], id="val-files-required"),
+    pytest.param(
+        ["worker.reward.reward_function=null"],
+        ["worker.reward.reward_function", "is not set"],
+        id="reward-required",
+    ),
+    pytest.param(["name=My_Job"], ["name", "not a job name", "'my-job'"], id="bad-name"),
+    pytest.param(
+        ["resources.accelerators=H100:4"],
+        ["resources.accelerators", "trainer.n_gpus_per_node is 2"],
+        id="accels-conflict",
+    ),
+    pytest.param(
+        ["resources.accelerators={H100: 8, A100-80GB: 4}"],
+        ["resources.accelerators", "same count"],
+        id="accels-alternatives",
+    ),
+    pytest.param(
+        ["resources.accelerators=H100:x"], ["resources.accelerators", "NAME:COUNT"], id="accels-syntax"
+    ),
+    pytest.param(
+        ["resources.num_nodes=2", "trainer.nnodes=4"],
+        ["resources.num_nodes", "trainer.nnodes is 4"],
+        id="nodes-conflict",
+    ),
+    pytest.param(["resources.infra=awz"], ["resources.infra", "unknown infra 'awz'"], id="infra"),
+    pytest.param(
+        ["secrets={HF_TOKEN: hf_abc}"],
+        ["secrets", "must not be written in a blueprint", "--secret"],
+        id="secret-value-in-file",
+    ),
+    pytest.param(
+        ["secrets=[HF_TOKEN]", "envs={HF_TOKEN: x}"], ["envs.HF_TOKEN", "also a secret"], id="secret-in-envs"
+    ),
+    pytest.param(
+        ["secrets=[HF_TOKEN]"],
+        ["secrets.HF_TOKEN", "is not set", "--secret HF_TOKEN=VALUE"],
+        id="secret-missing",
+    ),
+    pytest.param(["envs={1BAD: x}"], ["envs", "not an environment variable name"], id="env-name"),
+    pytest.param(["worker.rollout.n"], ["is not an override", "key.path=value"], id="override-syntax"),
+]
+
+
+@pytest.mark.parametrize("overrides,expected", CHECKS)
+def test_check_reports_one_clear_line(blueprint, cli, overrides, expected):
+    path = blueprint()
+    r = cli("validate", path, *overrides)
+    assert r.exit_code == 2, r.stdout
+    lines = [line for line in r.stderr.splitlines() if line.startswith("  ✗ ")]
+    assert lines, r.stderr
+    hit = [line for line in lines if all(s in line for s in expected)]
+    assert hit, f"no line has all of {expected}:\n{r.stderr}"
+    assert "Traceback" not in r.stderr + r.stdout
+
+
+def test_minimal_blueprint_is_valid(blueprint, cli):
+    r = cli("validate", blueprint())
+    assert r.exit_code == 0, r.stderr
+    assert "is valid" in r.stdout
+
+
+def test_all_problems_at_once_with_file_and_line(blueprint, cli):
+    path = blueprint(
+        MINIMAL.replace("n: 4", "n: four").replace(
+            "adv_estimator: grpo", "adv_estimator: grpo\n  kl_coeff: 0.1"
+        )
+        + "resources:\n  accelerators: H100:8\n"
+    )
+    r = cli("validate", path, "worker.actor.global_batch_size=7")
+    assert r.exit_code == 2
+    lines = [line for line in r.stderr.splitlines() if line.startswith("  ✗ ")]
+    text = "\n".join(lines)
+    assert "worker.rollout.n: 'four' is not valid" in text and "(job.yaml:17)" in text
+    assert "algorithm.kl_coeff: unknown key" in text and "(job.yaml:8)" in text
+    assert "resources.accelerators: means 8 per node, but trainer.n_gpus_per_node is 2" in text
+    assert "worker.actor.global_batch_size: 7 does not divide" in text and "(command line)" in text
+    assert "has 4 problems" in r.stderr
+
+
+def test_a_bad_value_does_not_cause_a_second_spurious_error(blueprint, cli):
+    # n=five is dropped to check the rest; the rest must not then complain that n=1 is too small.
+    r = cli("validate", blueprint(), "worker.rollout.n=five")
+    assert "has 1 problem:" in r.stderr
+
+
+def test_missing_files_are_errors_not_silent_none(blueprint, cli):
+    path = blueprint(
+        MINIMAL.replace("data:\n", "data:\n  format_prompt: ./prompts/mth.jinja\n"),
+        files={"prompts/math.jinja": "{{ content }}"},
+    )
+    r = cli("validate", path)
+    assert r.exit_code == 2
+    assert "data.format_prompt: file not found: ./prompts/mth.jinja" in r.stderr
+    assert "did you mean" in r.stderr and "prompts/math.jinja" in r.stderr
+
+
+def test_missing_local_data_and_model(blueprint, cli):
+    path = blueprint(
+        MINIMAL.replace("hiyouga/math12k@train", "./data/train.jsonl").replace(
+            "Qwen/Qwen2.5-0.5B-Instruct", "./models/tiny"
+        )
+    )
+    r = cli("validate", path)
+    assert r.exit_code == 2
+    assert "data.train_files: not found: ./data/train.jsonl" in r.stderr
+    assert "worker.actor.model.model_path: folder not found: ./models/tiny" in r.stderr
+
+
+def test_missing_image_dir_and_chat_template(blueprint, cli):
+    r = cli("validate", blueprint(), "data.image_dir=./imgs", "data.override_chat_template=./tpl.jinja")
+    assert r.exit_code == 2
+    assert "data.image_dir: folder not found: ./imgs" in r.stderr
+    assert "data.override_chat_template: file not found: ./tpl.jinja" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "source,fn,kwargs,expected",
+    [
+        ("def main(x):\n    return []\n", "compute_score", "{}", "has no function 'compute_score'"),
+        ("def compute_scor(x):\n    return []\n", "compute_score", "{}", "did you mean compute_scor?"),
+        ("def compute_score(:\n", "compute_score", "{}", "Python syntax error"),
+        ("def compute_score():\n    return []\n", "compute_score", "{}", "takes no argument"),
+        (
+            "def compute_score(xs, format_weight=0.1):\n    return []\n",
+            "compute_score",
+            '{"fmt_weight": 1}',
+            "does not accept fmt_weight",
+        ),
+        ("def compute_score(xs, max_len):\n    return []\n", "compute_score", "{}", "needs max_len"),
+        (
+            "REWARD_TYPE = 'batched'\ndef compute_score(xs):\n    return []\n",
+            "compute_score",
+            "{}",
+            "REWARD_TYPE is 'batched'",
+        ),
+    ],
+)
+def test_reward_function_file_checks(blueprint, cli, source, fn, kwargs, expected):
+    path = blueprint(files={"reward.py": source})
+    r = cli(
+        "validate",
+        path,
+        f"worker.reward.reward_function=./reward.py:{fn}",
+        f"worker.reward.reward_function_kwargs={kwargs}",
+    )
+    assert r.exit_code == 2
+    assert expected in r.stderr, r.stderr
+
+
+def test_reward_function_is_not_executed(blueprint, cli, tmp_path):
+    path = blueprint(
+        files={"reward.py": f"open({str(tmp_path / 'ran')!r}, 'w')\ndef main(xs):\n    return []\n"}
+    )
+    r = cli("validate", path, "worker.reward.reward_function=./reward.py")
+    assert r.exit_code == 0, r.stderr
+    assert not (tmp_path / "ran").exists()
+
+
+def test_reward_function_kwargs_and_star_kwargs_accepted(blueprint, cli):
+    path = blueprint(files={"reward.py": "def f(xs, **kw):\n    return []\n"})
+    r = cli(
+        "validate",
+        path,
+        "worker.reward.reward_function=./reward.py:f",
+        'worker.reward.reward_function_kwargs={"anything": 1}',
+    )
+    assert r.exit_code == 0, r.stderr
+
+
+def test_remote_reward_url_is_not_a_file(blueprint, cli):
+    r = cli("validate", blueprint(), "worker.reward.reward_function=http://127.0.0.1:9000/score")
+    assert r.exit_code == 0, r.stderr
+
+
+def test_bad_jinja_template(blueprint, cli):
+    path = blueprint(files={"p.jinja": "{{ content | trim }"})
+    r = cli("validate", path, "data.format_prompt=./p.jinja")
+    assert r.exit_code == 2
+    assert "not a valid Jinja template" in r.stderr
+
+
+def test_template_without_content_is_a_warning(blueprint, cli):
+    path = blueprint(files={"p.jinja": "Always the same text"})
+    r = cli("validate", path, "data.format_prompt=./p.jinja")
+    assert r.exit_code == 0
+    assert "warning:" in r.stderr and "never uses {{ content }}" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("data: [1, 2\n", "not valid YAML"),
+        ("- a\n- b\n", "a mapping of keys"),
+        ("data:\n  seed: 1\n  seed: 2\n", "data.seed: is written twice"),
+    ],
+)
+def test_bad_yaml_file(blueprint, cli, text, expected):
+    r = cli("validate", blueprint(text))
+    assert r.exit_code == 2
+    assert expected in r.stderr
+    assert "job.yaml" in r.stderr
+
+
+def test_missing_blueprint_file(cli, tmp_path):
+    r = cli("validate", tmp_path / "nope.yaml")
+    assert r.exit_code == 2
+    assert "nope.yaml does not exist" in r.stderr
+
+
+def test_secret_from_flag_or_environment(blueprint, cli):
+    path = blueprint()
+    assert cli("validate", path, "secrets=[HF_TOKEN]", "--secret", "HF_TOKEN=hf_x").exit_code == 0
+    assert cli("validate", path, "secrets=[HF_TOKEN]", env={"HF_TOKEN": "hf_y"}).exit_code == 0
+    r = cli("validate", path, "--secret", "HF_TOKEN")
+    assert r.exit_code == 2 and "HF_TOKEN is not set in the environment" in r.stderr
+
+
+def test_secret_values_never_reach_the_resolved_spec(blueprint, cli):
+    r = cli("validate", blueprint(), "secrets=[HF_TOKEN]", "--json", "--secret", "HF_TOKEN=hf_s3cr3t_value")
+    assert r.exit_code == 0, r.stderr
+    assert "HF_TOKEN" in r.stdout and "hf_s3cr3t_value" not in r.stdout
+
+
+def test_deprecation_warning_for_legacy_keys(blueprint, cli):
+    r = cli(
+        "validate",
+        blueprint(),
+        "worker.reward.reward_type=batch",
+        "worker.actor.optim.warmup_style=cosine",
+        "--json",
+    )
+    assert r.exit_code == 0, r.stderr
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2
+    assert any(
+        "worker.actor.optim.warmup_style: is deprecated" in w and "lr_scheduler_type" in w for w in warnings
+    )
+    assert any("worker.reward.reward_type: is deprecated" in w for w in warnings)
+    assert '"lr_scheduler_type": "cosine"' in r.stdout
