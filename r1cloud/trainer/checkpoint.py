@@ -1,0 +1,112 @@
+"""Checkpoint layout, atomic publication and retention.
+
+```
+<checkpoints>/
+  checkpoint_tracker.json        {"last_global_step", "last_actor_path", "best_global_step", "best_val_reward_score"}
+  global_step_<N>/
+    actor/                       torch.distributed.checkpoint (model + optimizer, world-size independent)
+    trainer_state.json           step, data loader position, LR scheduler, metrics at that step
+```
+
+A checkpoint is written under a temporary name, renamed into place when complete, and only then
+named in the tracker (written atomically too). A crash at any moment leaves either the previous
+checkpoint or the new one as the last complete one — never a half-written one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+TRACKER = "checkpoint_tracker.json"
+STATE = "trainer_state.json"
+STEP_RE = re.compile(r"^global_step_(\d+)$")
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class Checkpoints:
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def tracker(self) -> dict:
+        try:
+            return json.loads((self.root / TRACKER).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def complete_steps(self) -> list[int]:
+        steps = []
+        for p in self.root.iterdir():
+            m = STEP_RE.match(p.name)
+            if m and (p / STATE).is_file():
+                steps.append(int(m.group(1)))
+        return sorted(steps)
+
+    def latest(self) -> tuple[int, Path] | None:
+        """The checkpoint to resume from: the tracker's, if complete; else the newest complete one."""
+        t = self.tracker()
+        step = t.get("last_global_step")
+        if isinstance(step, int) and (self.root / f"global_step_{step}" / STATE).is_file():
+            return step, self.root / f"global_step_{step}"
+        steps = self.complete_steps()
+        return (steps[-1], self.root / f"global_step_{steps[-1]}") if steps else None
+
+    def staging(self, step: int) -> Path:
+        """A fresh temporary folder for step `step` (leftovers of a crashed save are removed)."""
+        for p in self.root.glob(f".global_step_{step}.tmp*"):
+            shutil.rmtree(p, ignore_errors=True)
+        path = self.root / f".global_step_{step}.tmp"
+        path.mkdir()
+        return path
+
+    def publish(self, staging: Path, step: int, state: dict, val_score: float | None) -> Path:
+        write_json_atomic(staging / STATE, state)
+        final = self.root / f"global_step_{step}"
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(staging, final)
+        t = self.tracker()
+        best_step, best = t.get("best_global_step"), t.get("best_val_reward_score")
+        if val_score is not None and (best is None or val_score > best):
+            best_step, best = step, round(val_score, 4)
+        write_json_atomic(
+            self.root / TRACKER,
+            {
+                "last_global_step": step,
+                "last_actor_path": str(final / "actor"),
+                "best_global_step": best_step,
+                "best_val_reward_score": best,
+            },
+        )
+        return final
+
+    def prune(self, limit: int) -> list[int]:
+        """Keep at most `limit` complete checkpoints, never deleting the newest or the best."""
+        if limit is None or limit <= 0:
+            return []
+        steps = self.complete_steps()
+        keep = {steps[-1]} if steps else set()
+        best = self.tracker().get("best_global_step")
+        if best in steps:
+            keep.add(best)
+        for s in reversed(steps):
+            if len(keep) >= limit:
+                break
+            keep.add(s)
+        removed = [s for s in steps if s not in keep]
+        for s in removed:
+            shutil.rmtree(self.root / f"global_step_{s}", ignore_errors=True)
+        return removed

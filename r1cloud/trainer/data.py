@@ -1,0 +1,142 @@
+"""Prompts for the trainer: datasets (`name@split`, local files and folders), the Jinja format prompt
+with `content`, the chat template, EasyR1's truncation and overlong filter, and a seeded loader
+whose position is part of every checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+EXTENSION_BUILDERS = {
+    ".jsonl": "json",
+    ".json": "json",
+    ".parquet": "parquet",
+    ".csv": "csv",
+    ".arrow": "arrow",
+    ".txt": "text",
+}
+
+
+@dataclass
+class Prompt:
+    index: int  # row in the (filtered) data set
+    prompt_ids: list[int]
+    ground_truth: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def load_rows(files: str):
+    """EasyR1's path syntax: `name@split` (Hub), a local file, or a folder of files."""
+    import datasets
+
+    path, _, split = files.rpartition("@") if "@" in files else (files, "", "train")
+    split = split or "train"
+    if os.path.isdir(path):
+        first = sorted(p for p in os.listdir(path) if Path(p).suffix in EXTENSION_BUILDERS)
+        if not first:
+            raise ValueError(f"{path}: no data files ({', '.join(EXTENSION_BUILDERS)}) in this folder")
+        return datasets.load_dataset(EXTENSION_BUILDERS[Path(first[0]).suffix], data_dir=path, split=split)
+    if os.path.isfile(path):
+        builder = EXTENSION_BUILDERS.get(Path(path).suffix.lower())
+        if builder is None:
+            raise ValueError(f"{path}: unsupported data file type; use {', '.join(EXTENSION_BUILDERS)}")
+        return datasets.load_dataset(builder, data_files=path, split=split)
+    return datasets.load_dataset(path, split=split)
+
+
+class PromptSet:
+    """Rows rendered into prompt token ids, as EasyR1's RLHFDataset does for text models."""
+
+    def __init__(self, files: str, tokenizer, data_cfg, filter_overlong: bool | None = None):
+        import jinja2
+
+        rows = load_rows(files)
+        columns = set(rows.column_names)
+        for key in (data_cfg.prompt_key, data_cfg.answer_key):
+            if key not in columns:
+                raise ValueError(f"{files}: no column {key!r}; the columns are {', '.join(sorted(columns))}")
+        template = None
+        if data_cfg.format_prompt:
+            template = jinja2.Template(Path(data_cfg.format_prompt).read_text(encoding="utf-8").strip())
+        self.tokenizer = tokenizer
+        self.max_len = data_cfg.max_prompt_length
+        keep_all = not (data_cfg.filter_overlong_prompts if filter_overlong is None else filter_overlong)
+        self.prompts: list[Prompt] = []
+        self.dropped = 0
+        for row in rows:
+            content = str(row[data_cfg.prompt_key])
+            text = template.render(content=content) if template else content
+            ids = self.encode(text)
+            if len(ids) > self.max_len and not keep_all:
+                self.dropped += 1
+                continue
+            extra = {k: v for k, v in row.items() if k not in (data_cfg.prompt_key, data_cfg.answer_key)}
+            self.prompts.append(
+                Prompt(len(self.prompts), ids[: self.max_len], str(row[data_cfg.answer_key]), extra)
+            )
+
+    def encode(self, text: str) -> list[int]:
+        chat = self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+        )
+        return self.tokenizer(chat, add_special_tokens=False)["input_ids"]
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+
+class Loader:
+    """Seeded batches of prompts with drop_last; `state_dict` resumes mid-epoch exactly.
+
+    The order of epoch e is a permutation drawn from a generator seeded with (seed, e), so it does
+    not depend on how many batches were drawn before, or on the number of workers.
+    """
+
+    def __init__(self, size: int, batch_size: int, seed: int, shuffle: bool = True):
+        if size < batch_size:
+            raise ValueError(f"the data set has {size} prompts, fewer than one batch of {batch_size}")
+        self.size, self.batch_size, self.seed, self.shuffle = size, batch_size, seed, shuffle
+        self.epoch, self.position = 0, 0
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return self.size // self.batch_size
+
+    def order(self, epoch: int) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.size))
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        return torch.randperm(self.size, generator=g).tolist()
+
+    def next(self) -> list[int]:
+        if self.position >= self.batches_per_epoch:
+            self.epoch, self.position = self.epoch + 1, 0
+        start = self.position * self.batch_size
+        self.position += 1
+        return self.order(self.epoch)[start : start + self.batch_size]
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
+
+def total_steps(max_steps: int | None, epochs: int, batches_per_epoch: int) -> int:
+    return max_steps if max_steps else epochs * batches_per_epoch
+
+
+def chunk_evenly(items: list, parts: int) -> list[list]:
+    """Split into `parts` contiguous chunks whose sizes differ by at most one."""
+    base, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for i in range(parts):
+        end = start + base + (1 if i < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out

@@ -1,0 +1,559 @@
+"""The single controller: owns the RL loop and tells the worker group what to do.
+
+One step: prompts -> rollout (n samples each) -> rewards -> old/ref log-probs -> advantages ->
+actor update -> weight sync -> metrics -> checkpoint. Reads only the resolved spec in the run
+directory; writes metrics.jsonl and checkpoints there.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import os
+import sys
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..spec import Spec, load_resolved
+from . import algorithms as alg
+from .checkpoint import Checkpoints
+from .data import Loader, PromptSet, chunk_evenly, total_steps
+from .rewards import RewardFunction
+from .rollout import pick_engine
+
+
+@dataclass
+class Rollout:
+    prompt: int  # index in the prompt set
+    uid: str  # GRPO group id
+    prompt_ids: list[int]
+    response: list[int]
+    logprobs: list[float]
+    finished: bool
+    ground_truth: str
+    scores: dict[str, float] = field(default_factory=dict)
+    old: list[float] | None = None
+    ref: list[float] | None = None
+    adv: float = 0.0
+
+    @property
+    def seq(self) -> tuple[list[int], list[int]]:
+        return self.prompt_ids, self.response
+
+
+# ---------------------------------------------------------------------------- batching plans
+
+
+def balance(items: list, weights: list[float], parts: int) -> list[list]:
+    """Greedy longest-first partition into `parts` groups of near-equal total weight."""
+    heap = [(0.0, i) for i in range(parts)]
+    groups: list[list] = [[] for _ in range(parts)]
+    for idx in sorted(range(len(items)), key=lambda i: -weights[i]):
+        load, g = heapq.heappop(heap)
+        groups[g].append(items[idx])
+        heapq.heappush(heap, (load + weights[idx], g))
+    return groups
+
+
+def micro_batches(
+    per_rank: list[list[Rollout]], per_micro: int, token_budget: int | None
+) -> list[list[list[Rollout]]]:
+    """Split each rank's samples into the same number of non-empty micro-batches (FSDP's collectives
+    must pair up): by sample count, or by token budget (dynamic batching)."""
+
+    def need(rs: list[Rollout]) -> int:
+        if token_budget:
+            return math.ceil(sum(len(r.prompt_ids) + len(r.response) for r in rs) / token_budget)
+        return math.ceil(len(rs) / per_micro)
+
+    k = max(1, max(need(rs) for rs in per_rank))
+    k = min(k, min(len(rs) for rs in per_rank))
+    return [balance(rs, [len(r.prompt_ids) + len(r.response) for r in rs], k) for rs in per_rank]
+
+
+def split_ranks(rollouts: list[Rollout], world: int) -> list[list[Rollout]]:
+    if len(rollouts) < world:
+        raise ValueError(f"{len(rollouts)} samples cannot be spread over {world} workers")
+    return balance(rollouts, [len(r.prompt_ids) + len(r.response) for r in rollouts], world)
+
+
+def stats(prefix: str, values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    return {
+        f"{prefix}/mean": sum(values) / len(values),
+        f"{prefix}/max": max(values),
+        f"{prefix}/min": min(values),
+    }
+
+
+# ---------------------------------------------------------------------------- the trainer
+
+
+class Trainer:
+    def __init__(self, run_dir: str | Path, spec: Spec | None = None):
+        self.run_dir = Path(run_dir)
+        self.spec = spec or load_resolved(self.run_dir / "spec.yaml")
+        s = self.spec
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(s.worker.actor.model.tokenizer_path)
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        if s.data.override_chat_template:
+            self.tokenizer.chat_template = Path(s.data.override_chat_template).read_text()
+        self.train_set = PromptSet(s.data.train_files, self.tokenizer, s.data) if s.data.train_files else None
+        self.val_set = PromptSet(s.data.val_files, self.tokenizer, s.data) if s.data.val_files else None
+        for name, ps in (("train", self.train_set), ("val", self.val_set)):
+            if ps is not None and ps.dropped:
+                self.log(
+                    f"[data] {name}: dropped {ps.dropped} prompts longer than {s.data.max_prompt_length} tokens"
+                )
+        r = s.worker.reward
+        self.reward = RewardFunction(
+            r.reward_function, r.reward_function_name or "main", r.reward_function_kwargs, r.reward_type
+        )
+        batch = s.data.mini_rollout_batch_size or s.data.rollout_batch_size
+        self.loader = (
+            Loader(len(self.train_set), batch, s.data.seed, s.data.shuffle) if self.train_set else None
+        )
+        self.steps = total_steps(
+            s.trainer.max_steps, s.trainer.total_epochs, self.loader.batches_per_epoch if self.loader else 0
+        )
+        ckpt_root = s.trainer.save_checkpoint_path or str(self.run_dir / "checkpoints")
+        self.checkpoints = Checkpoints(ckpt_root)
+        self.world = s.world_size
+        self.kl_coef = s.algorithm.kl_coef
+        self.workers: list = []
+        self.tb = None
+
+    # ------------------------------------------------------------------ plumbing
+    def log(self, text: str) -> None:
+        print(text, flush=True)
+
+    def call(self, method: str, *args, per_rank: list | None = None, **kwargs) -> list:
+        import ray
+
+        if per_rank is not None:
+            return ray.get(
+                [
+                    getattr(w, method).remote(a, *args, **kwargs)
+                    for w, a in zip(self.workers, per_rank, strict=True)
+                ]
+            )
+        return ray.get([getattr(w, method).remote(*args, **kwargs) for w in self.workers])
+
+    def start_workers(self) -> str:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from .workers import HybridWorker
+
+        cuda = torch.cuda.is_available()
+        if not ray.is_initialized():
+            env = {"TOKENIZERS_PARALLELISM": "false", "VLLM_LOGGING_LEVEL": "WARNING", "RAY_DEDUP_LOGS": "0"}
+            ray.init(
+                num_cpus=max(self.world + 1, os.cpu_count() or 1) if not cuda else None,
+                runtime_env={"env_vars": env},
+                include_dashboard=False,
+                log_to_driver=True,
+                configure_logging=False,
+            )
+        bundle = {"GPU": 1, "CPU": 1} if cuda else {"CPU": 1}
+        pg = placement_group([bundle] * self.world, strategy="PACK")
+        ray.get(pg.ready())
+        master = ray.get(
+            ray.remote(num_cpus=0)(_free_address)
+            .options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0))
+            .remote()
+        )
+        threads = max(1, (os.cpu_count() or 1) // self.world)
+        actor = ray.remote(num_cpus=1, num_gpus=1 if cuda else 0)(HybridWorker)
+        spec = self.spec.model_dump(mode="json")
+        self.workers = [
+            actor.options(
+                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=r)
+            ).remote(spec, r, self.world, master, threads)
+            for r in range(self.world)
+        ]
+        engine = pick_engine(self.spec.worker.rollout.name)
+        names = self.call("start_engine", engine)
+        self.call("set_schedule", self.steps)
+        return names[0]
+
+    # ------------------------------------------------------------------ rollout
+    def sampling(self, step: int, validation: bool = False) -> dict:
+        r, d = self.spec.worker.rollout, self.spec.data
+        sampling = {
+            "n": r.n,
+            "temperature": r.temperature,
+            "top_p": r.top_p,
+            "top_k": r.top_k,
+            "max_tokens": d.max_response_length,
+            "seed": (r.seed * 7919 + step) * 2,
+            "ignore_eos": r.ignore_eos,
+        }
+        if validation:
+            sampling.update({k: v for k, v in r.val_override_config.items() if k in sampling})
+            sampling["n"] = int(r.val_override_config.get("n", 1))
+            sampling["seed"] += 1
+        return sampling
+
+    def generate(self, prompt_set: PromptSet, indices: list[int], sampling: dict) -> list[Rollout]:
+        tp = self.spec.worker.rollout.tensor_parallel_size if self.engine == "vllm" else 1
+        dp = self.world // tp
+        chunks = chunk_evenly(indices, dp)
+        per_rank, seeds = [], []
+        for rank in range(self.world):
+            chunk = chunks[rank // tp]
+            per_rank.append([prompt_set.prompts[i].prompt_ids for i in chunk])
+            seeds.append({**sampling, "seed": sampling["seed"] * 1009 + rank // tp})
+        import ray
+
+        results = ray.get(
+            [w.generate.remote(p, s) for w, p, s in zip(self.workers, per_rank, seeds, strict=True)]
+        )
+        uids = {i: uuid.uuid4().hex for i in indices}
+        rollouts = []
+        for rank in range(0, self.world, tp):
+            chunk = chunks[rank // tp]
+            for s in results[rank]:
+                p = prompt_set.prompts[chunk[s["prompt"]]]
+                rollouts.append(
+                    Rollout(
+                        p.index,
+                        uids[p.index],
+                        p.prompt_ids,
+                        s["response"],
+                        s["logprobs"],
+                        s["finished"],
+                        p.ground_truth,
+                    )
+                )
+        return rollouts
+
+    def score(self, rollouts: list[Rollout]) -> int:
+        skip = self.spec.worker.reward.skip_special_tokens
+        inputs = [
+            {
+                "response": self.tokenizer.decode(r.response, skip_special_tokens=skip),
+                "response_length": len(r.response),
+                "ground_truth": r.ground_truth,
+            }
+            for r in rollouts
+        ]
+        scores, errors = self.reward(inputs)
+        for r, s in zip(rollouts, scores, strict=True):
+            r.scores = s
+        return errors
+
+    def compute_log_probs(self, rollouts: list[Rollout], role: str) -> None:
+        a = self.spec.worker.actor
+        budget = a.micro_batch_size_per_device_for_experience * (
+            self.spec.data.max_prompt_length + self.spec.data.max_response_length
+        )
+        plan = micro_batches(
+            split_ranks(rollouts, self.world),
+            a.micro_batch_size_per_device_for_experience,
+            budget if a.dynamic_batching else None,
+        )
+        results = self.call(
+            "log_probs", role=role, per_rank=[[[r.seq for r in micro] for micro in micros] for micros in plan]
+        )
+        for micros, res in zip(plan, results, strict=True):
+            for micro, lps in zip(micros, res, strict=True):
+                for r, lp in zip(micro, lps, strict=True):
+                    setattr(r, role if role == "ref" else "old", lp)
+
+    # ------------------------------------------------------------------ one step
+    def train_step(self, step: int) -> dict:
+        s, t0 = self.spec, time.perf_counter()
+        timing: dict[str, float] = {}
+        indices = self.loader.next()
+        tick = time.perf_counter()
+        rollouts = self.generate(self.train_set, indices, self.sampling(step))
+        timing["gen"] = time.perf_counter() - tick
+        tick = time.perf_counter()
+        errors = self.score(rollouts)
+        timing["reward"] = time.perf_counter() - tick
+
+        n_mini = max(1, s.data.rollout_batch_size // s.worker.actor.global_batch_size)
+        on_policy = s.worker.actor.ppo_epochs == 1 and n_mini == 1
+        kl_in_reward = not s.algorithm.disable_kl and not s.algorithm.use_kl_loss
+        if not on_policy or kl_in_reward:
+            tick = time.perf_counter()
+            self.compute_log_probs(rollouts, "actor")
+            timing["old"] = time.perf_counter() - tick
+        if not s.algorithm.disable_kl:
+            tick = time.perf_counter()
+            self.compute_log_probs(rollouts, "ref")
+            timing["ref"] = time.perf_counter() - tick
+
+        tick = time.perf_counter()
+        metrics: dict[str, float] = {}
+        scores = torch.tensor([r.scores["overall"] for r in rollouts], dtype=torch.float64)
+        if kl_in_reward:
+            kls = [
+                float(alg.kl_estimate(torch.tensor(r.old), torch.tensor(r.ref), s.algorithm.kl_penalty).sum())
+                for r in rollouts
+            ]
+            scores = scores - self.kl_coef * torch.tensor(kls, dtype=torch.float64)
+            metrics["actor/kl_penalty"] = sum(
+                k / max(len(r.response), 1) for k, r in zip(kls, rollouts, strict=True)
+            ) / len(rollouts)
+            metrics["actor/kl_coef"] = self.kl_coef
+        adv = alg.grpo_advantages(scores, [r.uid for r in rollouts])
+        for r, a in zip(rollouts, adv.tolist(), strict=True):
+            r.adv = a
+            if on_policy:
+                r.old = None
+        timing["adv"] = time.perf_counter() - tick
+
+        tick = time.perf_counter()
+        update = self.update(rollouts, n_mini)
+        timing["update_actor"] = time.perf_counter() - tick
+        tick = time.perf_counter()
+        self.call("sync_weights")
+        timing["sync"] = time.perf_counter() - tick
+        timing["step"] = time.perf_counter() - t0
+
+        metrics.update(self.rollout_metrics(rollouts, errors))
+        metrics.update(update)
+        metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
+        metrics["perf/old_log_prob_recomputed"] = 0.0 if on_policy and not kl_in_reward else 1.0
+        tokens = sum(len(r.prompt_ids) + len(r.response) for r in rollouts)
+        metrics["perf/total_num_tokens"] = tokens
+        metrics["perf/time_per_step"] = timing["step"]
+        metrics["perf/throughput"] = tokens / (timing["step"] * self.world)
+        if s.algorithm.use_kl_loss and not s.algorithm.disable_kl:
+            metrics["actor/kl_coef"] = self.kl_coef
+        return metrics
+
+    def update(self, rollouts: list[Rollout], n_mini: int) -> dict[str, float]:
+        s = self.spec
+        a = s.worker.actor
+        budget = a.micro_batch_size_per_device_for_update * (
+            s.data.max_prompt_length + s.data.max_response_length
+        )
+        mode = a.loss_avg_mode
+        plans = []
+        for _ in range(a.ppo_epochs):
+            for mini in chunk_evenly(rollouts, n_mini):
+                total = (
+                    sum(len(r.response) for r in mini)
+                    if mode == "token"
+                    else sum(1 for r in mini if r.response)
+                )
+                plan = micro_batches(
+                    split_ranks(mini, self.world),
+                    a.micro_batch_size_per_device_for_update,
+                    budget if a.dynamic_batching else None,
+                )
+                plans.append((plan, max(total, 1)))
+        per_rank = [
+            [
+                {
+                    "total": total,
+                    "micro": [
+                        [{"seq": r.seq, "old": r.old, "ref": r.ref, "adv": r.adv} for r in micro]
+                        for micro in plan[rank]
+                    ],
+                }
+                for plan, total in plans
+            ]
+            for rank in range(self.world)
+        ]
+        results = self.call("update", per_rank=per_rank)
+        out: dict[str, list[float]] = defaultdict(list)
+        for i in range(len(plans)):
+            ranks = [res[i] for res in results]
+            tokens = sum(x["tokens"] for x in ranks) or 1
+            out["actor/pg_loss"].append(sum(x["pg_loss"] for x in ranks))
+            out["actor/entropy_loss"].append(sum(x["entropy_loss"] for x in ranks))
+            out["actor/pg_clipfrac_higher"].append(sum(x["clip_hi"] for x in ranks) / tokens)
+            out["actor/pg_clipfrac_lower"].append(sum(x["clip_lo"] for x in ranks) / tokens)
+            out["actor/ppo_kl"].append(sum(x["ppo_kl"] for x in ranks) / tokens)
+            out["actor/grad_norm"].append(ranks[0]["grad_norm"])
+            if s.algorithm.use_kl_loss and not s.algorithm.disable_kl:
+                out["actor/kl_loss"].append(sum(x["kl_loss"] for x in ranks))
+        metrics = {k: sum(v) / len(v) for k, v in out.items()}
+        metrics["actor/lr"] = results[0][0]["lr"] if results[0] else 0.0
+        return metrics
+
+    def rollout_metrics(self, rollouts: list[Rollout], errors: int) -> dict[str, float]:
+        d = self.spec.data
+        keys = sorted({k for r in rollouts for k in r.scores})
+        m = {f"reward/{k}": sum(r.scores.get(k, 0.0) for r in rollouts) / len(rollouts) for k in keys}
+        m["reward/errors"] = errors
+        lengths = [float(len(r.response)) for r in rollouts]
+        m.update(stats("response_length", lengths))
+        m["response_length/clip_ratio"] = sum(1 for r in rollouts if not r.finished) / len(rollouts)
+        m.update(stats("prompt_length", [float(len(r.prompt_ids)) for r in rollouts]))
+        m["prompt_length/clip_ratio"] = sum(
+            1 for r in rollouts if len(r.prompt_ids) >= d.max_prompt_length
+        ) / len(rollouts)
+        m.update(stats("critic/score", [r.scores["overall"] for r in rollouts]))
+        m.update(stats("critic/advantages", [r.adv for r in rollouts]))
+        return m
+
+    # ------------------------------------------------------------------ validation
+    def validate(self, step: int) -> dict[str, float]:
+        tick = time.perf_counter()
+        indices = list(range(len(self.val_set)))
+        size = self.spec.data.val_batch_size if self.spec.data.val_batch_size > 0 else len(indices)
+        rollouts: list[Rollout] = []
+        for start in range(0, len(indices), size):
+            batch = self.generate(
+                self.val_set, indices[start : start + size], self.sampling(step, validation=True)
+            )
+            self.score(batch)
+            rollouts += batch
+        keys = sorted({k for r in rollouts for k in r.scores})
+        m = {f"val/{k}_reward": sum(r.scores.get(k, 0.0) for r in rollouts) / len(rollouts) for k in keys}
+        m["val/reward_score"] = m["val/overall_reward"]
+        m.update(stats("val_response_length", [float(len(r.response)) for r in rollouts]))
+        m["timing_s/validation"] = time.perf_counter() - tick
+        return m
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, step: int, metrics: dict) -> None:
+        tick = time.perf_counter()
+        staging = self.checkpoints.staging(step)
+        self.call("save", str(staging / "actor"))
+        state = {
+            "step": step,
+            "loader": self.loader.state_dict(),
+            "scheduler": self.call("scheduler_state")[0],
+            "metrics": metrics,
+            "world_size": self.world,
+        }
+        self.checkpoints.publish(staging, step, state, metrics.get("val/reward_score"))
+        self.checkpoints.prune(self.spec.trainer.save_limit)
+        metrics["timing_s/save_checkpoint"] = time.perf_counter() - tick
+
+    def resume(self) -> int:
+        s = self.spec.trainer
+        found = None
+        if s.load_checkpoint_path:
+            path = Path(s.load_checkpoint_path)
+            found = (json.loads((path / "trainer_state.json").read_text())["step"], path)
+        elif s.find_last_checkpoint:
+            found = self.checkpoints.latest()
+        if not found:
+            return 0
+        step, path = found
+        state = json.loads((path / "trainer_state.json").read_text())
+        self.call("load", str(path / "actor"), state.get("scheduler"))
+        self.loader.load_state_dict(state["loader"])
+        self.log(
+            f"[resume] from step {step} ({path}), saved with {state.get('world_size')} workers, now {self.world}"
+        )
+        return step
+
+    # ------------------------------------------------------------------ metrics
+    def record(self, step: int, metrics: dict) -> None:
+        with open(self.run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({"step": step, **metrics}) + "\n")
+        if self.tb is not None:
+            for k, v in metrics.items():
+                self.tb.add_scalar(k, v, step)
+            self.tb.flush()
+
+    def forget_after(self, step: int) -> None:
+        """A restart redoes the steps after its checkpoint: drop their old lines, keep the rest."""
+        path = self.run_dir / "metrics.jsonl"
+        if not path.exists():
+            return
+        lines = [
+            ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln).get("step", 0) <= step
+        ]
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(ln + "\n" for ln in lines))
+        os.replace(tmp, path)
+
+    def progress(self, step: int, m: dict) -> None:
+        parts = [f"step {step}/{self.steps}", f"reward {m.get('reward/overall', float('nan')):.3f}"]
+        if "val/reward_score" in m:
+            parts.append(f"val {m['val/reward_score']:.3f}")
+        parts += [
+            f"len {m.get('response_length/mean', 0):.1f}",
+            f"{m.get('timing_s/step', 0):.1f}s",
+            f"{m.get('perf/throughput', 0):.0f} tok/s/dev",
+        ]
+        self.log(" | ".join(parts))
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self) -> None:
+        s = self.spec
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if "tensorboard" in s.trainer.logger:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+            except ImportError:
+                self.log(
+                    "[logger] tensorboard is not installed (pip install tensorboard); metrics go to metrics.jsonl only"
+                )
+        self.engine = self.start_workers()
+        self.log(f"[start] {self.world} workers, rollout engine {self.engine}, {self.steps} steps")
+        start = self.resume() if self.loader else 0
+        self.forget_after(start)
+        self.call("sync_weights")
+        if self.val_set and (s.trainer.val_only or (s.trainer.val_before_train and start == 0)):
+            m = self.validate(start)
+            self.record(start, m)
+            self.log(f"[val] step {start}: reward {m['val/reward_score']:.3f}")
+            if s.trainer.val_only:
+                return
+        for step in range(start + 1, self.steps + 1):
+            metrics = self.train_step(step)
+            last = step == self.steps
+            if self.val_set and ((s.trainer.val_freq > 0 and step % s.trainer.val_freq == 0) or last):
+                metrics.update(self.validate(step))
+            if (s.trainer.save_freq > 0 and step % s.trainer.save_freq == 0) or last:
+                self.save(step, metrics)
+            self.record(step, metrics)
+            self.progress(step, metrics)
+
+    def shutdown(self) -> None:
+        import ray
+
+        if self.workers:
+            try:
+                self.call("shutdown")
+            except Exception:  # the process group may already be gone
+                pass
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+def _free_address() -> str:
+    import socket
+
+    import ray
+
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        port = sock.getsockname()[1]
+    return f"{ray.util.get_node_ip_address()}:{port}"
+
+
+def main(run_dir: str) -> int:
+    trainer = Trainer(run_dir)
+    try:
+        trainer.fit()
+    finally:
+        trainer.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,82 @@
+"""Model-side tensor work: padding-free packing and log-probs of response tokens.
+
+Packing puts a micro-batch's sequences end to end in one row with position ids restarting at 0
+per sequence and `attention_mask=None, use_cache=False`: transformers then builds a block-diagonal
+causal mask (sdpa/eager on CPU, varlen flash-attention on GPU). With a cache or a 2-D mask it
+silently lets sequences attend across boundaries (reference §4), hence both are forced here.
+Only the positions that predict response tokens go through the LM head (`logits_to_keep`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Packed:
+    input_ids: torch.Tensor  # (1, Σ len)
+    position_ids: torch.Tensor  # (1, Σ len)
+    keep: torch.Tensor  # (Σ resp,) positions whose logits predict a response token
+    targets: torch.Tensor  # (Σ resp,) those response tokens
+    lengths: list[int]  # response length per sequence
+
+
+def pack(seqs: list[tuple[list[int], list[int]]], device: str | torch.device = "cpu") -> Packed:
+    ids, pos, keep, targets, lengths = [], [], [], [], []
+    offset = 0
+    for prompt, response in seqs:
+        seq = list(prompt) + list(response)
+        ids.extend(seq)
+        pos.extend(range(len(seq)))
+        start = offset + len(prompt) - 1
+        keep.extend(range(start, start + len(response)))
+        targets.extend(response)
+        lengths.append(len(response))
+        offset += len(seq)
+
+    def t(x):
+        return torch.tensor(x, dtype=torch.long, device=device)
+
+    return Packed(t(ids)[None], t(pos)[None], t(keep), t(targets), lengths)
+
+
+def token_log_probs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log softmax(logits / T)[target], in fp32, without materialising the full log-softmax."""
+    logits = logits.float()
+    if temperature not in (0, 1.0):
+        logits = logits / temperature
+    return logits.gather(-1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+
+
+def packed_log_probs(
+    model, seqs: list[tuple[list[int], list[int]]], temperature: float, device="cpu"
+) -> list[torch.Tensor]:
+    """Per-sequence log-probs of the response tokens under `model` (grad flows if enabled)."""
+    p = pack(seqs, device)
+    out = model(
+        input_ids=p.input_ids,
+        position_ids=p.position_ids,
+        attention_mask=None,
+        use_cache=False,
+        logits_to_keep=p.keep,
+    )
+    logp = token_log_probs(out.logits[0], p.targets, temperature)
+    return list(torch.split(logp, p.lengths))
+
+
+def pad(
+    rows: list[torch.Tensor | list[float]], width: int | None = None, value: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ragged rows -> (B, T) values and mask."""
+    rows = [r if isinstance(r, torch.Tensor) else torch.tensor(r, dtype=torch.float32) for r in rows]
+    width = width or max((len(r) for r in rows), default=0)
+    values = torch.full((len(rows), width), value, dtype=rows[0].dtype if rows else torch.float32)
+    mask = torch.zeros(len(rows), width)
+    out = []
+    for i, r in enumerate(rows):
+        mask[i, : len(r)] = 1
+        out.append(torch.nn.functional.pad(r, (0, width - len(r)), value=value))
+    values = torch.stack(out) if out else values
+    return values, mask

@@ -1,0 +1,82 @@
+"""Rollouts with transformers `generate` on an unsharded copy of the actor's weights.
+
+A copy, because generate calls forward a different number of times on each worker (sequences stop
+at different lengths); a sharded FSDP model would deadlock in its all-gathers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from . import Sample, Sampling, cut_at_eos
+
+
+class HFEngine:
+    name = "hf"
+
+    def __init__(
+        self,
+        model_path: str,
+        eos_ids: set[int],
+        pad_id: int,
+        dtype: torch.dtype,
+        device: str,
+        micro_batch: int = 64,
+    ):
+        from transformers import AutoModelForCausalLM
+
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device).eval()
+        self.eos, self.pad, self.device, self.micro_batch = eos_ids, pad_id, device, micro_batch
+
+    @torch.no_grad()
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        params = self.model.state_dict()
+        for name, tensor in weights:
+            if name in params:
+                params[name].copy_(tensor.to(params[name].dtype))
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Sample]:
+        work = [(i, j) for i in range(len(prompts)) for j in range(sampling.n)]
+        samples: list[Sample] = []
+        for start in range(0, len(work), self.micro_batch):
+            chunk = work[start : start + self.micro_batch]
+            samples += self._generate([prompts[i] for i, _ in chunk], [i for i, _ in chunk], sampling, start)
+        return samples
+
+    def _generate(self, batch: list[list[int]], owners: list[int], s: Sampling, offset: int) -> list[Sample]:
+        width = max(len(p) for p in batch)
+        ids = torch.full((len(batch), width), self.pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for r, p in enumerate(batch):  # left padding
+            ids[r, width - len(p) :] = torch.tensor(p)
+            mask[r, width - len(p) :] = 1
+        greedy = s.temperature == 0
+        torch.manual_seed(s.seed + offset)
+        out = self.model.generate(
+            input_ids=ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            do_sample=not greedy,
+            temperature=None if greedy else s.temperature,
+            top_p=None if greedy else s.top_p,
+            top_k=None if greedy or s.top_k <= 0 else s.top_k,
+            max_new_tokens=s.max_tokens,
+            eos_token_id=None if s.ignore_eos else sorted(self.eos),
+            pad_token_id=self.pad,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+        tokens = out.sequences[:, width:].cpu()
+        logits = torch.stack(out.logits, dim=1).float().cpu()  # (B, steps, V), raw
+        if not greedy:
+            logits = logits / s.temperature
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, tokens[..., None])[..., 0]
+        result = []
+        for r in range(len(batch)):
+            resp, lp, done = cut_at_eos(
+                tokens[r].tolist(), logp[r].tolist(), set() if s.ignore_eos else self.eos
+            )
+            result.append(Sample(owners[r], resp, lp, done))
+        return result

@@ -1,0 +1,105 @@
+"""Rollouts with an in-process vLLM engine per worker (`external_launcher`: the engine joins the
+workers' torch.distributed world, tensor parallel inside it).
+
+Weights are streamed per tensor from the actor into the live engine with the `reload_weights`
+worker RPC (the path that also works on vLLM's CPU build, where `model.load_weights` after init
+fails on repacked weights), then the prefix cache is reset so no stale KV survives the sync. On
+GPU the engine sleeps between phases (weights and KV cache released to the trainer).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+import torch
+
+from . import Sample, Sampling, cut_at_eos, request_seed
+
+DTYPES = {
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "fp32": "float32",
+    "bfloat16": "bfloat16",
+    "float16": "float16",
+    "float32": "float32",
+}
+
+
+class VLLMEngine:
+    name = "vllm"
+
+    def __init__(self, model_path: str, tokenizer_path: str, cfg, eos_ids: set[int], seed: int):
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        from vllm import LLM
+
+        self.cuda = torch.cuda.is_available()
+        max_len = cfg.max_model_len or cfg.prompt_length + cfg.response_length
+        self.llm = LLM(
+            model=model_path,
+            tokenizer=tokenizer_path,
+            dtype=DTYPES[cfg.dtype],
+            seed=seed,
+            max_model_len=max_len,
+            max_num_batched_tokens=max(cfg.max_num_batched_tokens, max_len),
+            tensor_parallel_size=cfg.tensor_parallel_size,
+            distributed_executor_backend="external_launcher",
+            gpu_memory_utilization=cfg.gpu_memory_utilization,
+            enforce_eager=cfg.enforce_eager or not self.cuda,
+            enable_chunked_prefill=cfg.enable_chunked_prefill or None,
+            enable_sleep_mode=self.cuda,
+            logprobs_mode="processed_logprobs",
+            trust_remote_code=cfg.trust_remote_code,
+            disable_log_stats=cfg.disable_log_stats,
+        )
+        self.eos = eos_ids
+        self.sleeping = False
+        self.sleep()
+
+    def sleep(self) -> None:
+        if self.cuda and not self.sleeping:
+            self.llm.sleep(level=1)
+            self.sleeping = True
+
+    def wake(self, tags: list[str]) -> None:
+        if self.cuda and self.sleeping:
+            self.llm.wake_up(tags=tags)
+            if "kv_cache" in tags:
+                self.sleeping = False
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        self.wake(["weights"])
+        self.llm.collective_rpc(
+            "reload_weights", kwargs={"weights_iterator": iter(weights), "is_checkpoint_format": True}
+        )
+        self.llm.reset_prefix_cache()
+
+    def generate(self, prompts: list[list[int]], s: Sampling) -> list[Sample]:
+        from vllm import SamplingParams
+
+        self.wake(["weights", "kv_cache"])
+        params = [
+            SamplingParams(
+                n=1,
+                temperature=s.temperature,
+                top_p=s.top_p,
+                top_k=s.top_k if s.top_k > 0 else 0,
+                max_tokens=s.max_tokens,
+                seed=request_seed(s.seed, i, j),
+                ignore_eos=s.ignore_eos,
+                logprobs=0,
+                detokenize=False,
+            )
+            for i in range(len(prompts))
+            for j in range(s.n)
+        ]
+        inputs = [{"prompt_token_ids": p} for p in prompts for _ in range(s.n)]
+        outputs = self.llm.generate(inputs, params, use_tqdm=False)
+        samples = []
+        for k, out in enumerate(outputs):
+            o = out.outputs[0]
+            logprobs = [d[t].logprob for t, d in zip(o.token_ids, o.logprobs or [], strict=False)]
+            resp, lp, done = cut_at_eos(list(o.token_ids), logprobs, set() if s.ignore_eos else self.eos)
+            samples.append(Sample(k // s.n, resp, lp, done))
+        self.sleep()
+        return samples

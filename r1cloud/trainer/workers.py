@@ -1,0 +1,275 @@
+"""The hybrid worker: one per device (a CPU slot, or a GPU). It holds its FSDP2 shard of the actor,
+the reference model when KL is on, and a rollout engine; torch.distributed spans all workers
+(gloo on CPU, nccl on GPU). The driver calls every worker with the same method at the same time,
+and gives every worker the same number of micro-batches, so FSDP's collectives always pair up.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from ..spec import Spec
+from . import algorithms as alg
+from .model import packed_log_probs, pad
+from .rollout import Sampling
+
+DTYPES = {
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+    "fp32": torch.float32,
+    "float32": torch.float32,
+}
+
+Seq = tuple[list[int], list[int]]  # (prompt ids, response ids)
+
+
+class HybridWorker:
+    def __init__(self, spec: dict, rank: int, world: int, master: str, threads: int = 1):
+        self.spec = Spec.model_validate(spec)
+        self.rank, self.world = rank, world
+        self.cuda = torch.cuda.is_available()
+        self.device = f"cuda:{torch.cuda.current_device()}" if self.cuda else "cpu"
+        if not self.cuda:
+            torch.set_num_threads(threads)
+        host, port = master.rsplit(":", 1)
+        os.environ.update(
+            RANK=str(rank),
+            WORLD_SIZE=str(world),
+            LOCAL_RANK=str(rank if not self.cuda else 0),
+            MASTER_ADDR=host,
+            MASTER_PORT=port,
+        )
+        dist.init_process_group(
+            "nccl" if self.cuda else "gloo", rank=rank, world_size=world, timeout=timedelta(minutes=30)
+        )
+        from torch.distributed.device_mesh import init_device_mesh
+
+        self.mesh = init_device_mesh("cuda" if self.cuda else "cpu", (world,))
+        self.actor = self._build(self.spec.worker.actor, train=True)
+        a = self.spec.algorithm
+        self.ref = None if a.disable_kl else self._build(self.spec.worker.ref, train=False)
+        self.optim = self._optimizer()
+        self.scheduler = None  # set by the driver once the step count is known (set_schedule)
+        self.engine = None
+        self._temperature = self.spec.worker.rollout.temperature
+
+    # ------------------------------------------------------------------ setup
+    def _model_dtype(self, fsdp_cfg, train: bool) -> torch.dtype:
+        if fsdp_cfg.torch_dtype:
+            return DTYPES[fsdp_cfg.torch_dtype]
+        return torch.float32 if train else torch.bfloat16  # EasyR1's default: fp32 actor, bf16 ref
+
+    def _build(self, role_cfg, train: bool):
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from transformers import AutoModelForCausalLM
+
+        m = self.spec.worker.actor.model
+        fsdp_cfg = role_cfg.fsdp
+        model = AutoModelForCausalLM.from_pretrained(
+            m.model_path,
+            dtype=self._model_dtype(fsdp_cfg, train),
+            trust_remote_code=m.trust_remote_code,
+            **m.override_config,
+        ).to(self.device)
+        if train and m.enable_gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+        mp = MixedPrecisionPolicy(
+            param_dtype=DTYPES[fsdp_cfg.mp_param_dtype], reduce_dtype=DTYPES[fsdp_cfg.mp_reduce_dtype]
+        )
+        if fsdp_cfg.torch_dtype:  # pure low precision: compute in the storage dtype
+            mp = MixedPrecisionPolicy(
+                param_dtype=DTYPES[fsdp_cfg.torch_dtype], reduce_dtype=DTYPES[fsdp_cfg.torch_dtype]
+            )
+        for layer in model.model.layers:
+            fully_shard(layer, mesh=self.mesh, mp_policy=mp, reshard_after_forward=fsdp_cfg.enable_full_shard)
+        fully_shard(model, mesh=self.mesh, mp_policy=mp, reshard_after_forward=fsdp_cfg.enable_full_shard)
+        if not train:
+            model.eval().requires_grad_(False)
+        return model
+
+    def _optimizer(self):
+        o = self.spec.worker.actor.optim
+        return torch.optim.AdamW(self.actor.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
+
+    def set_schedule(self, total_steps: int) -> None:
+        o = self.spec.worker.actor.optim
+        warmup = o.lr_warmup_steps if o.lr_warmup_steps is not None else int(o.lr_warmup_ratio * total_steps)
+        floor = o.min_lr_ratio or 0.0
+
+        def factor(step: int) -> float:
+            if step < warmup:
+                return (step + 1) / (warmup + 1)
+            if o.lr_scheduler_type == "cosine":
+                progress = (step - warmup) / max(total_steps - warmup, 1)
+                return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+            return 1.0
+
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optim, factor)
+
+    def start_engine(self, engine: str) -> str:
+        from transformers import AutoTokenizer, GenerationConfig
+
+        m, r = self.spec.worker.actor.model, self.spec.worker.rollout
+        tok = AutoTokenizer.from_pretrained(m.tokenizer_path)
+        eos = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+        try:
+            gen = GenerationConfig.from_pretrained(m.model_path).eos_token_id
+            eos |= set(gen if isinstance(gen, list) else [gen]) - {None}
+        except OSError:
+            pass
+        if engine == "vllm":
+            from .rollout.vllm import VLLMEngine
+
+            self.engine = VLLMEngine(m.model_path, m.tokenizer_path, r, eos, seed=r.seed)
+        else:
+            from .rollout.hf import HFEngine
+
+            pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+            self.engine = HFEngine(m.model_path, eos, pad_id, DTYPES[r.dtype], self.device)
+        return self.engine.name
+
+    # ------------------------------------------------------------------ rollout
+    def full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The actor's full tensors one at a time (a collective: every worker iterates together)."""
+        for name, tensor in self.actor.state_dict().items():
+            full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+            yield name, full.detach()
+
+    def sync_weights(self) -> None:
+        self.engine.load_weights(self.full_weights())
+
+    def generate(self, prompts: list[list[int]], sampling: dict) -> list[dict]:
+        samples = self.engine.generate(prompts, Sampling(**sampling))
+        return [s.__dict__ for s in samples]
+
+    # ------------------------------------------------------------------ log-probs
+    @torch.no_grad()
+    def log_probs(self, micro_batches: list[list[Seq]], role: str = "actor") -> list[list[list[float]]]:
+        model = self.actor if role == "actor" else self.ref
+        model.eval()
+        out = []
+        for micro in micro_batches:
+            out.append([lp.tolist() for lp in packed_log_probs(model, micro, self._temperature, self.device)])
+        return out
+
+    # ------------------------------------------------------------------ update
+    def update(self, minibatches: list[dict], apply: bool = True) -> list[dict]:
+        """One optimizer step per mini-batch. Each mini-batch: {"micro": [micro-batch...],
+        "total": global token (or sequence) count of the whole mini-batch on all workers}; a
+        micro-batch is a list of samples {seq, old, ref, adv}. With `apply=False` the gradients
+        of the first mini-batch are left in place (tests compare them)."""
+        actor_cfg, a = self.spec.worker.actor, self.spec.algorithm
+        clip = alg.ClipConfig(actor_cfg.clip_ratio_low, actor_cfg.clip_ratio_high, actor_cfg.clip_ratio_dual)
+        mode = actor_cfg.loss_avg_mode
+        self.actor.train()
+        results = []
+        for mb in minibatches:
+            total = mb["total"]
+            stats = {
+                "pg_loss": 0.0,
+                "kl_loss": 0.0,
+                "entropy_loss": 0.0,
+                "tokens": 0.0,
+                "clip_hi": 0.0,
+                "clip_lo": 0.0,
+                "ppo_kl": 0.0,
+            }
+            for micro in mb["micro"]:
+                logps = packed_log_probs(
+                    self.actor, [s["seq"] for s in micro], self._temperature, self.device
+                )
+                logp, mask = pad(logps)
+                old = logp.detach() if micro[0]["old"] is None else pad([s["old"] for s in micro])[0]
+                adv = alg.token_level(torch.tensor([s["adv"] for s in micro], dtype=torch.float32), mask)
+                loss_mat, m = alg.ppo_loss(logp, old, adv, mask, clip)
+                pg = alg.aggregate(loss_mat, mask, mode, total)
+                loss = pg
+                if a.use_kl_loss and not a.disable_kl:
+                    ref = pad([s["ref"] for s in micro])[0]
+                    kl = alg.aggregate(alg.kl_estimate(logp, ref, a.kl_penalty), mask, mode, total)
+                    loss = loss + a.kl_coef * kl
+                    stats["kl_loss"] += kl.item()
+                # FSDP averages gradients over workers; each worker's loss is its share of the global mean.
+                (loss * self.world).backward()
+                n = mask.sum().item()
+                stats["pg_loss"] += pg.item()
+                stats["entropy_loss"] += alg.aggregate(-logp.detach(), mask, mode, total).item()
+                stats["tokens"] += n
+                stats["clip_hi"] += m["pg_clipfrac_higher"].item() * n
+                stats["clip_lo"] += m["pg_clipfrac_lower"].item() * n
+                stats["ppo_kl"] += m["ppo_kl"].item() * n
+            if not apply:
+                return results
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.actor.parameters(), actor_cfg.max_grad_norm)
+            grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+            stats["grad_norm"] = float(grad_norm)
+            if math.isfinite(stats["grad_norm"]):
+                self.optim.step()
+            self.optim.zero_grad(set_to_none=True)
+            results.append(stats)
+        stats_lr = self.optim.param_groups[0]["lr"]
+        if self.scheduler is not None:
+            self.scheduler.step()
+        for r in results:
+            r["lr"] = stats_lr
+        return results
+
+    def full_grads(self) -> dict[str, torch.Tensor]:
+        """Full gradients (a collective), for tests against a single process."""
+        out = {}
+        for name, p in self.actor.named_parameters():
+            g = p.grad
+            out[name] = (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().clone()
+        self.optim.zero_grad(set_to_none=True)
+        return out
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, path: str) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+        state = {
+            "model": get_model_state_dict(self.actor),
+            "optim": get_optimizer_state_dict(self.actor, self.optim),
+        }
+        dcp.save(state, checkpoint_id=path)
+        dist.barrier()
+
+    def load(self, path: str, scheduler_state: dict | None) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import (
+            get_model_state_dict,
+            get_optimizer_state_dict,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        state = {
+            "model": get_model_state_dict(self.actor),
+            "optim": get_optimizer_state_dict(self.actor, self.optim),
+        }
+        dcp.load(state, checkpoint_id=path)
+        set_model_state_dict(self.actor, state["model"])
+        set_optimizer_state_dict(self.actor, self.optim, state["optim"])
+        if scheduler_state is not None and self.scheduler is not None:
+            self.scheduler.load_state_dict(scheduler_state)
+
+    def scheduler_state(self) -> dict | None:
+        return self.scheduler.state_dict() if self.scheduler is not None else None
+
+    def weights_checksum(self) -> float:
+        """Sum of all actor weights (a collective): cheap evidence that weights changed."""
+        return float(sum(t.double().sum() for _, t in self.full_weights()))
+
+    def shutdown(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
