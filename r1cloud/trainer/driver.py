@@ -7,6 +7,7 @@ directory; writes metrics.jsonl and checkpoints there.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import json
 import math
@@ -527,10 +528,8 @@ class Trainer:
         import ray
 
         if self.workers:
-            try:
+            with contextlib.suppress(Exception):  # the process group may already be gone
                 self.call("shutdown")
-            except Exception:  # the process group may already be gone
-                pass
         if ray.is_initialized():
             ray.shutdown()
 

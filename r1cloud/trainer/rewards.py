@@ -82,7 +82,7 @@ class RewardFunction:
             return f"{len(out)} scores for {n} samples"
         if isinstance(out, dict) and "overall" not in out:
             return "a dict without 'overall'"
-        if isinstance(out, dict) or isinstance(out, list):
+        if isinstance(out, dict | list):
             return "a non-finite or non-numeric score"
         return f"a {type(out).__name__}, not a dict with 'overall'"
 
