@@ -153,13 +153,11 @@ class HybridWorker:
 
     # ------------------------------------------------------------------ log-probs
     @torch.no_grad()
-    def log_probs(self, micro_batches: list[list[Seq]], role: str = "actor") -> list[list[list[float]]]:
+    def log_probs(self, micro_batches: list[list[Seq]], role: str = "actor", temperature: float | None = None) -> list[list[list[float]]]:
         model = self.actor if role == "actor" else self.ref
         model.eval()
-        out = []
-        for micro in micro_batches:
-            out.append([lp.tolist() for lp in packed_log_probs(model, micro, self._temperature, self.device)])
-        return out
+        t = self._temperature if temperature is None else temperature
+        return [[lp.tolist() for lp in packed_log_probs(model, micro, t, self.device)] for micro in micro_batches]
 
     # ------------------------------------------------------------------ update
     def update(self, minibatches: list[dict], apply: bool = True) -> list[dict]:

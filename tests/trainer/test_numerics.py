@@ -1,0 +1,151 @@
+"""Numbers the trainer must get exactly right: packed vs padded log-probs, FSDP2 gradients across
+2 workers vs one process, micro-batch split invariance, vLLM's sampling log-probs vs the trainer's
+before and after a weight sync."""
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from r1cloud.spec import load_resolved
+from r1cloud.trainer import algorithms as alg
+from r1cloud.trainer.driver import Trainer
+from r1cloud.trainer.model import packed_log_probs, pad, token_log_probs
+
+SEQS = [
+    ([5, 6, 7, 8, 9], [10, 11, 12]),
+    ([13, 14], [15, 16, 17, 18, 19, 20]),
+    ([21, 22, 23], [24]),
+    ([30, 31, 32, 33], [34, 35]),
+]
+
+
+def padded_log_probs(model, seqs, temperature):
+    """The ordinary way: right-padded batch with an attention mask."""
+    width = max(len(p) + len(r) for p, r in seqs)
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    mask = torch.zeros(len(seqs), width, dtype=torch.long)
+    for i, (p, r) in enumerate(seqs):
+        ids[i, : len(p) + len(r)] = torch.tensor(p + r)
+        mask[i, : len(p) + len(r)] = 1
+    logits = model(input_ids=ids, attention_mask=mask).logits
+    return [
+        token_log_probs(logits[i, len(p) - 1 : len(p) + len(r) - 1], torch.tensor(r), temperature)
+        for i, (p, r) in enumerate(seqs)
+    ]
+
+
+def test_packed_log_probs_equal_padded(tiny_model):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
+    with torch.no_grad():
+        packed = packed_log_probs(model, SEQS, 0.7)
+        padded = padded_log_probs(model, SEQS, 0.7)
+    for a, b in zip(packed, padded, strict=True):
+        assert (a - b).abs().max().item() <= 1e-5
+
+
+def single_process_grads(model_path, samples, clip, mode, kl_coef, kl_kind):
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    logps = packed_log_probs(model, [s["seq"] for s in samples], 1.0)
+    logp, mask = pad(logps)
+    old = pad([s["old"] for s in samples])[0]
+    ref = pad([s["ref"] for s in samples])[0]
+    adv = alg.token_level(torch.tensor([s["adv"] for s in samples]), mask)
+    loss_mat, _ = alg.ppo_loss(logp, old, adv, mask, clip)
+    loss = alg.aggregate(loss_mat, mask, mode) + kl_coef * alg.aggregate(
+        alg.kl_estimate(logp, ref, kl_kind), mask, mode
+    )
+    loss.backward()
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("mode", ["token", "seq"])
+def test_fsdp_gradients_across_two_workers_equal_one_process(make_run, tiny_model, mode):
+    run = make_run(f"worker.actor.loss_avg_mode={mode}")
+    spec = load_resolved(run / "spec.yaml")
+    g = torch.Generator().manual_seed(0)
+    samples = []
+    for i, (p, r) in enumerate(SEQS * 2):  # 8 samples, ragged lengths
+        old = (torch.randn(len(r), generator=g) * 0.3 - 4).tolist()
+        ref = (torch.randn(len(r), generator=g) * 0.3 - 4).tolist()
+        samples.append(
+            {"seq": (p, r), "old": old, "ref": ref, "adv": float(torch.randn((), generator=g)) + (i % 3 - 1)}
+        )
+    a = spec.worker.actor
+    clip = alg.ClipConfig(a.clip_ratio_low, a.clip_ratio_high, a.clip_ratio_dual)
+    want = single_process_grads(
+        tiny_model, samples, clip, mode, spec.algorithm.kl_coef, spec.algorithm.kl_penalty
+    )
+    mask = pad([torch.ones(len(s["seq"][1])) for s in samples])[1]
+    total = alg.count_for(mode, mask)
+
+    trainer = Trainer(run, spec)
+    try:
+        trainer.start_workers()
+        # Two different splits: 2 micro-batches of 2 per worker, and 4 micro-batches of 1.
+        for per_micro in (2, 1):
+            ranks = [samples[:4], samples[4:]]
+            plan = [
+                [{"total": total, "micro": [ranks[r][i : i + per_micro] for i in range(0, 4, per_micro)]}]
+                for r in range(2)
+            ]
+            trainer.call("update", apply=False, per_rank=plan)
+            got = trainer.call("full_grads")[0]
+            worst = max((got[n] - want[n]).abs().max().item() for n in want)
+            scale = max(w.abs().max().item() for w in want.values())
+            assert scale > 1e-4  # a real gradient
+            assert worst <= 1e-5, f"micro-batch of {per_micro}: max |Δgrad| {worst}"
+    finally:
+        trainer.shutdown()
+
+
+def test_vllm_sampling_log_probs_equal_trainer_before_and_after_sync(make_run):
+    pytest.importorskip("vllm")
+    run = make_run("worker.actor.optim.lr=0.05", "worker.rollout.max_num_batched_tokens=1024", engine="vllm")
+    trainer = Trainer(run)
+    try:
+        assert trainer.start_workers() == "vllm"
+        trainer.call("sync_weights")
+        prompts = [p.prompt_ids for p in trainer.train_set.prompts[:4]]
+        sampling = {
+            "n": 2,
+            "temperature": 0.8,
+            "top_p": 1.0,
+            "top_k": -1,
+            "max_tokens": 12,
+            "seed": 3,
+            "ignore_eos": False,
+        }
+
+        def compare():
+            samples = trainer.call("generate", prompts[:2], sampling)[0]
+            seqs = [(prompts[s["prompt"]], s["response"]) for s in samples]
+            recomputed = trainer.call("log_probs", temperature=0.8, per_rank=[[seqs], [seqs]])[0][0]
+            worst = max(
+                max(abs(a - b) for a, b in zip(s["logprobs"], lp, strict=True))
+                for s, lp in zip(samples, recomputed, strict=True)
+            )
+            return worst, seqs, recomputed
+
+        before, seqs, lp_before = compare()
+        assert before <= 1e-4, before
+        # A large update, then sync: the engine must follow the new weights.
+        samples = [
+            {"seq": s, "old": None, "ref": [-5.0] * len(s[1]), "adv": (1.0 if i % 2 else -1.0)}
+            for i, s in enumerate(seqs)
+        ]
+        trainer.call(
+            "update", per_rank=[[{"total": 8.0, "micro": [samples]}], [{"total": 8.0, "micro": [samples]}]]
+        )
+        changed = trainer.call("log_probs", temperature=0.8, per_rank=[[seqs], [seqs]])[0][0]
+        assert (
+            max(
+                max(abs(a - b) for a, b in zip(x, y, strict=True))
+                for x, y in zip(lp_before, changed, strict=True)
+            )
+            > 1e-3
+        )
+        trainer.call("sync_weights")
+        after, _, _ = compare()
+        assert after <= 1e-4, after
+    finally:
+        trainer.shutdown()
