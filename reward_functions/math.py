@@ -1,5 +1,8 @@
 """Math reward (EasyR1 interface): the last \\boxed{} answer against the ground truth, plus a
-format check (<think>…</think> then a boxed answer). overall = (1 - w)·accuracy + w·format."""
+format check. overall = (1 - w)·accuracy + w·format.
+
+The format is EasyR1's (<think>…</think> then a boxed answer); with `require_think=False` a boxed
+answer alone passes, for models not prompted to think aloud (the quickstart)."""
 
 import re
 
@@ -8,14 +11,18 @@ from r1cloud.grading import answers_equal, extract_boxed
 REWARD_NAME = "math"
 REWARD_TYPE = "batch"
 
-_FORMAT = re.compile(r"<think>.*</think>.*\\boxed\{.*\}.*", re.DOTALL)
+_THINK_FORMAT = re.compile(r"<think>.*</think>.*\\boxed\{.*\}.*", re.DOTALL)
+_BOXED_FORMAT = re.compile(r".*\\boxed\{.*\}.*", re.DOTALL)
 
 
-def compute_score(reward_inputs: list[dict], format_weight: float = 0.1) -> list[dict[str, float]]:
+def compute_score(
+    reward_inputs: list[dict], format_weight: float = 0.1, require_think: bool = True
+) -> list[dict[str, float]]:
+    pattern = _THINK_FORMAT if require_think else _BOXED_FORMAT
     scores = []
     for item in reward_inputs:
         response = re.sub(r"\s*(<|>|/)\s*", r"\1", item["response"])  # "< think >" -> "<think>"
-        fmt = 1.0 if _FORMAT.fullmatch(response) else 0.0
+        fmt = 1.0 if pattern.fullmatch(response) else 0.0
         acc = 1.0 if answers_equal(extract_boxed(response), str(item["ground_truth"])) else 0.0
         scores.append(
             {"overall": (1 - format_weight) * acc + format_weight * fmt, "format": fmt, "accuracy": acc}

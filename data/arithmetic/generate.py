@@ -9,7 +9,7 @@ from pathlib import Path
 def rows(rng: random.Random, n: int) -> list[dict]:
     out = []
     for _ in range(n):
-        a, b = rng.randint(1, 50), rng.randint(1, 50)
+        a, b = rng.randint(1, 20), rng.randint(1, 20)
         if rng.random() < 0.5:
             out.append({"problem": f"What is {a} + {b}?", "answer": str(a + b)})
         else:

@@ -159,7 +159,11 @@ class Trainer:
 
         cuda = torch.cuda.is_available()
         if not ray.is_initialized():
-            env = {"TOKENIZERS_PARALLELISM": "false", "VLLM_LOGGING_LEVEL": "WARNING", "RAY_DEDUP_LOGS": "0"}
+            env = {
+                "TOKENIZERS_PARALLELISM": "false",
+                "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"),
+                "RAY_DEDUP_LOGS": "0",
+            }
             ray.init(
                 num_cpus=max(self.world + 1, os.cpu_count() or 1) if not cuda else None,
                 runtime_env={"env_vars": env},

@@ -38,6 +38,11 @@ class HybridWorker:
         self.cuda = torch.cuda.is_available()
         self.device = f"cuda:{torch.cuda.current_device()}" if self.cuda else "cpu"
         if not self.cuda:
+            # Each worker gets its own cores; vLLM's CPU build binds its threads the same way.
+            local = rank % self.spec.trainer.n_gpus_per_node
+            os.environ.setdefault(
+                "VLLM_CPU_OMP_THREADS_BIND", f"{local * threads}-{(local + 1) * threads - 1}"
+            )
             torch.set_num_threads(threads)
         host, port = master.rsplit(":", 1)
         os.environ.update(
@@ -153,11 +158,15 @@ class HybridWorker:
 
     # ------------------------------------------------------------------ log-probs
     @torch.no_grad()
-    def log_probs(self, micro_batches: list[list[Seq]], role: str = "actor", temperature: float | None = None) -> list[list[list[float]]]:
+    def log_probs(
+        self, micro_batches: list[list[Seq]], role: str = "actor", temperature: float | None = None
+    ) -> list[list[list[float]]]:
         model = self.actor if role == "actor" else self.ref
         model.eval()
         t = self._temperature if temperature is None else temperature
-        return [[lp.tolist() for lp in packed_log_probs(model, micro, t, self.device)] for micro in micro_batches]
+        return [
+            [lp.tolist() for lp in packed_log_probs(model, micro, t, self.device)] for micro in micro_batches
+        ]
 
     # ------------------------------------------------------------------ update
     def update(self, minibatches: list[dict], apply: bool = True) -> list[dict]:

