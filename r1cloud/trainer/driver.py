@@ -550,7 +550,11 @@ def _free_address() -> str:
 
 
 def main(run_dir: str) -> int:
-    trainer = Trainer(run_dir)
+    try:
+        trainer = Trainer(run_dir)
+    except (ValueError, FileNotFoundError) as e:  # bad data or files: say which, no traceback
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
     try:
         trainer.fit()
     finally:

@@ -273,10 +273,6 @@ class HybridWorker:
     def scheduler_state(self) -> dict | None:
         return self.scheduler.state_dict() if self.scheduler is not None else None
 
-    def weights_checksum(self) -> float:
-        """Sum of all actor weights (a collective): cheap evidence that weights changed."""
-        return float(sum(t.double().sum() for _, t in self.full_weights()))
-
     def shutdown(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()

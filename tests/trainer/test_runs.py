@@ -42,11 +42,21 @@ def checkpoint_weights(path):
 def test_three_grpo_steps_with_two_workers(make_run, tiny_model, engine):
     if engine == "vllm":
         pytest.importorskip("vllm")
-    run = make_run(engine=engine, name=f"run-{engine}")
+    extra = (
+        ["trainer.val_before_train=true", "trainer.val_freq=2", "trainer.logger=['console','tensorboard']"]
+        if engine == "hf"
+        else []
+    )
+    run = make_run(*extra, engine=engine, name=f"run-{engine}")
     r = run_trainer(run)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert f"rollout engine {engine}" in r.stdout
     lines = metrics(run)
+    if engine == "hf":  # validation before training, every 2 steps and at the end; tensorboard
+        assert [m["step"] for m in lines] == [0, 1, 2, 3]
+        assert [("val/reward_score" in m) for m in lines] == [True, False, True, True]
+        assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+        lines = lines[1:]
     assert [m["step"] for m in lines] == [1, 2, 3]
     for m in lines:
         for key in (

@@ -1,0 +1,120 @@
+"""The trainer's data and reward plumbing: prompts rendered as EasyR1 does, a loader that resumes
+exactly, and reward functions that cannot take the run down."""
+
+import json
+import math
+
+import pytest
+from transformers import AutoTokenizer
+
+from r1cloud.spec.models import DataConfig
+from r1cloud.trainer.data import Loader, PromptSet
+from r1cloud.trainer.rewards import RewardFunction
+
+
+@pytest.fixture
+def rows(tmp_path):
+    path = tmp_path / "d.jsonl"
+    lines = [{"q": f"What is {i} + 1?", "a": str(i + 1), "source": "gen"} for i in range(10)]
+    lines.append({"q": "long " * 200, "a": "0", "source": "gen"})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+def test_prompts_use_the_format_prompt_and_chat_template(tiny_model, rows, tmp_path):
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    tpl = tmp_path / "p.jinja"
+    tpl.write_text("  {{ content | trim }} Box it.  \n")
+    cfg = DataConfig(prompt_key="q", answer_key="a", format_prompt=str(tpl), max_prompt_length=64)
+    ps = PromptSet(str(rows), tok, cfg)
+    assert len(ps) == 10 and ps.dropped == 1  # the overlong row is filtered, and counted
+    text = tok.decode(ps.prompts[0].prompt_ids)
+    assert text == "<|im_start|>user\nWhat is 0 + 1? Box it.<|im_end|>\n<|im_start|>assistant\n"
+    assert ps.prompts[3].ground_truth == "4" and ps.prompts[3].extra == {"source": "gen"}
+    kept = PromptSet(f"{rows}@train", tok, cfg, filter_overlong=False)
+    assert len(kept) == 11 and len(kept.prompts[-1].prompt_ids) == 64  # truncated, as EasyR1
+
+
+def test_a_missing_column_names_the_columns(tiny_model, rows):
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    with pytest.raises(ValueError, match="no column 'problem'; the columns are a, q, source"):
+        PromptSet(str(rows), tok, DataConfig(prompt_key="problem", answer_key="a"))
+
+
+def test_loader_is_seeded_wraps_epochs_and_resumes_exactly():
+    a = Loader(10, 3, seed=1)
+    first = [a.next() for _ in range(7)]  # 3 batches per epoch (drop_last), into epoch 2
+    assert len({tuple(b) for b in first}) == 7
+    assert all(
+        len(set(sum(first[e * 3 : e * 3 + 3], []))) == 9 for e in range(2)
+    )  # no repeats within an epoch
+    b = Loader(10, 3, seed=1)
+    for _ in range(4):
+        b.next()
+    state = b.state_dict()
+    c = Loader(10, 3, seed=1)
+    c.load_state_dict(state)
+    assert [c.next() for _ in range(3)] == first[4:7]
+    assert Loader(10, 3, seed=2).next() != first[0]
+    with pytest.raises(ValueError, match="fewer than one batch"):
+        Loader(2, 3, seed=1)
+
+
+def write(tmp_path, body: str):
+    path = tmp_path / "r.py"
+    path.write_text(body)
+    return str(path)
+
+
+INPUTS = [{"response": f"r{i}", "response_length": 2, "ground_truth": "x"} for i in range(4)]
+
+
+@pytest.mark.parametrize(
+    "body,errors",
+    [
+        ("def f(xs):\n    return [{'overall': 1.0, 'acc': 1.0} for _ in xs]\n", 0),
+        ("def f(xs):\n    raise RuntimeError('boom')\n", 4),
+        (
+            "def f(xs):\n    if any(x['response'] == 'r2' for x in xs):\n        raise RuntimeError('bad r2')\n    return [{'overall': 1.0} for _ in xs]\n",
+            1,
+        ),
+        (
+            "def f(xs):\n    return [{'overall': float('nan') if x['response'] == 'r1' else 1.0} for x in xs]\n",
+            1,
+        ),
+        (
+            "def f(xs):\n    return [{'overall': 1.0}]\n",
+            0,
+        ),  # wrong length for the batch; right for one sample
+        ("def f(xs):\n    return [{'score': 1.0} for _ in xs]\n", 4),
+        (
+            "REWARD_TYPE = 'sequential'\ndef f(x):\n    return {'overall': 1 / (int(x['response'][1]) - 3)}\n",
+            1,
+        ),
+    ],
+    ids=[
+        "ok",
+        "raises",
+        "one-sample-raises",
+        "nan",
+        "wrong-length",
+        "no-overall",
+        "sequential-zero-division",
+    ],
+)
+def test_reward_failures_cost_only_the_samples_concerned(tmp_path, body, errors):
+    fn = RewardFunction(write(tmp_path, body), "f")
+    scores, n_errors = fn(INPUTS)
+    assert len(scores) == 4 and n_errors == errors
+    assert all(math.isfinite(s["overall"]) for s in scores)
+    assert sum(s["overall"] == 0.0 for s in scores) >= errors
+
+
+def test_reward_kwargs_and_legacy_type(tmp_path):
+    fn = RewardFunction(
+        write(tmp_path, "def f(x, w=0):\n    return {'overall': w}\n"),
+        "f",
+        {"w": 0.5},
+        reward_type="sequential",
+    )
+    assert fn(INPUTS[:1]) == ([{"overall": 0.5}], 0)
