@@ -117,7 +117,9 @@ CHECKS = [
         id="filter-range",
     ),
     pytest.param(
-        ["trainer.save_freq=0"], ["trainer.save_freq", "use -1 to turn it off"], id="save-freq-zero"
+        ["trainer.save_freq=0"],
+        ["trainer.save_freq", "0 is not valid: must be -1 (off) or a positive number"],
+        id="save-freq-zero",
     ),
     pytest.param(
         ["worker.actor.model.model_path=null"],

@@ -215,14 +215,6 @@ def check_rollout(spec: Spec, problem: Report) -> None:
             )
 
 
-def check_trainer(spec: Spec, problem: Report) -> None:
-    t = spec.trainer
-    for key in ("val_freq", "save_freq", "save_limit"):
-        value = getattr(t, key)
-        if value == 0 or value < -1:
-            problem(f"trainer.{key}", f"{value} is not valid: use -1 to turn it off, or a positive number")
-
-
 def check_secrets_and_envs(spec: Spec, problem: Report) -> None:
     for name in spec.secrets:
         if name in spec.envs:
@@ -238,7 +230,6 @@ CHECKS = [
     check_batches,
     check_algorithm,
     check_rollout,
-    check_trainer,
     check_secrets_and_envs,
 ]
 

@@ -90,20 +90,16 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
     for key in ("train_files", "val_files"):
         value = getattr(d, key)
         if value:
-            resolved = _resolve_data(f"data.{key}", value, bases(f"data.{key}"), problem)
-            setattr(d, key, resolved)
+            setattr(
+                d, key, _resolve_local_or_hub(f"data.{key}", value, bases(f"data.{key}"), problem, "data")
+            )
     for role in ("actor", "critic"):
         model = getattr(w, role).model
         for key in ("model_path", "tokenizer_path"):
             value = getattr(model, key)
             if value:
-                setattr(
-                    model,
-                    key,
-                    _resolve_model(
-                        f"worker.{role}.model.{key}", value, bases(f"worker.{role}.model.{key}"), problem
-                    ),
-                )
+                at = f"worker.{role}.model.{key}"
+                setattr(model, key, _resolve_local_or_hub(at, value, bases(at), problem, "model"))
     return problems
 
 
@@ -129,34 +125,32 @@ def _looks_local(value: str) -> bool:
     )
 
 
-def _resolve_data(path: str, value: str, bases: list[Path], problem) -> str:
-    name, at, split = value.rpartition("@") if "@" in value else (value, "", "")
+NOT_FOUND = {
+    "data": (
+        "not found",
+        "give a local file or folder, or a Hub dataset as name@split",
+        "a local file nor a Hub dataset id (org/name@split)",
+    ),
+    "model": (
+        "folder not found",
+        "give a local model folder or a Hugging Face id such as Qwen/Qwen2.5-7B-Instruct",
+        "a local model folder nor a Hugging Face id (org/name)",
+    ),
+}
+
+
+def _resolve_local_or_hub(path: str, value: str, bases: list[Path], problem, kind: str) -> str:
+    """A local file or folder becomes absolute (data keeps its @split); a Hub id stays as it is."""
+    name, at, split = value.rpartition("@") if kind == "data" and "@" in value else (value, "", "")
     for b in bases:
         c = (b / Path(name).expanduser()).resolve()
         if c.exists():
             return f"{c}{at}{split}"
+    missing, fix, neither = NOT_FOUND[kind]
     if _looks_local(name):
-        problem(
-            path,
-            f"not found: {name} (looked in {', '.join(map(str, bases))}); give a local file or folder, or a Hub dataset as name@split",
-        )
+        problem(path, f"{missing}: {name} (looked in {', '.join(map(str, bases))}); {fix}")
     elif not HUB_ID_RE.match(name):
-        problem(path, f"{value!r} is neither a local file nor a Hub dataset id (org/name@split)")
-    return value
-
-
-def _resolve_model(path: str, value: str, bases: list[Path], problem) -> str:
-    for b in bases:
-        c = (b / Path(value).expanduser()).resolve()
-        if c.exists():
-            return str(c)
-    if _looks_local(value):
-        problem(
-            path,
-            f"folder not found: {value} (looked in {', '.join(map(str, bases))}); give a local model folder or a Hugging Face id such as Qwen/Qwen2.5-7B-Instruct",
-        )
-    elif not HUB_ID_RE.match(value):
-        problem(path, f"{value!r} is neither a local model folder nor a Hugging Face id (org/name)")
+        problem(path, f"{value!r} is neither {neither}")
     return value
 
 

@@ -9,9 +9,9 @@ is idempotent: a resolved spec validates back to itself.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 ADV_ESTIMATORS = (
     "grpo",
@@ -37,7 +37,20 @@ KNOWN_INFRA = (
 )  # fmt: skip
 
 Dtype = Literal[DTYPES]  # type: ignore[valid-type]
-Pos = Field(ge=1)
+
+
+def minus_one_or_positive(meaning: str) -> AfterValidator:
+    """EasyR1's convention for counts where -1 is special and 0 would divide by zero later."""
+
+    def check(v: int) -> int:
+        if v == 0 or v < -1:
+            raise ValueError(f"{v} is not valid: must be -1 ({meaning}) or a positive number")
+        return v
+
+    return AfterValidator(check)
+
+
+Off = Annotated[int, minus_one_or_positive("off")]
 
 
 class Model(BaseModel):
@@ -58,7 +71,7 @@ class DataConfig(Model):
     max_response_length: int = Field(512, ge=1)
     rollout_batch_size: int = Field(512, ge=1)
     mini_rollout_batch_size: int | None = Field(None, ge=1)
-    val_batch_size: int = -1
+    val_batch_size: Annotated[int, minus_one_or_positive("the whole validation set in one batch")] = -1
     format_prompt: str | None = None
     override_chat_template: str | None = None
     shuffle: bool = True
@@ -67,13 +80,6 @@ class DataConfig(Model):
     max_pixels: int | None = Field(4194304, ge=1)
     filter_overlong_prompts: bool = True
     filter_overlong_prompts_workers: int = Field(16, ge=1)
-
-    @field_validator("val_batch_size")
-    @classmethod
-    def _val_batch(cls, v: int) -> int:
-        if v == 0 or v < -1:
-            raise ValueError("must be -1 (the whole validation set in one batch) or a positive number")
-        return v
 
 
 # --------------------------------------------------------------------------- algorithm
@@ -142,17 +148,10 @@ class FSDPConfig(Model):
     enable_rank0_init: bool = True
     use_orig_params: bool = False
     torch_dtype: Dtype | None = None
-    fsdp_size: int = -1
+    fsdp_size: Annotated[int, minus_one_or_positive("shard across all devices")] = -1
     mp_param_dtype: Dtype = "bf16"
     mp_reduce_dtype: Dtype = "fp32"
     mp_buffer_dtype: Dtype = "fp32"
-
-    @field_validator("fsdp_size")
-    @classmethod
-    def _fsdp_size(cls, v: int) -> int:
-        if v == 0 or v < -1:
-            raise ValueError("must be -1 (shard across all devices) or a positive group size")
-        return v
 
 
 class OffloadConfig(Model):
@@ -160,46 +159,16 @@ class OffloadConfig(Model):
     offload_optimizer: bool = False
 
 
-class ActorConfig(Model):
+class TrainedRole(Model):
+    """What the actor and the critic share (EasyR1 repeats it in ActorConfig and CriticConfig)."""
+
     strategy: Literal["fsdp"] = "fsdp"
     global_batch_size: int = Field(256, ge=1)
     micro_batch_size_per_device_for_update: int = Field(4, ge=1)
     micro_batch_size_per_device_for_experience: int = Field(16, ge=1)
     max_grad_norm: float = Field(1.0, gt=0)
-    clip_ratio_low: float = Field(0.2, ge=0)
-    clip_ratio_high: float = Field(0.3, ge=0)
-    clip_ratio_dual: float = Field(3.0, gt=1)
-    loss_avg_mode: Literal["token", "seq"] = "token"
-    loss_type: Literal[LOSS_TYPES] = "default"  # type: ignore[valid-type]
-    ppo_epochs: int = Field(1, ge=1)
-    padding_free: bool = True
-    dynamic_batching: bool = True
-    ulysses_size: int = Field(1, ge=1)
-    use_torch_compile: bool = True
-    tau_positive: float = Field(1.0, gt=0)
-    tau_negative: float = Field(1.05, gt=0)
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    optim: OptimConfig = Field(default_factory=OptimConfig)
-    fsdp: FSDPConfig = Field(default_factory=FSDPConfig)
-    offload: OffloadConfig = Field(default_factory=OffloadConfig)
-    # auto keys (copied from `algorithm` / computed)
-    global_batch_size_per_device: int = -1
-    disable_kl: bool = False
-    use_kl_loss: bool = False
-    kl_penalty: Literal[KL_PENALTIES] = "kl"  # type: ignore[valid-type]
-    kl_coef: float = 0.0
-
-
-class CriticConfig(Model):
-    strategy: Literal["fsdp"] = "fsdp"
-    global_batch_size: int = Field(256, ge=1)
-    micro_batch_size_per_device_for_update: int = Field(4, ge=1)
-    micro_batch_size_per_device_for_experience: int = Field(16, ge=1)
-    max_grad_norm: float = Field(1.0, gt=0)
-    cliprange_value: float = Field(0.5, ge=0)
     loss_avg_mode: Literal["token", "seq"] = "token"
     ppo_epochs: int = Field(1, ge=1)
-    padding_free: bool = False
     dynamic_batching: bool = True
     ulysses_size: int = Field(1, ge=1)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -207,6 +176,27 @@ class CriticConfig(Model):
     fsdp: FSDPConfig = Field(default_factory=FSDPConfig)
     offload: OffloadConfig = Field(default_factory=OffloadConfig)
     global_batch_size_per_device: int = -1  # auto
+
+
+class ActorConfig(TrainedRole):
+    clip_ratio_low: float = Field(0.2, ge=0)
+    clip_ratio_high: float = Field(0.3, ge=0)
+    clip_ratio_dual: float = Field(3.0, gt=1)
+    loss_type: Literal[LOSS_TYPES] = "default"  # type: ignore[valid-type]
+    padding_free: bool = True
+    use_torch_compile: bool = True
+    tau_positive: float = Field(1.0, gt=0)
+    tau_negative: float = Field(1.05, gt=0)
+    # auto keys (copied from `algorithm`)
+    disable_kl: bool = False
+    use_kl_loss: bool = False
+    kl_penalty: Literal[KL_PENALTIES] = "kl"  # type: ignore[valid-type]
+    kl_coef: float = 0.0
+
+
+class CriticConfig(TrainedRole):
+    cliprange_value: float = Field(0.5, ge=0)
+    padding_free: bool = False
 
 
 class RefConfig(Model):
@@ -278,12 +268,12 @@ class TrainerConfig(Model):
     n_gpus_per_node: int = Field(8, ge=1)
     max_try_make_batch: int = 20
     critic_warmup: int = Field(0, ge=0)
-    val_freq: int = -1
+    val_freq: Off = -1
     val_before_train: bool = True
     val_only: bool = False
     val_generations_to_log: int = Field(0, ge=0)
-    save_freq: int = -1
-    save_limit: int = -1
+    save_freq: Off = -1
+    save_limit: Off = -1
     save_model_only: bool = False
     save_checkpoint_path: str | None = None  # None: the job's run directory decides (r1cloud)
     load_checkpoint_path: str | None = None
