@@ -1,0 +1,46 @@
+"""Checkpoint publication and retention, on the files alone."""
+
+import json
+
+from r1cloud.trainer.checkpoint import Checkpoints
+
+
+def save(ck: Checkpoints, step: int, val=None):
+    staging = ck.staging(step)
+    (staging / "actor").mkdir()
+    (staging / "actor" / "__0_0.distcp").write_bytes(b"x" * 10)
+    return ck.publish(staging, step, {"step": step}, val)
+
+
+def test_only_published_checkpoints_count(tmp_path):
+    ck = Checkpoints(tmp_path)
+    assert ck.latest() is None
+    save(ck, 1)
+    half = ck.staging(2)  # a save that died before publishing
+    (half / "actor").mkdir()
+    assert ck.latest()[0] == 1 and ck.complete_steps() == [1]
+    (tmp_path / "global_step_3").mkdir()  # a folder without its state file is not complete
+    assert ck.latest()[0] == 1
+    save(ck, 2)
+    assert ck.latest()[0] == 2 and not list(tmp_path.glob(".global_step_2.tmp*"))
+    tracker = json.loads((tmp_path / "checkpoint_tracker.json").read_text())
+    assert tracker["last_global_step"] == 2 and tracker["last_actor_path"].endswith("global_step_2/actor")
+
+
+def test_a_tracker_pointing_at_a_missing_step_falls_back(tmp_path):
+    ck = Checkpoints(tmp_path)
+    save(ck, 1)
+    save(ck, 2)
+    (tmp_path / "global_step_2" / "trainer_state.json").unlink()
+    assert ck.latest()[0] == 1
+
+
+def test_prune_keeps_the_newest_and_the_best(tmp_path):
+    ck = Checkpoints(tmp_path)
+    for step, val in [(1, 0.1), (2, 0.9), (3, 0.2), (4, 0.3), (5, None)]:
+        save(ck, step, val)
+        ck.prune(2)
+    assert ck.complete_steps() == [2, 5]  # best (0.9 at step 2) and newest
+    assert json.loads((tmp_path / "checkpoint_tracker.json").read_text())["best_global_step"] == 2
+    ck.prune(-1)
+    assert ck.complete_steps() == [2, 5]
