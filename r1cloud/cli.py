@@ -3,9 +3,11 @@ transformers, vllm, sky) are imported only inside the commands that need them.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -131,6 +133,437 @@ def validate(
         table.add_row(label, value)
     out.print(table)
     out.print(f"✓ {blueprint} is valid", style="green", markup=False)
+
+
+# ---------------------------------------------------------------------------- jobs
+
+JobArg = Annotated[
+    str | None, typer.Argument(help="Job name (default: the most recent job).", show_default=False)
+]
+
+
+def _store():
+    from .jobs.store import JobStore
+
+    return JobStore()
+
+
+def _job(name: str | None):
+    """The named job, or the latest; a clear error when there is none."""
+    import difflib
+
+    from .jobs.store import NoSuchJob
+
+    store = _store()
+    if name is None:
+        job = store.latest()
+        if job is None:
+            _fail("error: no jobs yet", ["start one with: r1cloud train blueprints/quickstart.yaml"])
+        return store, job
+    try:
+        return store, store.get(name)
+    except NoSuchJob:
+        names = [j.name for j in store.list()]
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        _fail(f"error: no job named {name!r}", [f"{hint}`r1cloud jobs` lists the jobs ({len(names)} now)"])
+
+
+def _accelerator_overrides(
+    blueprint: Path, overrides: list[str], accels: int | None, gpu: str | None
+) -> list[str]:
+    """--accels/--gpu set resources.accelerators and trainer.n_gpus_per_node together."""
+    if accels is None and gpu is None:
+        return []
+    from .spec import SpecError, load_spec
+    from .spec.models import accelerator_options
+
+    current = None
+    with contextlib.suppress(SpecError):  # reported by the real load below
+        current = load_spec(blueprint, overrides, check_files=False).spec
+    count = accels
+    if count is None:
+        count = current.trainer.n_gpus_per_node if current else 1
+    out = [f"trainer.n_gpus_per_node={count}"]
+    if gpu:
+        out.append(f"resources.accelerators={gpu}:{count}")
+    elif current is not None and current.resources.accelerators is not None:
+        options = accelerator_options(current.resources.accelerators)
+        out.append("resources.accelerators={" + ", ".join(f"{n}: {count}" for n, _ in options) + "}")
+    return out
+
+
+@app.command()
+def train(
+    target: Annotated[
+        str, typer.Argument(help="Blueprint YAML, or with --resume the name of a job.", show_default=False)
+    ],
+    overrides: Annotated[
+        list[str] | None,
+        typer.Argument(help="key.path=value overrides, as for validate.", show_default=False),
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", help="Job name (default: the blueprint's name).")
+    ] = None,
+    accels: Annotated[
+        int | None,
+        typer.Option(
+            "--accels", help="Devices per node; locally, worker slots (CPU processes or local GPUs)."
+        ),
+    ] = None,
+    nodes: Annotated[int | None, typer.Option("--nodes", help="Number of nodes.")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="Accelerator type: H100, A100-80GB, …")] = None,
+    infra: Annotated[
+        str | None, typer.Option("--infra", help="local (default) or a SkyPilot infra: aws, gcp, k8s, …")
+    ] = None,
+    spot: Annotated[bool, typer.Option("--spot", help="Use spot instances (cloud).")] = False,
+    env: Annotated[
+        list[str] | None,
+        typer.Option("--env", help="K=V environment variable for the job; repeatable.", show_default=False),
+    ] = None,
+    secret: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--secret",
+            help="NAME (value from the environment) or NAME=VALUE; repeatable. Passed to the job's environment, never stored.",
+            show_default=False,
+        ),
+    ] = None,
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="Start and return; follow later with r1cloud logs -f.")
+    ] = False,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue a job from its last checkpoint.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print what would run, and run nothing.")
+    ] = False,
+) -> None:
+    """Validate a blueprint, start it as a job, and follow its progress (Ctrl-C detaches; the
+    job keeps running)."""
+    from .jobs.store import ACTIVE, Job, JobExists
+    from .spec import SpecError, dump_spec, load_spec, summarize
+
+    store = _store()
+    source = Path(target)
+    resuming_job = resume and not source.is_file() and (store.path(target) / "spec.yaml").is_file()
+    if resuming_job:
+        source = store.path(target) / "spec.yaml"
+    extra = list(overrides or [])
+    for item in env or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            _fail("error: bad --env", [f"--env {item!r}: write KEY=VALUE"])
+        extra.append(f"envs.{key}={json.dumps(value)}")
+    extra += [f"name={name}"] if name else []
+    extra += [f"resources.infra={infra}"] if infra else []
+    extra += ["resources.use_spot=true"] if spot else []
+    extra += [f"resources.num_nodes={nodes}", f"trainer.nnodes={nodes}"] if nodes else []
+    extra += _accelerator_overrides(source, extra, accels, gpu)
+    provided = _parse_secrets(secret or [])
+    try:
+        loaded = load_spec(source, extra, secrets=provided)
+    except SpecError as e:
+        n = len(e.problems)
+        _fail(
+            f"error: {target} has {n} problem{'s' if n != 1 else ''}:",
+            [p.render() for p in e.problems],
+            [w.render() for w in e.warnings],
+        )
+    spec = loaded.spec
+    for w in loaded.warnings:
+        err.print(f"warning: {w.render()}", style="yellow", markup=False)
+    if spec.resources.infra != "local":
+        _fail(
+            f"error: resources.infra is {spec.resources.infra!r}",
+            [
+                "cloud jobs need the SkyPilot backend, which this version does not have yet; run with --infra local"
+            ],
+        )
+    secrets = {n: provided.get(n) or os.environ[n] for n in spec.secrets}
+    secrets.update(provided)
+    if dry_run:
+        for label, value in summarize(spec):
+            out.print(f"{label:10} {value}", markup=False)
+        out.print(
+            f"would run  python -m r1cloud.jobs.supervise {store.path(spec.name)}  (local, detached)",
+            markup=False,
+        )
+        if spec.envs or secrets:
+            out.print(
+                f"env        {', '.join([*spec.envs, *(f'{k} (secret)' for k in secrets)])}", markup=False
+            )
+        return
+    accel_text = str(spec.resources.accelerators or f"{spec.trainer.n_gpus_per_node} slots")
+    job = Job(
+        spec.name,
+        infra=spec.resources.infra,
+        accelerators=accel_text,
+        nodes=spec.trainer.nnodes,
+        blueprint=str(Path(target).resolve()) if not resuming_job else "",
+    )
+    try:
+        store.create(job)
+        fresh = True
+    except JobExists:
+        existing = store.get(spec.name)
+        if not resume:
+            _fail(
+                f"error: a job named {spec.name!r} already exists ({existing.status})",
+                [
+                    f"pick another name with --name {spec.name}-2, or continue it with: r1cloud train --resume {spec.name}"
+                ],
+            )
+        if existing.status in ACTIVE:
+            _fail(f"error: {spec.name} is already running", [f"follow it with: r1cloud logs -f {spec.name}"])
+        fresh = False
+        with store.locked(spec.name) as j:
+            j.status, j.pid, j.pid_started, j.reason, j.stop_requested = "PENDING", None, None, "", False
+            j.accelerators, j.nodes, j.created_at = accel_text, spec.trainer.nnodes, time.time()
+    (store.path(spec.name) / "spec.yaml").write_text(dump_spec(spec))
+    from .jobs.local import launch
+
+    log_start = _log_size(store.path(spec.name))  # a resumed job's log goes on where it was
+    job = launch(store, store.get(spec.name), secrets, {})
+    verb = "started" if fresh else "resumed"
+    out.print(
+        f"{verb} {job.name} · {spec.trainer.n_gpus_per_node} worker slot(s) · run folder {job.dir}",
+        markup=False,
+    )
+    if detach:
+        out.print(f"follow: r1cloud logs -f {job.name}    stop: r1cloud stop {job.name}", markup=False)
+        return
+    raise typer.Exit(_follow_with_progress(store, job.name, log_start))
+
+
+def _follow_with_progress(store, name: str, log_start: int) -> int:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from .jobs import follow as f
+
+    run = store.path(name)
+    shown = ("step ", "[", "error", "Traceback", "warning")
+    try:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[stats]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=out,
+            transient=False,
+            disable=not out.is_terminal,
+        ) as progress:
+            task = progress.add_task(name, total=None, stats="starting…")
+
+            def on_line(line: str) -> None:
+                if line.startswith(shown) or not out.is_terminal and "Error" in line:
+                    progress.console.print(line, markup=False, highlight=False)
+                m = f.last_train_metrics(run)
+                if m:
+                    stats = f"reward {m.get('reward/overall', 0):.3f} · len {m.get('response_length/mean', 0):.0f} · {m.get('perf/throughput', 0):.0f} tok/s/dev"
+                    progress.update(task, completed=m["step"], total=f.total_steps(run), stats=stats)
+
+            job = f.follow(store, name, on_line, start=log_start)
+    except KeyboardInterrupt:
+        err.print(
+            f"\ndetached: {name} keeps running.  reattach: r1cloud logs -f {name}    stop: r1cloud stop {name}",
+            markup=False,
+        )
+        return 0
+    return _report_end(job)
+
+
+def _log_size(run: Path) -> int:
+    try:
+        return (run / "train.log").stat().st_size
+    except OSError:
+        return 0
+
+
+def _report_end(job) -> int:
+    from .jobs.follow import exit_code
+
+    style = {"SUCCEEDED": "green", "STOPPED": "yellow"}.get(job.status, "bold red")
+    tail = f": {job.reason}" if job.reason else ""
+    (out if job.status != "FAILED" else err).print(
+        f"{job.name} {job.status}{tail}", style=style, markup=False
+    )
+    return exit_code(job)
+
+
+@app.command()
+def logs(
+    job: JobArg = None,
+    follow_: Annotated[
+        bool,
+        typer.Option("--follow", "-f", help="Keep printing until the job ends; exit with its exit code."),
+    ] = False,
+    tail: Annotated[int, typer.Option("--tail", "-n", help="Lines from the end to print first.")] = 200,
+) -> None:
+    """Print a job's log (the trainer's output)."""
+    from .jobs import follow as f
+
+    store, record = _job(job)
+    log = store.path(record.name) / "train.log"
+    for line in f.tail_lines(log, tail):
+        print(line)
+    if not follow_:
+        return
+    size = log.stat().st_size if log.exists() else 0
+    try:
+        record = f.follow(store, record.name, lambda line: print(line, flush=True), start=size)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    raise typer.Exit(_report_end(record))
+
+
+def _duration(job) -> str:
+    if not job.started_at:
+        return "—"
+    seconds = int((job.ended_at or time.time()) - job.started_at)
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def _when(ts: float | None) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else "—"
+
+
+STATUS_STYLE = {
+    "RUNNING": "cyan",
+    "PENDING": "cyan",
+    "SUCCEEDED": "green",
+    "FAILED": "red",
+    "STOPPED": "yellow",
+}
+
+
+def _jobs_table() -> None:
+    from .jobs import follow as f
+
+    store = _store()
+    jobs = store.list()
+    if not jobs:
+        out.print("no jobs yet — start one with: r1cloud train blueprints/quickstart.yaml")
+        return
+    table = Table(box=None, header_style="bold")
+    for col in ("NAME", "INFRA", "ACCELERATORS", "STATUS", "STEP", "REWARD", "STARTED", "DURATION"):
+        table.add_column(col, no_wrap=True)
+    for j in jobs:
+        m = f.last_train_metrics(j.dir) or {}
+        total = f.total_steps(j.dir)
+        step = f"{m.get('step', 0)}/{total}" if total else str(m.get("step", "—"))
+        reward = f"{m['reward/overall']:.3f}" if "reward/overall" in m else "—"
+        table.add_row(
+            j.name,
+            j.infra,
+            j.accelerators,
+            f"[{STATUS_STYLE.get(j.status, '')}]{j.status}[/]",
+            step,
+            reward,
+            _when(j.started_at),
+            _duration(j),
+        )
+    out.print(table)
+
+
+@app.command()
+def jobs() -> None:
+    """List jobs: status, progress, last reward."""
+    _jobs_table()
+
+
+@app.command()
+def status(
+    job: Annotated[
+        str | None, typer.Argument(help="A job name; without one, the jobs table.", show_default=False)
+    ] = None,
+) -> None:
+    """One job in detail (or, with no name, the jobs table)."""
+    if job is None:
+        _jobs_table()
+        return
+    from .jobs import follow as f
+    from .spec import load_resolved, summarize
+
+    store, record = _job(job)
+    run = store.path(record.name)
+    out.print(
+        f"{record.name}  [{STATUS_STYLE.get(record.status, '')}]{record.status}[/]  {_duration(record)}  (started {_when(record.started_at)})"
+    )
+    if record.reason:
+        out.print(f"reason     {record.reason}", markup=False)
+    if (run / "spec.yaml").exists():
+        for label, value in summarize(load_resolved(run / "spec.yaml")):
+            out.print(f"{label:10} {value}", markup=False)
+    m = f.last_train_metrics(run)
+    if m:
+        total = f.total_steps(run)
+        keys = (
+            "reward/overall",
+            "response_length/mean",
+            "actor/pg_loss",
+            "actor/grad_norm",
+            "perf/throughput",
+            "timing_s/step",
+        )
+        out.print(
+            f"step       {m['step']}/{total or '?'}  " + "  ".join(f"{k}={m[k]:.4g}" for k in keys if k in m),
+            markup=False,
+        )
+    ckpts = (
+        sorted((run / "checkpoints").glob("global_step_*/trainer_state.json"))
+        if (run / "checkpoints").exists()
+        else []
+    )
+    if ckpts:
+        out.print(
+            "checkpoints " + ", ".join(p.parent.name.removeprefix("global_step_") for p in ckpts),
+            markup=False,
+        )
+    out.print(f"run folder {run}", markup=False)
+    lines = f.tail_lines(run / "train.log", 10)
+    if lines:
+        out.print("log tail:", style="bold")
+        for line in lines:
+            out.print("  " + line, markup=False)
+
+
+@app.command()
+def stop(
+    job: JobArg = None,
+    grace: Annotated[
+        float, typer.Option("--grace", help="Seconds the trainer gets to save a checkpoint and exit.")
+    ] = 180.0,
+) -> None:
+    """Stop a job cleanly: the trainer finishes its step and saves a checkpoint first."""
+    from .jobs.local import stop as stop_local
+    from .jobs.store import ACTIVE
+
+    store, record = _job(job)
+    if record.status not in ACTIVE:
+        out.print(f"{record.name} is not running ({record.status})", markup=False)
+        return
+    out.print(f"stopping {record.name} (saving a checkpoint first; up to {grace:.0f}s)…", markup=False)
+    how = stop_local(store, record.name, grace)
+    record = store.get(record.name)
+    out.print(
+        f"{record.name} {record.status} ({how}); continue with: r1cloud train --resume {record.name}",
+        markup=False,
+    )
 
 
 def main() -> None:

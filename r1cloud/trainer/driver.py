@@ -12,6 +12,7 @@ import heapq
 import json
 import math
 import os
+import signal
 import sys
 import time
 import uuid
@@ -508,9 +509,21 @@ class Trainer:
                     "[logger] tensorboard is not installed (pip install tensorboard); metrics go to metrics.jsonl only"
                 )
         self.engine = self.start_workers()
+        stop = []  # after ray.init, which installs its own SIGTERM handler
+        signal.signal(signal.SIGTERM, lambda *_: stop.append(True))  # finish the step, save, exit
         self.log(f"[start] {self.world} workers, rollout engine {self.engine}, {self.steps} steps")
         start = self.resume() if self.loader else 0
         self.forget_after(start)
+        (self.run_dir / "trainer.json").write_text(
+            json.dumps(
+                {
+                    "total_steps": self.steps,
+                    "engine": self.engine,
+                    "workers": self.world,
+                    "resumed_from": start,
+                }
+            )
+        )
         self.call("sync_weights")
         if self.val_set and (s.trainer.val_only or (s.trainer.val_before_train and start == 0)):
             m = self.validate(start)
@@ -523,10 +536,15 @@ class Trainer:
             last = step == self.steps
             if self.val_set and ((s.trainer.val_freq > 0 and step % s.trainer.val_freq == 0) or last):
                 metrics.update(self.validate(step))
-            if (s.trainer.save_freq > 0 and step % s.trainer.save_freq == 0) or last:
+            if (s.trainer.save_freq > 0 and step % s.trainer.save_freq == 0) or last or stop:
                 self.save(step, metrics)
             self.record(step, metrics)
             self.progress(step, metrics)
+            if stop and not last:
+                self.log(
+                    f"[stop] stopped after step {step}; checkpoint saved, resume continues at step {step + 1}"
+                )
+                return
 
     def shutdown(self) -> None:
         import ray

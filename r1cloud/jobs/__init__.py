@@ -1,0 +1,1 @@
+"""Jobs: the store of what ran where, and the backends that start, watch and stop them."""

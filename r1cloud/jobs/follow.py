@@ -1,0 +1,86 @@
+"""Reading what a running job writes: new log lines as they arrive, its latest metrics and its
+step count. Files only — the same for a job on this machine and, later, one synced from a bucket."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from .store import TERMINAL, Job, JobStore
+
+
+def tail_lines(path: Path, n: int) -> list[str]:
+    if not path.exists() or n <= 0:
+        return []
+    with path.open("rb") as f:
+        end = f.seek(0, 2)
+        size, data = min(end, 8192), b""
+        while True:
+            f.seek(end - size)
+            data = f.read(size)
+            if data.count(b"\n") > n or size == end:
+                break
+            size = min(end, size * 2)
+    return data.decode(errors="replace").splitlines()[-n:]
+
+
+def new_lines(path: Path, offset: int) -> tuple[list[str], int]:
+    """Complete lines written after byte `offset`, and the offset after them."""
+    if not path.exists():
+        return [], offset
+    with path.open("rb") as f:
+        f.seek(offset)
+        data = f.read()
+    cut = data.rfind(b"\n") + 1
+    return data[:cut].decode(errors="replace").splitlines(), offset + cut
+
+
+def follow(
+    store: JobStore, name: str, on_line: Callable[[str], None], start: int = 0, poll: float = 0.3
+) -> Job:
+    """Feed each new log line to `on_line` until the job ends; return the final record."""
+    log = store.path(name) / "train.log"
+    offset = start
+    while True:
+        job = store.get(name)
+        lines, offset = new_lines(log, offset)
+        for line in lines:
+            on_line(line)
+        if job.status in TERMINAL:
+            lines, offset = new_lines(log, offset)
+            for line in lines:
+                on_line(line)
+            return job
+        time.sleep(poll)
+
+
+def metrics(run_dir: Path) -> Iterator[dict]:
+    path = run_dir / "metrics.jsonl"
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                yield json.loads(line)
+
+
+def last_train_metrics(run_dir: Path) -> dict | None:
+    """The newest training step's metrics (validation-only lines, such as step 0, are skipped)."""
+    for line in reversed(tail_lines(run_dir / "metrics.jsonl", 50)):
+        m = json.loads(line)
+        if "reward/overall" in m:
+            return m
+    return None
+
+
+def total_steps(run_dir: Path) -> int | None:
+    try:
+        return json.loads((run_dir / "trainer.json").read_text())["total_steps"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def exit_code(job: Job) -> int:
+    if job.status == "SUCCEEDED" or job.status == "STOPPED":
+        return 0
+    return job.exit_code if job.exit_code not in (None, 0) else 1

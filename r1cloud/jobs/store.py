@@ -1,0 +1,150 @@
+"""The job store: one folder per job under `$R1CLOUD_HOME/jobs` (default `~/.r1cloud/jobs`).
+
+```
+<home>/jobs/<name>/
+  job.json        the record below (written atomically, updated under a lock)
+  spec.yaml       the resolved spec the trainer reads (secret names only, never values)
+  train.log       the trainer's output, appended across restarts
+  metrics.jsonl, checkpoints/, trainer.json      written by the trainer
+```
+
+Names are claimed with an exclusive mkdir, so two jobs started at once cannot take the same name.
+A RUNNING job whose supervisor process is gone (kill -9, reboot) is reported FAILED with the
+reason, never RUNNING forever.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ACTIVE = ("PENDING", "RUNNING")
+TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+DIED = "its process ended without a word (killed, or the machine restarted)"
+
+
+def home() -> Path:
+    return Path(os.environ.get("R1CLOUD_HOME") or Path.home() / ".r1cloud")
+
+
+@dataclass
+class Job:
+    name: str
+    status: str = "PENDING"
+    infra: str = "local"
+    accelerators: str = ""
+    nodes: int = 1
+    blueprint: str = ""
+    created_at: float = field(default_factory=time.time)
+    started_at: float | None = None
+    ended_at: float | None = None
+    pid: int | None = None
+    pid_started: float | None = None  # the process's start time: tells a reused pid apart
+    exit_code: int | None = None
+    reason: str = ""
+    stop_requested: bool = False
+    attempts: int = 0
+
+    @property
+    def dir(self) -> Path:
+        return home() / "jobs" / self.name
+
+
+class JobExists(Exception):
+    pass
+
+
+class NoSuchJob(Exception):
+    pass
+
+
+def process_start_time(pid: int) -> float | None:
+    """Seconds since boot when `pid` started (Linux /proc), or None if it does not exist."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        state = fields[0]
+        if state == "Z":  # a zombie has finished
+            return None
+        return int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def alive(job: Job) -> bool:
+    if job.pid is None:
+        return False
+    started = process_start_time(job.pid)
+    return started is not None and (job.pid_started is None or abs(started - job.pid_started) < 1.0)
+
+
+class JobStore:
+    def __init__(self, root: Path | None = None):
+        self.root = (root or home()) / "jobs"
+
+    def path(self, name: str) -> Path:
+        return self.root / name
+
+    def create(self, job: Job) -> Job:
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path(job.name).mkdir()  # atomic: exactly one creator wins
+        except FileExistsError as e:
+            raise JobExists(job.name) from e
+        self._write(job)
+        return job
+
+    def _write(self, job: Job) -> None:
+        target = self.path(job.name) / "job.json"
+        tmp = target.with_name(f".job.json.{os.getpid()}")
+        tmp.write_text(json.dumps(asdict(job), indent=2))
+        os.replace(tmp, target)
+
+    def _read(self, name: str) -> Job:
+        try:
+            data = json.loads((self.path(name) / "job.json").read_text())
+        except FileNotFoundError as e:
+            raise NoSuchJob(name) from e
+        return Job(**{k: v for k, v in data.items() if k in Job.__dataclass_fields__})
+
+    @contextlib.contextmanager
+    def locked(self, name: str) -> Iterator[Job]:
+        """Read-modify-write one job under its lock; the yielded record is written back."""
+        if not (self.path(name) / "job.json").exists():
+            raise NoSuchJob(name)
+        with open(self.path(name) / ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            job = self._read(name)
+            yield job
+            self._write(job)
+
+    def get(self, name: str) -> Job:
+        job = self._read(name)
+        if (
+            job.status in ACTIVE
+            and not alive(job)
+            and (job.pid is not None or time.time() - job.created_at > 60)
+        ):
+            with self.locked(name) as job:
+                if job.status in ACTIVE and not alive(job):
+                    job.status, job.reason, job.ended_at = "FAILED", DIED, job.ended_at or time.time()
+        return job
+
+    def list(self) -> list[Job]:
+        if not self.root.exists():
+            return []
+        jobs = []
+        for p in self.root.iterdir():
+            if (p / "job.json").exists():
+                with contextlib.suppress(NoSuchJob, ValueError):
+                    jobs.append(self.get(p.name))
+        return sorted(jobs, key=lambda j: j.created_at)
+
+    def latest(self) -> Job | None:
+        jobs = self.list()
+        return max(jobs, key=lambda j: j.started_at or j.created_at) if jobs else None

@@ -1,0 +1,76 @@
+"""The process that owns one local job: `python -m r1cloud.jobs.supervise JOB_DIR`.
+
+It runs in its own session (so closing the terminal does not end the job), starts the trainer as
+its child with the output appended to train.log, forwards a stop request (SIGTERM) to the trainer
+alone — so the trainer can save a checkpoint before its Ray workers go — and records how the job
+ended in job.json.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .store import JobStore, process_start_time
+
+
+def last_error(log: Path) -> str:
+    """The most telling line at the end of the log: an `error:` line or the exception."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 20000))
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        if line.startswith("error:") or (
+            ": " in line and line.split(":")[0].endswith(("Error", "Exception"))
+        ):
+            return line[:300]
+    return lines[-1][:300] if lines else ""
+
+
+def main(job_dir: str) -> int:
+    path = Path(job_dir)
+    store = JobStore(path.parent.parent)
+    name = path.name
+    with store.locked(name) as job:
+        job.status, job.started_at, job.ended_at, job.exit_code, job.reason = (
+            "RUNNING",
+            time.time(),
+            None,
+            None,
+            "",
+        )
+        job.pid, job.pid_started = __import__("os").getpid(), process_start_time(__import__("os").getpid())
+        job.stop_requested = False
+        job.attempts += 1
+    with (path / "train.log").open("ab") as log:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "r1cloud.trainer", str(path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        code = child.wait()
+    with store.locked(name) as job:
+        job.exit_code, job.ended_at = code, time.time()
+        if job.stop_requested:
+            job.status, job.reason = "STOPPED", "stopped by r1cloud stop"
+        elif code == 0:
+            job.status, job.reason = "SUCCEEDED", ""
+        else:
+            job.status, job.reason = (
+                "FAILED",
+                last_error(path / "train.log") or f"the trainer exited with code {code}",
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

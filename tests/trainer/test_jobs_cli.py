@@ -1,0 +1,218 @@
+"""The job lifecycle as a user runs it, through real `r1cloud` processes and the tiny model:
+train → jobs → status → stop → resume → logs; kill -9 detected as FAILED; two jobs at once;
+secrets never written anywhere; bad input ends in one clear line and exit code 2."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tinyrun import tiny_blueprint
+
+R1CLOUD = str(Path(sys.executable).parent / "r1cloud")
+SECRET = "hf_s3cr3t_ZX81_value"
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    h = tmp_path / "home"
+    monkeypatch.setenv("R1CLOUD_HOME", str(h))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    return h
+
+
+@pytest.fixture
+def blueprint(tmp_path, tiny_model, digits_reward):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(tiny_blueprint(tiny_model, digits_reward) + "secrets: [HF_TOKEN]\n")
+    return path
+
+
+def r1(*args, timeout=300, env=None):
+    return subprocess.run(
+        [R1CLOUD, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def job_record(home, name):
+    return json.loads((home / "jobs" / name / "job.json").read_text())
+
+
+def wait_for(predicate, timeout=240, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def steps_done(home, name):
+    path = home / "jobs" / name / "metrics.jsonl"
+    return [json.loads(x)["step"] for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_train_stop_resume_logs_status(home, blueprint):
+    r = r1(
+        "train",
+        blueprint,
+        "--name",
+        "life",
+        "--detach",
+        "--secret",
+        f"HF_TOKEN={SECRET}",
+        "trainer.max_steps=40",
+        "trainer.save_freq=-1",  # no periodic saves: the only checkpoint before the end is the stop's
+    )
+    assert r.returncode == 0, r.stderr
+    assert "started life" in r.stdout and "r1cloud logs -f life" in r.stdout
+    wait_for(lambda: len(steps_done(home, "life")) >= 2, what="two steps")
+
+    r = r1("jobs")
+    assert r.returncode == 0 and "life" in r.stdout and "RUNNING" in r.stdout
+    r = r1("status")  # no argument: the table
+    assert "RUNNING" in r.stdout
+
+    r = r1("stop", "life")
+    assert r.returncode == 0, r.stderr
+    assert "life STOPPED (stopped)" in r.stdout  # graceful, not killed after the grace period
+    assert "[stop] stopped after step" in (home / "jobs/life/train.log").read_text()
+    record = job_record(home, "life")
+    assert record["status"] == "STOPPED"
+    stopped_at = max(steps_done(home, "life"))
+    assert stopped_at < 40
+    saved = sorted(p.name for p in (home / "jobs/life/checkpoints").glob("global_step_*"))
+    assert saved == [f"global_step_{stopped_at}"]
+    r = r1("status", "life")
+    assert "STOPPED" in r.stdout and "checkpoints" in r.stdout and str(stopped_at) in r.stdout
+
+    r = r1("train", "--resume", "life", "--secret", f"HF_TOKEN={SECRET}")  # follows to the end
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "resumed life" in r.stdout and "life SUCCEEDED" in r.stdout
+    assert "step 40/40" in r.stdout
+    assert f"[resume] from step {stopped_at}" in (home / "jobs/life/train.log").read_text()
+    assert steps_done(home, "life") == list(range(1, 41))
+
+    r = r1("logs", "-n", "5")  # the latest job by default
+    assert r.returncode == 0 and "step 40/40" in r.stdout
+    r = r1("logs", "-f", "life")  # already finished: prints and exits with its code
+    assert r.returncode == 0
+
+    # The secret reached the trainer's environment and nothing else.
+    for p in home.rglob("*"):
+        if p.is_file():
+            assert SECRET.encode() not in p.read_bytes(), p
+    r = r1("validate", home / "jobs/life/spec.yaml", "--json", env={"HF_TOKEN": "x"})
+    assert "HF_TOKEN" in r.stdout and SECRET not in r.stdout
+
+
+def test_kill_9_is_detected_as_failed(home, blueprint):
+    r = r1(
+        "train",
+        blueprint,
+        "--name",
+        "doomed",
+        "--detach",
+        "--secret",
+        f"HF_TOKEN={SECRET}",
+        "trainer.max_steps=200",
+    )
+    assert r.returncode == 0, r.stderr
+    wait_for(
+        lambda: job_record(home, "doomed")["status"] == "RUNNING" and job_record(home, "doomed")["pid"],
+        what="RUNNING",
+    )
+    os.killpg(job_record(home, "doomed")["pid"], signal.SIGKILL)
+    wait_for(lambda: "FAILED" in r1("jobs").stdout, timeout=30, what="FAILED in the table")
+    r = r1("status", "doomed")
+    assert "FAILED" in r.stdout and "ended without a word" in r.stdout
+    r = r1("train", blueprint, "--name", "doomed", "--secret", "HF_TOKEN=x")
+    assert r.returncode == 2 and "already exists (FAILED)" in r.stderr and "--resume doomed" in r.stderr
+
+
+def test_two_jobs_at_once_are_isolated(home, blueprint):
+    procs = [
+        subprocess.Popen(
+            [R1CLOUD, "train", str(blueprint), "--name", n, "--accels", "1", "--secret", "HF_TOKEN=x"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in ("alpha", "beta")
+    ]
+    listings = []
+    while any(p.poll() is None for p in procs):
+        listings.append(r1("jobs"))  # reading the store while both jobs write to it
+        time.sleep(0.5)
+    for p in procs:
+        assert p.returncode == 0, p.stderr.read()
+    assert all(x.returncode == 0 for x in listings)
+    for n in ("alpha", "beta"):
+        assert job_record(home, n)["status"] == "SUCCEEDED"
+        assert steps_done(home, n) == [1, 2, 3]
+        assert json.loads((home / "jobs" / n / "trainer.json").read_text())["workers"] == 1
+
+
+def test_same_name_at_once_only_one_wins(home, blueprint):
+    procs = [
+        subprocess.Popen(
+            [R1CLOUD, "train", str(blueprint), "--name", "same", "--detach", "--secret", "HF_TOKEN=x"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    codes = sorted(p.wait(timeout=120) for p in procs)
+    assert codes == [0, 2]
+    r1("stop", "same", "--grace", "60")
+
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["logs", "nope"], "no job named 'nope'"),
+        (["status", "nope"], "no job named 'nope'"),
+        (["stop", "nope"], "no job named 'nope'"),
+        (["train", "missing.yaml"], "missing.yaml does not exist"),
+        (["train", "{bp}", "worker.rollout.n=one"], "worker.rollout.n: 'one' is not valid"),
+        (["train", "{bp}"], "secrets.HF_TOKEN: is not set"),
+        (["train", "{bp}", "--secret", "HF_TOKEN"], "HF_TOKEN is not set in the environment"),
+        (["train", "{bp}", "--infra", "aws", "--secret", "HF_TOKEN=x"], "SkyPilot backend"),
+        (["train", "{bp}", "--env", "NOEQUALS", "--secret", "HF_TOKEN=x"], "write KEY=VALUE"),
+    ],
+)
+def test_bad_input_is_one_clear_message_and_exit_2(home, blueprint, args, expected):
+    r = r1(*[a.format(bp=blueprint) for a in args])
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert expected in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_no_jobs_yet_and_dry_run(home, blueprint):
+    r = r1("jobs")
+    assert r.returncode == 0 and "no jobs yet" in r.stdout
+    r = r1("logs")
+    assert r.returncode == 2 and "no jobs yet" in r.stderr
+    r = r1(
+        "train",
+        blueprint,
+        "--dry-run",
+        "--accels",
+        "4",
+        "--secret",
+        "HF_TOKEN=x",
+        "data.rollout_batch_size=8",
+        "worker.actor.global_batch_size=8",
+    )
+    assert r.returncode == 0, r.stderr
+    assert "4 local worker slots" in r.stdout and "would run" in r.stdout and "HF_TOKEN (secret)" in r.stdout
+    assert not (home / "jobs").exists() or not any((home / "jobs").iterdir())
