@@ -1,4 +1,4 @@
-"""CLI start-up: `r1cloud --help` and `r1cloud validate` against `python -c pass`, in one run.
+"""CLI start-up: `r1cloud --help`, `validate` and `jobs` against `python -c pass`, in one run.
 
 Alternates the commands for N rounds (these machines are noisy) and prints medians and ratios.
 Usage: python benchmarks/cli.py [--rounds 15]

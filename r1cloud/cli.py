@@ -241,8 +241,8 @@ def train(
 ) -> None:
     """Validate a blueprint, start it as a job, and follow its progress (Ctrl-C detaches; the
     job keeps running)."""
-    from .jobs.store import ACTIVE, Job, JobExists
-    from .spec import SpecError, dump_spec, load_spec, summarize
+    from .jobs.store import JobExists
+    from .spec import SpecError, load_spec, summarize
 
     store = _store()
     source = Path(target)
@@ -294,37 +294,21 @@ def train(
                 f"env        {', '.join([*spec.envs, *(f'{k} (secret)' for k in secrets)])}", markup=False
             )
         return
-    accel_text = str(spec.resources.accelerators or f"{spec.trainer.n_gpus_per_node} slots")
-    job = Job(
-        spec.name,
-        infra=spec.resources.infra,
-        accelerators=accel_text,
-        nodes=spec.trainer.nnodes,
-        blueprint=str(Path(target).resolve()) if not resuming_job else "",
-    )
-    try:
-        store.create(job)
-        fresh = True
-    except JobExists:
-        existing = store.get(spec.name)
-        if not resume:
-            _fail(
-                f"error: a job named {spec.name!r} already exists ({existing.status})",
-                [
-                    f"pick another name with --name {spec.name}-2, or continue it with: r1cloud train --resume {spec.name}"
-                ],
-            )
-        if existing.status in ACTIVE:
-            _fail(f"error: {spec.name} is already running", [f"follow it with: r1cloud logs -f {spec.name}"])
-        fresh = False
-        with store.locked(spec.name) as j:
-            j.status, j.pid, j.pid_started, j.reason, j.stop_requested = "PENDING", None, None, "", False
-            j.accelerators, j.nodes, j.created_at = accel_text, spec.trainer.nnodes, time.time()
-    (store.path(spec.name) / "spec.yaml").write_text(dump_spec(spec))
-    from .jobs.local import launch
+    from .jobs.local import JobRunning, submit
 
-    log_start = _log_size(store.path(spec.name))  # a resumed job's log goes on where it was
-    job = launch(store, store.get(spec.name), secrets, {})
+    try:
+        job, fresh, log_start = submit(
+            store, spec, secrets, resume=resume, blueprint="" if resuming_job else target
+        )
+    except JobExists as e:
+        _fail(
+            f"error: a job named {spec.name!r} already exists ({e.args[1]})",
+            [
+                f"pick another name with --name {spec.name}-2, or continue it with: r1cloud train --resume {spec.name}"
+            ],
+        )
+    except JobRunning:
+        _fail(f"error: {spec.name} is already running", [f"follow it with: r1cloud logs -f {spec.name}"])
     verb = "started" if fresh else "resumed"
     out.print(
         f"{verb} {job.name} · {spec.trainer.n_gpus_per_node} worker slot(s) · run folder {job.dir}",
@@ -381,13 +365,6 @@ def _follow_with_progress(store, name: str, log_start: int) -> int:
         )
         return 0
     return _report_end(job)
-
-
-def _log_size(run: Path) -> int:
-    try:
-        return (run / "train.log").stat().st_size
-    except OSError:
-        return 0
 
 
 def _report_end(job) -> int:

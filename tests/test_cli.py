@@ -37,9 +37,12 @@ def imported_by(argv: list[str]) -> list[str]:
     return [m for m in line.removeprefix("HEAVY=").split(",") if m]
 
 
-def test_help_and_validate_import_no_heavy_library():
+def test_help_and_validate_import_no_heavy_library(tmp_path, monkeypatch):
+    monkeypatch.setenv("R1CLOUD_HOME", str(tmp_path))
     assert imported_by(["--help"]) == []
     assert imported_by(["validate", str(QUICKSTART)]) == []
+    assert imported_by(["jobs"]) == []
+    assert imported_by(["train", str(QUICKSTART), "--dry-run"]) == []
 
 
 def test_console_script_help_teaches():

@@ -8,7 +8,47 @@ import subprocess
 import sys
 import time
 
-from .store import Job, JobStore, alive
+from .store import ACTIVE, Job, JobExists, JobStore, alive
+
+
+class JobRunning(Exception):
+    pass
+
+
+def submit(
+    store: JobStore, spec, secrets: dict[str, str], *, resume: bool, blueprint: str = ""
+) -> tuple[Job, bool, int]:
+    """Create the job (or, with `resume`, reuse a finished one), write its spec, launch it.
+
+    Returns the job, whether it is new, and where its log stood before (a resumed job's log goes on).
+    Raises JobExists(name, status) for a taken name without `resume`, JobRunning if it runs."""
+    from ..spec import dump_spec
+
+    accel = str(spec.resources.accelerators or f"{spec.trainer.n_gpus_per_node} slots")
+    job = Job(
+        spec.name,
+        infra=spec.resources.infra,
+        accelerators=accel,
+        nodes=spec.trainer.nnodes,
+        blueprint=blueprint,
+    )
+    fresh = True
+    try:
+        store.create(job)
+    except JobExists:
+        existing = store.get(spec.name)
+        if not resume:
+            raise JobExists(spec.name, existing.status) from None
+        if existing.status in ACTIVE:
+            raise JobRunning(spec.name) from None
+        fresh = False
+        with store.locked(spec.name) as j:  # submitted again: a new attempt of the same job
+            j.status, j.pid, j.pid_started, j.reason, j.stop_requested = "PENDING", None, None, "", False
+            j.accelerators, j.nodes, j.created_at = accel, spec.trainer.nnodes, time.time()
+    (job.dir / "spec.yaml").write_text(dump_spec(spec))
+    log = job.dir / "train.log"
+    log_start = log.stat().st_size if log.exists() else 0
+    return launch(store, store.get(spec.name), secrets, spec.envs), fresh, log_start
 
 
 def launch(store: JobStore, job: Job, secrets: dict[str, str], envs: dict[str, str]) -> Job:

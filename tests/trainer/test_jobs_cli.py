@@ -114,6 +114,32 @@ def test_train_stop_resume_logs_status(home, blueprint):
     assert "HF_TOKEN" in r.stdout and SECRET not in r.stdout
 
 
+def test_envs_and_secrets_reach_the_trainer(home, tmp_path, tiny_model):
+    reward = tmp_path / "env_reward.py"
+    reward.write_text(
+        "import os\n"
+        "def compute_score(xs):\n"
+        "    ok = os.environ.get('MY_FLAG') == 'on' and os.environ.get('HF_TOKEN') == 'hf_abc'\n"
+        "    return [{'overall': float(ok)} for _ in xs]\n"
+    )
+    bp = tmp_path / "env.yaml"
+    bp.write_text(tiny_blueprint(tiny_model, reward) + "secrets: [HF_TOKEN]\n")
+    r = r1(
+        "train",
+        bp,
+        "--name",
+        "envs",
+        "--env",
+        "MY_FLAG=on",
+        "--secret",
+        "HF_TOKEN=hf_abc",
+        "trainer.max_steps=1",
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    first = json.loads((home / "jobs/envs/metrics.jsonl").read_text().splitlines()[0])
+    assert first["reward/overall"] == 1.0
+
+
 def test_kill_9_is_detected_as_failed(home, blueprint):
     r = r1(
         "train",
