@@ -82,6 +82,24 @@ def _parse_secrets(values: list[str]) -> dict[str, str]:
     return secrets
 
 
+def _load(path: Path, overrides: list[str], secrets: dict[str, str], shown: str):
+    """The validated spec, its warnings printed; or every problem and exit code 2."""
+    from .spec import SpecError, load_spec
+
+    try:
+        loaded = load_spec(path, overrides, secrets=secrets)
+    except SpecError as e:
+        n = len(e.problems)
+        _fail(
+            f"error: {shown} has {n} problem{'s' if n != 1 else ''}:",
+            [p.render() for p in e.problems],
+            [w.render() for w in e.warnings],
+        )
+    for w in loaded.warnings:
+        err.print(f"warning: {w.render()}", style="yellow", markup=False)
+    return loaded.spec
+
+
 @app.command()
 def validate(
     blueprint: Annotated[
@@ -109,20 +127,9 @@ def validate(
 ) -> None:
     """Check a blueprint without running anything: unknown keys, types, ranges, batch arithmetic,
     files, secrets. Every problem is listed at once; exit code 2 when there is any."""
-    from .spec import SpecError, load_spec, summarize
+    from .spec import summarize
 
-    try:
-        loaded = load_spec(blueprint, overrides or [], secrets=_parse_secrets(secret or []))
-    except SpecError as e:
-        n = len(e.problems)
-        _fail(
-            f"error: {blueprint} has {n} problem{'s' if n != 1 else ''}:",
-            [p.render() for p in e.problems],
-            [w.render() for w in e.warnings],
-        )
-    spec = loaded.spec
-    for w in loaded.warnings:
-        err.print(f"warning: {w.render()}", style="yellow", markup=False)
+    spec = _load(blueprint, overrides or [], _parse_secrets(secret or []), str(blueprint))
     if as_json:
         print(json.dumps(spec.model_dump(mode="json"), indent=2))
         return
@@ -242,7 +249,7 @@ def train(
     """Validate a blueprint, start it as a job, and follow its progress (Ctrl-C detaches; the
     job keeps running)."""
     from .jobs.store import JobExists
-    from .spec import SpecError, load_spec, summarize
+    from .spec import summarize
 
     store = _store()
     source = Path(target)
@@ -261,18 +268,7 @@ def train(
     extra += [f"resources.num_nodes={nodes}", f"trainer.nnodes={nodes}"] if nodes else []
     extra += _accelerator_overrides(source, extra, accels, gpu)
     provided = _parse_secrets(secret or [])
-    try:
-        loaded = load_spec(source, extra, secrets=provided)
-    except SpecError as e:
-        n = len(e.problems)
-        _fail(
-            f"error: {target} has {n} problem{'s' if n != 1 else ''}:",
-            [p.render() for p in e.problems],
-            [w.render() for w in e.warnings],
-        )
-    spec = loaded.spec
-    for w in loaded.warnings:
-        err.print(f"warning: {w.render()}", style="yellow", markup=False)
+    spec = _load(source, extra, provided, target)
     if spec.resources.infra != "local":
         _fail(
             f"error: resources.infra is {spec.resources.infra!r}",
