@@ -539,6 +539,119 @@ def stop(
     )
 
 
+# ---------------------------------------------------------------------------- checkpoints
+
+
+def _checkpoint_source(target: str | None) -> tuple[str, str, int | None]:
+    """(checkpoints root, label for IDs, step or None) for a job, JOB:step-N, a folder or a URL."""
+    from .checkpoints import STEP_RE, job_checkpoint_root, parse_ref
+
+    ref, step = parse_ref(target) if target else (None, None)
+    if ref and ("://" in ref or Path(ref).exists()):
+        path = ref.rstrip("/")
+        if path.endswith("/actor"):  # EasyR1's merger takes the actor folder
+            path = path[: -len("/actor")]
+        m = STEP_RE.search(path)
+        if m and step is None:
+            return path.rsplit("/", 1)[0] if "/" in path else ".", path.rsplit("/", 1)[0], int(m.group(1))
+        return path, path, step
+    store, job = _job(ref)
+    return job_checkpoint_root(store.path(job.name)), job.name, step
+
+
+@app.command()
+def checkpoints(
+    target: Annotated[
+        str | None,
+        typer.Argument(
+            help="A job (default: the latest), a checkpoints folder, or a URL (s3://…).", show_default=False
+        ),
+    ] = None,
+) -> None:
+    """List checkpoints: step, time, rewards, size, INFERENCE READY, and the ID to merge or serve."""
+    from .checkpoints import human_size, list_checkpoints
+
+    root, label, _ = _checkpoint_source(target)
+    found = list_checkpoints(root, label)
+    if not found:
+        out.print(f"no checkpoints yet in {root}", markup=False)
+        return
+    table = Table(box=None, header_style="bold")
+    for col in ("ID", "STEP", "TIME", "TRAIN REWARD", "VAL REWARD", "SIZE", "INFERENCE READY"):
+        table.add_column(col, no_wrap=True)
+    for c in found:
+        fmt = lambda v: f"{v:.3f}" if v is not None else "—"  # noqa: E731
+        ready = "[green]yes[/]" if c.inference_ready else f"no — r1cloud merge {c.id}"
+        table.add_row(
+            c.id,
+            str(c.step),
+            _when(c.time),
+            fmt(c.train_reward),
+            fmt(c.val_reward),
+            human_size(c.size),
+            ready,
+        )
+    out.print(table)
+
+
+@app.command()
+def merge(
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="JOB[:step-N], a checkpoint folder (r1cloud's or EasyR1's), or PATH:step-N.",
+            show_default=False,
+        ),
+    ],
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Output folder (default: the checkpoint's huggingface/).")
+    ] = None,
+    dtype: Annotated[
+        str, typer.Option("--dtype", help="bf16, fp16 or fp32 (as trained: fp32 keeps the bits).")
+    ] = "bf16",
+) -> None:
+    """Write a Hugging Face model folder (config, tokenizer, sharded safetensors) from a checkpoint,
+    streaming: memory stays about one output shard."""
+    from .checkpoints import list_checkpoints
+
+    if dtype not in ("bf16", "fp16", "fp32"):
+        _fail("error: bad --dtype", [f"{dtype!r}: use bf16, fp16 or fp32"])
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("safetensors") is None:
+        _fail(
+            "error: merging needs torch and safetensors",
+            ["install the training extra: scripts/install (or pip install 'r1cloud[train]')"],
+        )
+    root, label, step = _checkpoint_source(target)
+    found = list_checkpoints(root, label)
+    if not found:
+        _fail(f"error: no complete checkpoint in {root}", ["`r1cloud checkpoints` lists what there is"])
+    chosen = found[-1] if step is None else next((c for c in found if c.step == step), None)
+    if chosen is None:
+        _fail(f"error: no step {step} in {root}", [f"steps there: {', '.join(str(c.step) for c in found)}"])
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from .merge import MergeError
+    from .merge import merge as do_merge
+
+    try:
+        with Progress(
+            TextColumn("merging {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            console=err,
+            disable=not err.is_terminal,
+        ) as bar:
+            task = bar.add_task(chosen.id, total=None)
+            path = do_merge(
+                chosen, out_dir, dtype, progress=lambda i, n: bar.update(task, completed=i, total=n)
+            )
+    except MergeError as e:
+        _fail("error: cannot merge", [str(e)])
+    out.print(f"merged {chosen.id} into {path}", markup=False)
+
+
 def main() -> None:
     try:
         app()

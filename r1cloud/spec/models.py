@@ -279,6 +279,8 @@ class TrainerConfig(Model):
     load_checkpoint_path: str | None = None
     ray_timeline: str | None = None
     find_last_checkpoint: bool = True
+    # r1cloud: write merged Hugging Face weights into the last checkpoint, so it is INFERENCE READY
+    save_hf: bool = True
 
     @field_validator("logger", mode="before")
     @classmethod

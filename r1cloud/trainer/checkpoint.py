@@ -36,6 +36,16 @@ def write_json_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def remove(path: Path) -> None:
+    """Delete a checkpoint atomically: renamed out of sight first, so a process killed halfway
+    through the deletion never leaves a half-deleted checkpoint that still looks complete."""
+    trash = path.with_name(f".{path.name}.deleting")
+    if trash.exists():
+        shutil.rmtree(trash, ignore_errors=True)
+    os.replace(path, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
 class Checkpoints:
     def __init__(self, root: str | Path):
         self.root = Path(root)
@@ -66,8 +76,8 @@ class Checkpoints:
 
     def staging(self, step: int) -> Path:
         """A fresh temporary folder for step `step` (leftovers of a crashed save are removed)."""
-        for p in self.root.glob(f".global_step_{step}.tmp*"):
-            shutil.rmtree(p, ignore_errors=True)
+        for p in [*self.root.glob(f".global_step_{step}.tmp*"), *self.root.glob(".global_step_*.deleting")]:
+            shutil.rmtree(p, ignore_errors=True)  # leftovers of a crashed save or deletion
         path = self.root / f".global_step_{step}.tmp"
         path.mkdir()
         return path
@@ -76,7 +86,7 @@ class Checkpoints:
         write_json_atomic(staging / STATE, state)
         final = self.root / f"global_step_{step}"
         if final.exists():
-            shutil.rmtree(final)
+            remove(final)
         os.replace(staging, final)
         t = self.tracker()
         best_step, best = t.get("best_global_step"), t.get("best_val_reward_score")
@@ -108,5 +118,5 @@ class Checkpoints:
             keep.add(s)
         removed = [s for s in steps if s not in keep]
         for s in removed:
-            shutil.rmtree(self.root / f"global_step_{s}", ignore_errors=True)
+            remove(self.root / f"global_step_{s}")
         return removed

@@ -429,10 +429,11 @@ class Trainer:
         return m
 
     # ------------------------------------------------------------------ checkpoints
-    def save(self, step: int, metrics: dict) -> None:
+    def save(self, step: int, metrics: dict, last: bool = False) -> None:
         tick = time.perf_counter()
         staging = self.checkpoints.staging(step)
         self.call("save", str(staging / "actor"))
+        self.save_hf_files(staging / "huggingface", merged=last and self.spec.trainer.save_hf)
         state = {
             "step": step,
             "loader": self.loader.state_dict(),
@@ -443,6 +444,28 @@ class Trainer:
         self.checkpoints.publish(staging, step, state, metrics.get("val/reward_score"))
         self.checkpoints.prune(self.spec.trainer.save_limit)
         metrics["timing_s/save_checkpoint"] = time.perf_counter() - tick
+
+    def save_hf_files(self, hf: Path, merged: bool) -> None:
+        """Config, generation config and tokenizer beside every checkpoint; merged safetensors
+        too for the last one (trainer.save_hf), so it is INFERENCE READY with no merge step."""
+        from transformers import AutoConfig, GenerationConfig
+
+        from ..merge import DTYPES, merge_dcp
+
+        path = self.spec.worker.actor.model.model_path
+        hf.mkdir()
+        config = AutoConfig.from_pretrained(
+            path, trust_remote_code=self.spec.worker.actor.model.trust_remote_code
+        )
+        config.save_pretrained(hf)
+        with contextlib.suppress(OSError):
+            GenerationConfig.from_pretrained(path).save_pretrained(hf)
+        self.tokenizer.save_pretrained(hf)
+        if merged:
+            dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(
+                str(getattr(config, "dtype", "") or "").removeprefix("torch.")
+            )
+            merge_dcp(str(hf.parent / "actor"), hf, hf, DTYPES.get(dtype))
 
     def resume(self) -> int:
         s = self.spec.trainer
@@ -537,7 +560,7 @@ class Trainer:
             if self.val_set and ((s.trainer.val_freq > 0 and step % s.trainer.val_freq == 0) or last):
                 metrics.update(self.validate(step))
             if (s.trainer.save_freq > 0 and step % s.trainer.save_freq == 0) or last or stop:
-                self.save(step, metrics)
+                self.save(step, metrics, last=last)
             self.record(step, metrics)
             self.progress(step, metrics)
             if stop and not last:

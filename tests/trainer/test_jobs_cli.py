@@ -101,6 +101,10 @@ def test_train_stop_resume_logs_status(home, blueprint):
     assert f"[resume] from step {stopped_at}" in (home / "jobs/life/train.log").read_text()
     assert steps_done(home, "life") == list(range(1, 41))
 
+    r = r1("checkpoints")  # the latest job: the stop's checkpoint and the final, merged one
+    assert r.returncode == 0, r.stderr
+    assert f"life:step-{stopped_at}" in r.stdout and "life:step-40" in r.stdout and "yes" in r.stdout
+
     r = r1("logs", "-n", "5")  # the latest job by default
     assert r.returncode == 0 and "step 40/40" in r.stdout
     r = r1("logs", "-f", "life")  # already finished: prints and exits with its code

@@ -1,0 +1,154 @@
+"""Listing checkpoints wherever they are — a job, a local folder, a bucket URL (through fsspec) — in
+r1cloud's layout or EasyR1/verl's. Reads metadata files only; imports no torch.
+
+r1cloud:  <root>/global_step_N/{actor/ (DCP), trainer_state.json, huggingface/}
+EasyR1:   <root>/global_step_N/actor/{model_world_size_W_rank_R.pt, …, huggingface/},
+          <root>/checkpoint_tracker.json, <root>/experiment_log.jsonl (per-step metrics)
+
+INFERENCE READY means a Hugging Face model is there: `config.json` naming `architectures` and
+safetensors weights, in `huggingface/` (r1cloud) or `actor/huggingface/` (EasyR1).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+STEP_RE = re.compile(r"global_step_(\d+)$")
+SHARD_RE = re.compile(r"model_world_size_(\d+)_rank_(\d+)\.pt$")
+
+
+@dataclass
+class Checkpoint:
+    step: int
+    path: str  # the global_step_N folder (a path or a URL)
+    format: str  # "r1cloud" or "easyr1"
+    time: float | None
+    train_reward: float | None
+    val_reward: float | None
+    size: int
+    inference_ready: bool
+    id: str
+
+    @property
+    def hf_dir(self) -> str:
+        return f"{self.path}/huggingface" if self.format == "r1cloud" else f"{self.path}/actor/huggingface"
+
+
+def _fs(url: str):
+    import fsspec
+
+    return fsspec.core.url_to_fs(url)
+
+
+def _read_json(fs, path: str) -> dict | None:
+    try:
+        with fs.open(path, "r") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _mtime(info: dict) -> float | None:
+    value = info.get("mtime") or info.get("LastModified") or info.get("last_modified")
+    if value is None:
+        return None
+    return value if isinstance(value, int | float) else value.timestamp()
+
+
+def inference_ready(fs, hf_dir: str) -> bool:
+    config = _read_json(fs, f"{hf_dir}/config.json")
+    if not config or not config.get("architectures"):
+        return False
+    try:
+        return any(p.endswith(".safetensors") for p in fs.ls(hf_dir, detail=False))
+    except OSError:
+        return False
+
+
+def _easyr1_metrics(fs, root: str) -> dict[int, dict]:
+    """EasyR1's FileLogger: one {"step": N, "reward": {"overall": …}, "val": {…}} line per step."""
+    out: dict[int, dict] = {}
+    try:
+        with fs.open(f"{root}/experiment_log.jsonl", "r") as f:
+            for line in f:
+                if line.strip():
+                    row = json.loads(line)
+                    out[int(row.get("step", -1))] = row
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def list_checkpoints(root: str, label: str | None = None) -> list[Checkpoint]:
+    """Complete checkpoints under `root`, oldest first. Half-written ones never appear: r1cloud's
+    need their trainer_state.json (written last, before the atomic rename), EasyR1's their shards."""
+    fs, base = _fs(root)
+    base = base.rstrip("/")
+    proto = root.split("://", 1)[0] + "://" if "://" in root else ""
+    try:
+        entries = fs.ls(base, detail=True)
+    except FileNotFoundError:
+        return []
+    label = label or root
+    easyr1_rows = None
+    found = []
+    for entry in entries:
+        m = STEP_RE.search(entry["name"].rstrip("/"))
+        if not m or entry.get("type") != "directory":
+            continue
+        step, path = int(m.group(1)), entry["name"].rstrip("/")
+        state = _read_json(fs, f"{path}/trainer_state.json")
+        if state is not None:
+            fmt, metrics = "r1cloud", state.get("metrics", {})
+            train, val = metrics.get("reward/overall"), metrics.get("val/reward_score")
+            when = _mtime(fs.info(f"{path}/trainer_state.json"))
+        else:
+            try:
+                shards = [p for p in fs.ls(f"{path}/actor", detail=False) if SHARD_RE.search(p)]
+            except FileNotFoundError:
+                shards = []
+            world = {int(SHARD_RE.search(p).group(1)) for p in shards}
+            if not shards or len(world) != 1 or len(shards) != world.pop():
+                continue  # not a checkpoint, or not all of its shards
+            if easyr1_rows is None:
+                easyr1_rows = _easyr1_metrics(fs, base)
+            row = easyr1_rows.get(step, {})
+            fmt, train = "easyr1", (row.get("reward") or {}).get("overall")
+            val = (row.get("val") or {}).get("reward_score")
+            when = _mtime(fs.info(shards[0]))
+        ck = Checkpoint(
+            step, proto + path, fmt, when, train, val, int(fs.du(path)), False, f"{label}:step-{step}"
+        )
+        ck.inference_ready = inference_ready(fs, ck.hf_dir.removeprefix(proto))
+        found.append(ck)
+    return sorted(found, key=lambda c: c.step)
+
+
+def job_checkpoint_root(run_dir: Path) -> str:
+    """Where a job's trainer saves: trainer.save_checkpoint_path, else <run dir>/checkpoints."""
+    try:
+        import yaml
+
+        spec = yaml.safe_load((run_dir / "spec.yaml").read_text())
+        path = (spec.get("trainer") or {}).get("save_checkpoint_path")
+    except (OSError, ValueError):
+        path = None
+    return path or str(run_dir / "checkpoints")
+
+
+def parse_ref(ref: str) -> tuple[str, int | None]:
+    """`JOB:step-N` / `PATH:step-N` -> (JOB or PATH, N); a plain name or path -> (it, None)."""
+    m = re.match(r"^(.*):step-(\d+)$", ref)
+    return (m.group(1), int(m.group(2))) if m else (ref, None)
+
+
+def human_size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1024 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"

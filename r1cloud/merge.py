@@ -1,0 +1,282 @@
+"""Merging a checkpoint into a Hugging Face model folder: config, generation config, tokenizer and
+sharded safetensors with an index — loadable by `from_pretrained` and by vLLM.
+
+It streams. Output shards are planned from metadata, then filled one at a time, reading only the
+pieces of the tensors that shard holds: peak memory is about one output shard plus the pieces of
+one tensor (EasyR1's merger loads every rank's file at once). Sources:
+
+- r1cloud checkpoints (torch.distributed.checkpoint): tensors are read by name from the DCP files;
+- EasyR1/verl per-rank files `model_world_size_W_rank_R.pt` holding DTensor shards of an FSDP
+  (`fsdp`) or HSDP (`ddp`, `fsdp`) mesh, memory-mapped and re-opened per output shard so pages
+  already written do not pile up. Tensor-parallel meshes are refused with a clear error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+
+from .trainer.checkpoint import remove
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+HF_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "preprocessor_config.json",
+    "processor_config.json",
+)
+DEFAULT_SHARD = 1024**3  # bytes per output file: the bound on merge memory
+
+
+class MergeError(Exception):
+    pass
+
+
+def _plan(sizes: list[tuple[str, int]], shard_bytes: int) -> list[list[str]]:
+    shards: list[list[str]] = [[]]
+    used = 0
+    for name, nbytes in sizes:
+        if shards[-1] and used + nbytes > shard_bytes:
+            shards.append([])
+            used = 0
+        shards[-1].append(name)
+        used += nbytes
+    return [s for s in shards if s]
+
+
+def _write(
+    shards: list[list[str]],
+    fill: Callable[[list[str]], dict[str, torch.Tensor]],
+    out: Path,
+    dtype: torch.dtype | None,
+    progress=None,
+) -> None:
+    from safetensors.torch import save_file
+
+    if dtype is not None:  # the config says what the weights are, for from_pretrained and vLLM
+        config = json.loads((out / "config.json").read_text())
+        config["torch_dtype"] = config["dtype"] = str(dtype).removeprefix("torch.")
+        (out / "config.json").write_text(json.dumps(config, indent=2))
+    total = len(shards)
+    weight_map, total_size = {}, 0
+    for i, names in enumerate(shards, 1):
+        fname = "model.safetensors" if total == 1 else f"model-{i:05d}-of-{total:05d}.safetensors"
+        tensors = fill(names)
+        if dtype is not None:
+            tensors = {
+                k: (v.to(dtype) if v.is_floating_point() else v).contiguous() for k, v in tensors.items()
+            }
+        save_file(tensors, str(out / fname), metadata={"format": "pt"})
+        for k, v in tensors.items():
+            weight_map[k] = fname
+            total_size += v.numel() * v.element_size()
+        del tensors
+        if progress:
+            progress(i, total)
+    if total > 1:
+        index = {"metadata": {"total_size": total_size}, "weight_map": weight_map}
+        (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+
+
+def copy_hf_files(src: str | Path, out: Path) -> dict:
+    """Config, generation config and tokenizer/processor files; returns the config."""
+    src = Path(src)
+    if src.resolve() != out.resolve():
+        for name in HF_FILES:
+            if (src / name).is_file():
+                shutil.copy2(src / name, out / name)
+    if not (out / "config.json").is_file():
+        raise MergeError(f"{src} has no config.json: cannot describe the merged model")
+    return json.loads((out / "config.json").read_text())
+
+
+def _skip_tied(names: list[str], config: dict) -> list[str]:
+    if config.get("tie_word_embeddings") and any(n.endswith("embed_tokens.weight") for n in names):
+        return [n for n in names if n != "lm_head.weight"]
+    return names
+
+
+# ---------------------------------------------------------------------------- r1cloud (DCP)
+
+
+def _dcp_reader(path: str):
+    if "://" in path:
+        from torch.distributed.checkpoint import FsspecReader
+
+        return FsspecReader(path)
+    from torch.distributed.checkpoint import FileSystemReader
+
+    return FileSystemReader(path)
+
+
+def merge_dcp(
+    dcp_dir: str,
+    hf_src: str | Path,
+    out: Path,
+    dtype: torch.dtype | None,
+    shard_bytes: int = DEFAULT_SHARD,
+    progress=None,
+) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    meta = _dcp_reader(dcp_dir).read_metadata().state_dict_metadata
+    tensors = {
+        k.removeprefix("model."): m
+        for k, m in meta.items()
+        if k.startswith("model.") and isinstance(m, TensorStorageMetadata)
+    }
+    if not tensors:
+        raise MergeError(f"{dcp_dir}: no model weights in this checkpoint")
+    config = copy_hf_files(hf_src, out)
+    names = _skip_tied(list(tensors), config)
+    width = dtype.itemsize if dtype is not None else None
+
+    def nbytes(n: str) -> int:
+        m = tensors[n]
+        return m.size.numel() * (width or m.properties.dtype.itemsize)
+
+    def fill(chunk: list[str]) -> dict[str, torch.Tensor]:
+        state = {f"model.{n}": torch.empty(tensors[n].size, dtype=tensors[n].properties.dtype) for n in chunk}
+        dcp.load(state, storage_reader=_dcp_reader(dcp_dir), no_dist=True)
+        return {k.removeprefix("model."): v for k, v in state.items()}
+
+    _write(_plan([(n, nbytes(n)) for n in names], shard_bytes), fill, out, dtype, progress)
+
+
+# ---------------------------------------------------------------------------- EasyR1 / verl shards
+
+SHARD_RE = re.compile(r"model_world_size_(\d+)_rank_(\d+)\.pt$")
+
+
+def _rank_files(actor_dir: Path) -> list[Path]:
+    files = {int(m.group(2)): p for p in actor_dir.iterdir() if (m := SHARD_RE.search(p.name))}
+    worlds = {int(SHARD_RE.search(p.name).group(1)) for p in files.values()}
+    if len(worlds) != 1:
+        raise MergeError(f"{actor_dir}: shards from different world sizes {sorted(worlds)}")
+    world = worlds.pop()
+    missing = sorted(set(range(world)) - set(files))
+    if missing:
+        raise MergeError(f"{actor_dir}: world size {world} but ranks {missing} are missing")
+    return [files[r] for r in range(world)]
+
+
+def _load_mmap(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+
+
+def _layout(t) -> tuple[list[str], list]:
+    """Mesh dimension names and placements of a DTensor (a plain tensor: replicated)."""
+    if not hasattr(t, "placements"):
+        return [], []
+    return list(t.device_mesh.mesh_dim_names or []), list(t.placements)
+
+
+def _full(pieces: list, world: int) -> torch.Tensor:
+    """Rebuild one tensor from every rank's piece, for FSDP and HSDP meshes."""
+    first = pieces[0]
+    dims, placements = _layout(first)
+    if not placements:
+        return first
+    if len(dims) == 1 and dims[0] in ("fsdp", "dp", None):
+        mesh_shape, shard_axis = (world,), 0
+    elif dims == ["ddp", "fsdp"]:
+        mesh_shape, shard_axis = tuple(first.device_mesh.mesh.shape), 1
+    else:
+        raise MergeError(
+            f"mesh {dims} is not supported: only FSDP ('fsdp') and HSDP ('ddp', 'fsdp') checkpoints can be merged (tensor-parallel is not)"
+        )
+    placement = placements[shard_axis]
+    locals_ = [p._local_tensor for p in pieces]
+    if placement.is_replicate():
+        return locals_[0]
+    if not placement.is_shard():
+        raise MergeError(f"placement {placement} is not supported")
+    per_group = mesh_shape[shard_axis]
+    group = locals_[:per_group]  # ranks 0..n-1 form the first replica's shard group
+    full = torch.cat(group, dim=placement.dim)
+    return full.narrow(placement.dim, 0, first.shape[placement.dim]) if full.shape != first.shape else full
+
+
+def merge_easyr1(
+    actor_dir: Path, out: Path, dtype: torch.dtype | None, shard_bytes: int = DEFAULT_SHARD, progress=None
+) -> None:
+    files = _rank_files(actor_dir)
+    hf = actor_dir / "huggingface"
+    config = copy_hf_files(hf, out)
+    first = _load_mmap(files[0])
+    names = _skip_tied([k for k, v in first.items() if isinstance(v, torch.Tensor)], config)
+    sizes = []
+    for n in names:
+        t = first[n]
+        width = dtype.itemsize if dtype is not None else t.element_size()
+        sizes.append((n, t.numel() * width))
+    del first
+
+    def fill(chunk: list[str]) -> dict[str, torch.Tensor]:
+        ranks = [_load_mmap(p) for p in files]  # mapped, not read: only the pieces used are paged in
+        out_tensors = {n: _full([r[n] for r in ranks], len(files)).clone() for n in chunk}
+        del ranks  # unmaps every file before the next shard
+        return out_tensors
+
+    _write(_plan(sizes, shard_bytes), fill, out, dtype, progress)
+
+
+# ---------------------------------------------------------------------------- entry point
+
+
+def merge(
+    checkpoint,
+    out: str | Path | None,
+    dtype: str | None = "bf16",
+    model_src: str | None = None,
+    shard_bytes: int = DEFAULT_SHARD,
+    progress=None,
+) -> Path:
+    """Merge `checkpoint` (a checkpoints.Checkpoint) into `out` (default: its huggingface/ folder),
+    atomically: written beside the target, then renamed into place."""
+    target = Path(out) if out else Path(checkpoint.hf_dir)
+    tmp = target.with_name(f".{target.name}.merging")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    torch_dtype = DTYPES[dtype] if dtype else None
+    try:
+        if checkpoint.format == "r1cloud":
+            src = Path(checkpoint.path) / "huggingface"
+            hf_src = src if (src / "config.json").exists() else model_src
+            if hf_src is None:
+                raise MergeError(
+                    f"{checkpoint.path} has no huggingface/config.json; pass the base model folder"
+                )
+            merge_dcp(f"{checkpoint.path}/actor", hf_src, tmp, torch_dtype, shard_bytes, progress)
+        else:
+            merge_easyr1(Path(checkpoint.path) / "actor", tmp, torch_dtype, shard_bytes, progress)
+        if target.exists():  # renamed away before deletion: never a half-deleted model in place
+            remove(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def iter_weights(folder: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    from safetensors import safe_open
+
+    for f in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(f), "pt") as sf:
+            for k in sf.keys():  # noqa: SIM118 - safe_open is not a dict
+                yield k, sf.get_tensor(k)

@@ -1,0 +1,213 @@
+"""Checkpoints as users see them: listed with INFERENCE READY, merged to Hugging Face safetensors
+bit for bit (r1cloud's DCP checkpoints and EasyR1's per-rank DTensor shards), and never listed or
+resumed half-written, whenever a save is killed."""
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from tinyrun import run_trainer
+from transformers import AutoModelForCausalLM
+
+from r1cloud.checkpoints import list_checkpoints
+from r1cloud.merge import iter_weights
+
+R1CLOUD = str(Path(sys.executable).parent / "r1cloud")
+HERE = Path(__file__).parent
+
+
+def r1(*args, timeout=300):
+    return subprocess.run([R1CLOUD, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def dcp_weights(actor_dir: Path) -> dict[str, torch.Tensor]:
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    out = actor_dir.parent / "full.pt"
+    dcp_to_torch_save(actor_dir, out)
+    return torch.load(out, weights_only=False)["model"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, tiny_model, digits_reward):
+    """A 2-step run with 2 workers, a checkpoint after each step."""
+    from tinyrun import tiny_blueprint
+
+    from r1cloud.spec import dump_spec, load_spec
+
+    d = tmp_path_factory.mktemp("trained")
+    (d / "bp.yaml").write_text(tiny_blueprint(tiny_model, digits_reward))
+    spec = load_spec(d / "bp.yaml", ["trainer.max_steps=2"]).spec
+    run = d / "run"
+    run.mkdir()
+    (run / "spec.yaml").write_text(dump_spec(spec))
+    r = run_trainer(run)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return run
+
+
+def test_listing_shows_steps_rewards_and_inference_ready(trained):
+    found = list_checkpoints(str(trained / "checkpoints"), "run")
+    assert [c.step for c in found] == [1, 2]
+    assert [c.inference_ready for c in found] == [False, True]  # save_hf: the last one is merged
+    metrics = [json.loads(x) for x in (trained / "metrics.jsonl").read_text().splitlines()]
+    assert [c.train_reward for c in found] == [m["reward/overall"] for m in metrics]
+    assert found[0].id == "run:step-1" and found[0].size > 0
+    r = r1("checkpoints", trained / "checkpoints")
+    assert r.returncode == 0, r.stderr
+    assert "step-1" in r.stdout and "r1cloud merge" in r.stdout and "yes" in r.stdout
+
+
+def test_save_hf_and_merge_equal_the_trained_weights_bit_for_bit(trained, tmp_path):
+    for step in (1, 2):
+        want = dcp_weights(trained / f"checkpoints/global_step_{step}/actor")
+        if step == 1:
+            out = tmp_path / "merged1"
+            r = r1("merge", f"{trained / 'checkpoints'}:step-1", "--out", out, "--dtype", "fp32")
+            assert r.returncode == 0, r.stderr
+        else:
+            out = trained / "checkpoints/global_step_2/huggingface"  # written at save time
+        got = dict(iter_weights(out))
+        assert set(got) == set(want)
+        for k in want:
+            assert torch.equal(got[k], want[k]), k
+        model = AutoModelForCausalLM.from_pretrained(out)
+        assert torch.equal(model.state_dict()["model.norm.weight"], want["model.norm.weight"])
+        assert (out / "tokenizer.json").exists() and (out / "generation_config.json").exists()
+
+
+def test_merge_shards_and_loads_in_vllm(trained, tmp_path):
+    out = tmp_path / "sharded"
+    from r1cloud.checkpoints import list_checkpoints as ls
+    from r1cloud.merge import merge
+
+    merge(ls(str(trained / "checkpoints"))[0], out, "bf16", shard_bytes=100_000)
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 2
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert next(model.parameters()).dtype == torch.bfloat16
+    pytest.importorskip("vllm")
+    code = (
+        "import os; os.environ['VLLM_ENABLE_V1_MULTIPROCESSING']='0'\n"
+        "from vllm import LLM, SamplingParams\n"
+        f"llm = LLM(model={str(out)!r}, dtype='bfloat16', max_model_len=128, enforce_eager=True)\n"
+        "o = llm.generate([{'prompt_token_ids': [1, 2, 3]}], SamplingParams(max_tokens=4, temperature=0))\n"
+        "print('TOKENS', len(o[0].outputs[0].token_ids))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"},
+    )
+    assert "TOKENS 4" in r.stdout, r.stderr[-3000:]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("world,mesh", [(2, "fsdp"), (4, "hsdp")])
+def test_easyr1_shards_merge_and_load(tiny_model, tmp_path, world, mesh):
+    out = tmp_path / "easyr1"
+    r = subprocess.run(
+        [sys.executable, HERE / "easyr1_shards.py", tiny_model, out, str(world), mesh, str(_free_port())],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    found = list_checkpoints(str(out), "easyr1")
+    assert [(c.step, c.format, c.train_reward, c.val_reward, c.inference_ready) for c in found] == [
+        (2, "easyr1", 0.25, 0.5, False)
+    ]
+    r = r1("merge", out / "global_step_2" / "actor", "--dtype", "fp32")
+    assert r.returncode == 0, r.stderr
+    hf = out / "global_step_2/actor/huggingface"
+    want = torch.load(out / "reference_full.pt")
+    got = dict(iter_weights(hf))
+    assert set(got) == set(want)
+    for k in want:
+        assert torch.equal(got[k], want[k]), k
+    assert list_checkpoints(str(out))[0].inference_ready
+    AutoModelForCausalLM.from_pretrained(hf)
+
+
+def test_unsupported_mesh_is_a_clear_error(tiny_model, tmp_path):
+    out = tmp_path / "tp"
+    # A mesh whose dimension is neither fsdp nor ddp, as a tensor-parallel run writes.
+    r = subprocess.run(
+        [sys.executable, HERE / "easyr1_shards.py", tiny_model, out, "2", "tp", str(_free_port())],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = r1("merge", out / "global_step_2")
+    assert r.returncode == 2 and "mesh ['tp'] is not supported" in r.stderr and "Traceback" not in r.stderr
+    assert not (out / "global_step_2/actor/huggingface/model.safetensors").exists()
+
+
+SAVER = """
+import sys, time, json
+import torch, torch.distributed.checkpoint as dcp
+from r1cloud.trainer.checkpoint import Checkpoints
+root = sys.argv[1]
+ck = Checkpoints(root)
+state = {"model": {f"w{i}": torch.randn(256, 256) for i in range(24)}}
+step = (ck.latest() or (0, None))[0]
+while True:
+    step += 1
+    staging = ck.staging(step)
+    dcp.save(state, checkpoint_id=str(staging / "actor"), no_dist=True)
+    ck.publish(staging, step, {"step": step}, None)
+    ck.prune(3)
+    print(step, flush=True)
+"""
+
+
+def test_sigkill_during_saves_never_leaves_a_listed_or_resumable_half_checkpoint(tmp_path):
+    root = tmp_path / "ck"
+    script = tmp_path / "saver.py"
+    script.write_text(SAVER)
+    rng = random.Random(0)
+    trials = 25
+    for _ in range(trials):
+        p = subprocess.Popen([sys.executable, script, root], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(1.5 + rng.random() * 1.5)  # imports take ~1 s; then saves back to back
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        from r1cloud.trainer.checkpoint import Checkpoints
+
+        listed = list_checkpoints(str(root))
+        latest = Checkpoints(root).latest()
+        for c in listed:  # everything listed loads completely
+            state = {"model": {f"w{i}": torch.empty(256, 256) for i in range(24)}}
+            import torch.distributed.checkpoint as dcp
+
+            dcp.load(state, checkpoint_id=f"{c.path}/actor", no_dist=True)
+        if latest:
+            assert latest[0] == listed[-1].step
+    assert listed and listed[-1].step >= trials  # the saves made progress across the kills
+
+
+def test_merge_bad_input_is_one_clear_line(trained, tmp_path):
+    r = r1("merge", f"{trained / 'checkpoints'}:step-9")
+    assert r.returncode == 2 and "no step 9" in r.stderr and "steps there: 1, 2" in r.stderr
+    r = r1("merge", tmp_path)
+    assert r.returncode == 2 and "no complete checkpoint" in r.stderr
+    r = r1("merge", trained / "checkpoints", "--dtype", "int8")
+    assert r.returncode == 2 and "use bf16, fp16 or fp32" in r.stderr
+    r = r1("checkpoints", "no-such-job")
+    assert r.returncode == 2 and "no job named 'no-such-job'" in r.stderr
