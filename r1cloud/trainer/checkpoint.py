@@ -10,7 +10,8 @@
 
 A checkpoint is written under a temporary name, renamed into place when complete, and only then
 named in the tracker (written atomically too). A crash at any moment leaves either the previous
-checkpoint or the new one as the last complete one — never a half-written one.
+checkpoint or the new one as the last complete one — never a half-written one. Resume takes the
+newest complete folder; the tracker (EasyR1's format, for tools that read it) may lag it by one.
 """
 
 from __future__ import annotations
@@ -66,11 +67,8 @@ class Checkpoints:
         return sorted(steps)
 
     def latest(self) -> tuple[int, Path] | None:
-        """The checkpoint to resume from: the tracker's, if complete; else the newest complete one."""
-        t = self.tracker()
-        step = t.get("last_global_step")
-        if isinstance(step, int) and (self.root / f"global_step_{step}" / STATE).is_file():
-            return step, self.root / f"global_step_{step}"
+        """The checkpoint to resume from: the newest complete one. A complete checkpoint is one
+        that was renamed into place; the tracker, written after the rename, may lag it by one."""
         steps = self.complete_steps()
         return (steps[-1], self.root / f"global_step_{steps[-1]}") if steps else None
 
