@@ -36,6 +36,14 @@ out = Console(soft_wrap=True, highlight=False)
 err = Console(stderr=True, soft_wrap=True, highlight=False)
 
 EXIT_BAD_INPUT = 2
+SecretOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--secret",
+        help="NAME (value from the environment) or NAME=VALUE; repeatable. Reaches only the job's environment; never stored.",
+        show_default=False,
+    ),
+]
 
 
 def _version(value: bool) -> None:
@@ -116,14 +124,7 @@ def validate(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the fully resolved spec as JSON.")] = False,
-    secret: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--secret",
-            help="NAME (value from the environment) or NAME=VALUE; repeatable. Checked, never stored.",
-            show_default=False,
-        ),
-    ] = None,
+    secret: SecretOption = None,
 ) -> None:
     """Check a blueprint without running anything: unknown keys, types, ranges, batch arithmetic,
     files, secrets. Every problem is listed at once; exit code 2 when there is any."""
@@ -228,14 +229,7 @@ def train(
         list[str] | None,
         typer.Option("--env", help="K=V environment variable for the job; repeatable.", show_default=False),
     ] = None,
-    secret: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--secret",
-            help="NAME (value from the environment) or NAME=VALUE; repeatable. Passed to the job's environment, never stored.",
-            show_default=False,
-        ),
-    ] = None,
+    secret: SecretOption = None,
     detach: Annotated[
         bool, typer.Option("--detach", "-d", help="Start and return; follow later with r1cloud logs -f.")
     ] = False,
