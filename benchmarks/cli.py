@@ -32,6 +32,7 @@ def commands() -> dict[str, list[str]]:
             "validate",
             str(ROOT / "blueprints/math12k_grpo.yaml"),
         ],
+        "r1cloud jobs": [str(BIN / "r1cloud"), "jobs"],
     }
 
 
