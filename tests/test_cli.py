@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT
+from spec_helpers import ROOT
 
 HEAVY = ("torch", "ray", "transformers", "vllm", "sky", "datasets")
 QUICKSTART = ROOT / "blueprints" / "quickstart.yaml"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
 from r1cloud.grading import answers_equal, extract_boxed
+from spec_helpers import ROOT
 
 FILES = sorted((ROOT / "reward_functions").glob("*.py"))
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import MINIMAL
+from spec_helpers import MINIMAL
 
 # (overrides applied to the minimal valid blueprint, substrings the one error line must contain)
 CHECKS = [

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import MINIMAL, ROOT
 from r1cloud.spec import Spec, SpecError, dump_spec, load_resolved, load_spec, normalise_name, parse_override
+from spec_helpers import MINIMAL, ROOT
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BLUEPRINTS = sorted((ROOT / "blueprints").glob("*.yaml"))

@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import MINIMAL
 from r1cloud.cli import app
 from r1cloud.spec import SpecError, load_spec
 from r1cloud.spec.load import all_keys
+from spec_helpers import MINIMAL
 
 KEYS = [".".join(k) for k in all_keys()]
 SETTINGS = settings(

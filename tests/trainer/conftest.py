@@ -1,9 +1,9 @@
 from pathlib import Path
 
 import pytest
-from tinyrun import DIGITS_REWARD, tiny_blueprint
 
 from r1cloud.spec import dump_spec, load_spec
+from tinyrun import DIGITS_REWARD, tiny_blueprint
 
 
 @pytest.fixture(scope="session")

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from tinyrun import run_trainer
 from transformers import AutoModelForCausalLM
 
 from r1cloud.checkpoints import list_checkpoints
 from r1cloud.merge import iter_weights
+from tinyrun import run_trainer
 
 R1CLOUD = str(Path(sys.executable).parent / "r1cloud")
 HERE = Path(__file__).parent
@@ -39,9 +39,8 @@ def dcp_weights(actor_dir: Path) -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tiny_model, digits_reward):
     """A 2-step run with 2 workers, a checkpoint after each step."""
-    from tinyrun import tiny_blueprint
-
     from r1cloud.spec import dump_spec, load_spec
+    from tinyrun import tiny_blueprint
 
     d = tmp_path_factory.mktemp("trained")
     (d / "bp.yaml").write_text(tiny_blueprint(tiny_model, digits_reward))

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from tinyrun import tiny_blueprint
 
 R1CLOUD = str(Path(sys.executable).parent / "r1cloud")

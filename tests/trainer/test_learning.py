@@ -5,9 +5,9 @@ import importlib.util
 import json
 
 import pytest
-from tinyrun import ROOT, run_trainer
 
 from r1cloud.spec import dump_spec, load_spec
+from tinyrun import ROOT, run_trainer
 
 pytestmark = pytest.mark.slow
 

@@ -12,6 +12,7 @@ import time
 import pytest
 import torch
 from safetensors.torch import load_file
+
 from tinyrun import run_trainer
 
 DETERMINISTIC = (
