@@ -491,14 +491,12 @@ def status(
             f"step       {m['step']}/{total or '?'}  " + "  ".join(f"{k}={m[k]:.4g}" for k in keys if k in m),
             markup=False,
         )
-    ckpts = (
-        sorted((run / "checkpoints").glob("global_step_*/trainer_state.json"))
-        if (run / "checkpoints").exists()
-        else []
-    )
+    from .checkpoints import job_checkpoint_root, list_checkpoints
+
+    ckpts = list_checkpoints(job_checkpoint_root(run), record.name)  # honours save_checkpoint_path
     if ckpts:
         out.print(
-            "checkpoints " + ", ".join(p.parent.name.removeprefix("global_step_") for p in ckpts),
+            "checkpoints " + ", ".join(str(c.step) for c in ckpts),
             markup=False,
         )
     out.print(f"run folder {run}", markup=False)

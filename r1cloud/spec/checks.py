@@ -9,10 +9,9 @@ import difflib
 import os
 from collections.abc import Callable
 
+from .load import Origins
 from .models import GROUP_ESTIMATORS, SAMPLING_KEYS, Spec
 from .problems import Problem
-
-Origins = dict[tuple[str, ...], str]
 
 
 def check_spec(spec: Spec, origins: Origins) -> list[Problem]:

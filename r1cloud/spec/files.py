@@ -13,10 +13,10 @@ import difflib
 import re
 from pathlib import Path
 
+from .load import Origins, origin_of
 from .models import Spec, _is_url
 from .problems import Problem
 
-Origins = dict[tuple[str, ...], str]
 DATA_EXTENSIONS = (".json", ".jsonl", ".parquet", ".csv", ".arrow", ".txt", ".tsv")
 HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 
@@ -26,11 +26,7 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
     cwd = Path.cwd()
 
     def where(path: str) -> str | None:
-        key = tuple(path.split("."))
-        for i in range(len(key), 0, -1):
-            if key[:i] in origins:
-                return origins[key[:i]]
-        return None
+        return origin_of(origins, tuple(path.split(".")))
 
     def bases(path: str) -> list[Path]:
         origin = where(path) or ""
