@@ -601,9 +601,19 @@ def merge(
     dtype: Annotated[
         str, typer.Option("--dtype", help="bf16, fp16 or fp32 (as trained: fp32 keeps the bits).")
     ] = "bf16",
+    push_to_hub: Annotated[
+        str | None,
+        typer.Option(
+            "--push-to-hub",
+            metavar="REPO",
+            help="Then upload the folder to this Hub model repo (created if missing; token from HF_TOKEN).",
+        ),
+    ] = None,
+    private: Annotated[bool, typer.Option("--private", help="Create the Hub repo private.")] = False,
 ) -> None:
     """Write a Hugging Face model folder (config, tokenizer, sharded safetensors) from a checkpoint,
-    streaming: memory stays about one output shard."""
+    streaming: memory stays about one output shard. A bucket checkpoint (s3://…) is merged locally
+    and uploaded back into its huggingface/ folder unless --out is given."""
     from .checkpoints import list_checkpoints
 
     if dtype not in ("bf16", "fp16", "fp32"):
@@ -622,6 +632,10 @@ def merge(
     chosen = found[-1] if step is None else next((c for c in found if c.step == step), None)
     if chosen is None:
         _fail(f"error: no step {step} in {root}", [f"steps there: {', '.join(str(c.step) for c in found)}"])
+    if push_to_hub and out_dir is None and "://" in chosen.path:
+        import tempfile  # the Hub client uploads local files: merge a bucket checkpoint locally
+
+        out_dir = Path(tempfile.mkdtemp(prefix="r1cloud-push-")) / "model"
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from .merge import MergeError
@@ -642,6 +656,15 @@ def merge(
     except MergeError as e:
         _fail("error: cannot merge", [str(e)])
     out.print(f"merged {chosen.id} into {path}", markup=False)
+    if push_to_hub:
+        from .hub import HubError, push_folder
+
+        err.print(f"pushing {path} to the Hub as {push_to_hub} …", markup=False)
+        try:
+            url = push_folder(path, push_to_hub, private=private, message=f"r1cloud merge {chosen.id}")
+        except HubError as e:
+            _fail("error: push to the Hub failed", [str(e), f"the merged model is kept in {path}"])
+        out.print(f"pushed to {url}", markup=False)
 
 
 def main() -> None:

@@ -13,10 +13,12 @@ one tensor (EasyR1's merger loads every rank's file at once). Sources:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -113,10 +115,6 @@ def _skip_tied(names: list[str], config: dict) -> list[str]:
 
 
 def _dcp_reader(path: str):
-    if "://" in path:
-        from torch.distributed.checkpoint import FsspecReader
-
-        return FsspecReader(path)
     from torch.distributed.checkpoint import FileSystemReader
 
     return FileSystemReader(path)
@@ -245,9 +243,19 @@ def merge(
     model_src: str | None = None,
     shard_bytes: int = DEFAULT_SHARD,
     progress=None,
-) -> Path:
+) -> str:
     """Merge `checkpoint` (a checkpoints.Checkpoint) into `out` (default: its huggingface/ folder),
-    atomically: written beside the target, then renamed into place."""
+    atomically: written beside the target, then renamed into place. A bucket checkpoint (a URL) is
+    copied to a local folder first — only the weights and the config/tokenizer files — and, with no
+    `out`, the merged model is uploaded back into its huggingface/ folder, config.json last, so the
+    bucket lists it INFERENCE READY only once every file is there."""
+    if "://" in checkpoint.path:
+        with tempfile.TemporaryDirectory(prefix="r1cloud-merge-") as tmp:
+            local = _download(checkpoint, Path(tmp))
+            if out:
+                return merge(local, out, dtype, model_src, shard_bytes, progress)
+            _upload(Path(merge(local, None, dtype, model_src, shard_bytes, progress)), checkpoint.hf_dir)
+            return checkpoint.hf_dir
     target = Path(out) if out else Path(checkpoint.hf_dir)
     tmp = target.with_name(f".{target.name}.merging")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -270,7 +278,41 @@ def merge(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return target
+    return str(target)
+
+
+def _download(checkpoint, into: Path):
+    """The files a merge reads (weights, config, tokenizer — not optimizer states), copied locally."""
+    import fsspec
+
+    fs, base = fsspec.core.url_to_fs(checkpoint.path)
+    base = base.rstrip("/")
+    local = into / Path(base).name
+    hf = "huggingface/" if checkpoint.format == "r1cloud" else "actor/huggingface/"
+    for path in fs.find(base):
+        rel = path[len(base) :].lstrip("/")
+        if rel.startswith(hf):
+            wanted = rel[len(hf) :] in HF_FILES
+        elif checkpoint.format == "r1cloud":
+            wanted = rel.startswith("actor/")
+        else:
+            wanted = bool(SHARD_RE.search(rel))
+        if wanted:
+            (local / rel).parent.mkdir(parents=True, exist_ok=True)
+            fs.get(path, str(local / rel))
+    return dataclasses.replace(checkpoint, path=str(local))
+
+
+def _upload(folder: Path, url: str) -> None:
+    import fsspec
+
+    fs, base = fsspec.core.url_to_fs(url)
+    base = base.rstrip("/")
+    if fs.exists(f"{base}/config.json"):
+        fs.rm(f"{base}/config.json")  # no longer INFERENCE READY while the weights are replaced
+    files = sorted(folder.iterdir(), key=lambda f: f.name == "config.json")
+    for f in files:
+        fs.put(str(f), f"{base}/{f.name}")
 
 
 def iter_weights(folder: Path) -> Iterator[tuple[str, torch.Tensor]]:

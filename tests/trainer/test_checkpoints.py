@@ -16,16 +16,20 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from hub_server import FakeHub
 from r1cloud.checkpoints import list_checkpoints
 from r1cloud.merge import iter_weights
+from s3_server import S3Server
 from tinyrun import run_trainer
 
 R1CLOUD = str(Path(sys.executable).parent / "r1cloud")
 HERE = Path(__file__).parent
 
 
-def r1(*args, timeout=300):
-    return subprocess.run([R1CLOUD, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+def r1(*args, timeout=300, env=None):
+    return subprocess.run(
+        [R1CLOUD, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def dcp_weights(actor_dir: Path) -> dict[str, torch.Tensor]:
@@ -210,3 +214,72 @@ def test_merge_bad_input_is_one_clear_line(trained, tmp_path):
     assert r.returncode == 2 and "use bf16, fp16 or fp32" in r.stderr
     r = r1("checkpoints", "no-such-job")
     assert r.returncode == 2 and "no job named 'no-such-job'" in r.stderr
+
+
+def test_merge_push_to_hub_uploads_the_merged_folder(trained, tmp_path):
+    hub = FakeHub(tmp_path / "hub", token="hf_write")
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_TOKEN": "hf_write"}
+    try:
+        out = tmp_path / "merged"
+        r = r1(
+            "merge", f"{trained / 'checkpoints'}:step-1", "--out", out, "--push-to-hub", "me/tiny-r1", env=env
+        )
+        assert r.returncode == 0, r.stderr
+        assert "pushed to" in r.stdout and hub.commits == [
+            ("me/tiny-r1", f"r1cloud merge {trained / 'checkpoints'}:step-1")
+        ]
+        pushed = hub.root / "me/tiny-r1"
+        assert sorted(f.name for f in out.iterdir()) == sorted(f.name for f in pushed.iterdir())
+        for f in out.iterdir():
+            assert f.read_bytes() == (pushed / f.name).read_bytes(), f.name
+        # A token the Hub refuses: one clear message, exit 2, the merged folder kept.
+        r = r1(
+            "merge",
+            f"{trained / 'checkpoints'}:step-1",
+            "--out",
+            out,
+            "--push-to-hub",
+            "me/x",
+            env={**env, "HF_TOKEN": "hf_read"},
+        )
+        assert r.returncode == 2 and "refused 'me/x' (401)" in r.stderr and "HF_TOKEN" in r.stderr
+        assert "Traceback" not in r.stderr and (out / "config.json").exists()
+    finally:
+        hub.close()
+
+
+def test_bucket_checkpoints_list_and_merge_through_s3(trained, tmp_path):
+    """The trained run's checkpoints copied into a bucket on a local S3 server (moto): listed with
+    rewards and INFERENCE READY, merged from the bucket back into it, and merged to a local folder."""
+    s3 = S3Server()
+    try:
+        fs = s3.fs()
+        fs.mkdir("ckpts")
+        fs.put(str(trained / "checkpoints"), "ckpts/job/checkpoints", recursive=True)
+        env = {**os.environ, **s3.env}
+        url = "s3://ckpts/job/checkpoints"
+        r = r1("checkpoints", url, env=env)
+        assert r.returncode == 0, r.stderr
+        assert f"{url}:step-1" in r.stdout and f"r1cloud merge {url}:step-1" in r.stdout
+        local = list_checkpoints(str(trained / "checkpoints"))
+        os.environ.update(s3.env)
+        try:
+            remote = list_checkpoints(url)
+        finally:
+            for k in s3.env:
+                os.environ.pop(k)
+        assert [(c.step, c.train_reward, c.inference_ready) for c in remote] == [
+            (c.step, c.train_reward, c.inference_ready) for c in local
+        ]
+        r = r1("merge", f"{url}:step-1", "--dtype", "fp32", env=env)
+        assert r.returncode == 0, r.stderr
+        assert fs.exists("ckpts/job/checkpoints/global_step_1/huggingface/config.json")
+        r = r1("merge", f"{url}:step-1", "--dtype", "fp32", "--out", tmp_path / "from-bucket", env=env)
+        assert r.returncode == 0, r.stderr
+        want = dcp_weights(trained / "checkpoints/global_step_1/actor")
+        got = dict(iter_weights(tmp_path / "from-bucket"))
+        assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want)
+        r = r1("checkpoints", url, env=env)
+        assert "r1cloud merge" not in r.stdout  # both steps INFERENCE READY in the bucket now
+    finally:
+        s3.close()
