@@ -41,7 +41,7 @@ def follow(
     store: JobStore, name: str, on_line: Callable[[str], None], start: int = 0, poll: float = 0.3
 ) -> Job:
     """Feed each new log line to `on_line` until the job ends; return the final record."""
-    log = store.path(name) / "train.log"
+    log = store.path(name) / store.get(name).log.name
     offset = start
     while True:
         job = store.get(name)

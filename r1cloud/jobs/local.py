@@ -37,7 +37,7 @@ def submit(
         store.create(job)
     except JobExists:
         existing = store.get(spec.name)
-        if not resume:
+        if not resume or existing.kind != "train":
             raise JobExists(spec.name, existing.status) from None
         if existing.status in ACTIVE:
             raise JobRunning(spec.name) from None

@@ -4,7 +4,7 @@
 <home>/jobs/<name>/
   job.json        the record below (written atomically, updated under a lock)
   spec.yaml       the resolved spec the trainer reads (secret names only, never values)
-  train.log       the trainer's output, appended across restarts
+  train.log       the trainer's output, appended across restarts (serve.log for a server)
   metrics.jsonl, checkpoints/, trainer.json      written by the trainer
 ```
 
@@ -50,10 +50,18 @@ class Job:
     reason: str = ""
     stop_requested: bool = False
     attempts: int = 0
+    kind: str = "train"  # or "serve": an OpenAI-compatible server
+    command: list[str] = field(default_factory=list)  # what the supervisor runs (default: the trainer)
+    url: str = ""  # a server's base URL
+    model: str = ""  # a server's model: served name and where it comes from
 
     @property
     def dir(self) -> Path:
         return home() / "jobs" / self.name
+
+    @property
+    def log(self) -> Path:
+        return self.dir / ("train.log" if self.kind == "train" else f"{self.kind}.log")
 
 
 class JobExists(Exception):
@@ -98,6 +106,17 @@ class JobStore:
             raise JobExists(job.name) from e
         self._write(job)
         return job
+
+    def create_unique(self, job: Job) -> Job:
+        """Create `job` under its name, or the first free of name-2, name-3, …"""
+        base = job.name
+        for i in range(1, 1000):
+            job.name = base if i == 1 else f"{base}-{i}"
+            try:
+                return self.create(job)
+            except JobExists:
+                continue
+        raise JobExists(base)
 
     def _write(self, job: Job) -> None:
         target = self.path(job.name) / "job.json"

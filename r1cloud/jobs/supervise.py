@@ -1,9 +1,9 @@
 """The process that owns one local job: `python -m r1cloud.jobs.supervise JOB_DIR`.
 
-It runs in its own session (so closing the terminal does not end the job), starts the trainer as
-its child with the output appended to train.log, forwards a stop request (SIGTERM) to the trainer
-alone — so the trainer can save a checkpoint before its Ray workers go — and records how the job
-ended in job.json.
+It runs in its own session (so closing the terminal does not end the job), starts the trainer (or,
+for a serve job, the server command in job.json) as its child with the output appended to the
+job's log, forwards a stop request (SIGTERM) to that child alone — so the trainer can save a
+checkpoint before its Ray workers go — and records how the job ended in job.json.
 """
 
 from __future__ import annotations
@@ -48,9 +48,11 @@ def main(job_dir: str) -> int:
         job.pid, job.pid_started = __import__("os").getpid(), process_start_time(__import__("os").getpid())
         job.stop_requested = False
         job.attempts += 1
-    with (path / "train.log").open("ab") as log:
+        command = job.command or [sys.executable, "-m", "r1cloud.trainer", str(path)]
+        what, log_path = ("the trainer" if job.kind == "train" else "the server"), path / job.log.name
+    with log_path.open("ab") as log:
         child = subprocess.Popen(
-            [sys.executable, "-m", "r1cloud.trainer", str(path)],
+            command,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -67,7 +69,7 @@ def main(job_dir: str) -> int:
         else:
             job.status, job.reason = (
                 "FAILED",
-                last_error(path / "train.log") or f"the trainer exited with code {code}",
+                last_error(log_path) or f"{what} exited with code {code}",
             )
     return 0
 

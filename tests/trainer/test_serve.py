@@ -1,0 +1,200 @@
+"""Serving as a user does it: a tiny model trained 2 steps as a real job, served by `r1cloud serve`
+(merging the checkpoint first), queried with the official `openai` client — models, completions,
+chat, streaming, 401 without the key, a port in use, 50 concurrent requests — and `r1cloud chat`
+with the job's format prompt and --compare."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import openai
+import pytest
+from openai import OpenAI
+
+from tinyrun import ROOT, tiny_blueprint
+
+R1CLOUD = str(Path(sys.executable).parent / "r1cloud")
+KEY = "sk-test-7f3a"
+
+
+def r1(*args, timeout=900, env=None, input=None):
+    return subprocess.run(
+        [R1CLOUD, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        input=input,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory, tiny_model, digits_reward):
+    """A finished 2-step training job in its own R1CLOUD_HOME; its step 1 is not INFERENCE READY."""
+    d = tmp_path_factory.mktemp("serve")
+    home = d / "home"
+    os.environ["R1CLOUD_HOME"] = str(home)
+    (d / "tiny.yaml").write_text(tiny_blueprint(tiny_model, digits_reward))
+    r = r1("train", d / "tiny.yaml", "trainer.max_steps=2", "--name", "tiny")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    yield "tiny"
+    os.environ.pop("R1CLOUD_HOME")
+
+
+def check_openai_api(url: str, name: str, n_concurrent: int) -> None:
+    client = OpenAI(base_url=url, api_key=KEY, max_retries=0)
+    assert [m.id for m in client.models.list().data] == [name]
+    done = client.completions.create(model=name, prompt="1 + 1 =", max_tokens=4, temperature=0)
+    assert done.choices[0].finish_reason in ("length", "stop") and done.usage.completion_tokens >= 1
+    again = client.completions.create(model=name, prompt="1 + 1 =", max_tokens=4, temperature=0)
+    assert again.choices[0].text == done.choices[0].text  # greedy is deterministic
+    msgs = [{"role": "user", "content": "What is 2+3?"}]
+    reply = client.chat.completions.create(model=name, messages=msgs, max_tokens=4, temperature=0)
+    assert reply.choices[0].message.role == "assistant" and reply.usage.completion_tokens >= 1
+    pieces = [
+        c.choices[0].delta.content or ""
+        for c in client.chat.completions.create(
+            model=name, messages=msgs, max_tokens=4, temperature=0, stream=True
+        )
+        if c.choices
+    ]
+    assert "".join(pieces) == reply.choices[0].message.content and len(pieces) >= 1
+    streamed = [
+        c.choices[0].text
+        for c in client.completions.create(
+            model=name, prompt="1 + 1 =", max_tokens=4, temperature=0, stream=True
+        )
+    ]
+    assert "".join(streamed) == done.choices[0].text
+    with pytest.raises(openai.AuthenticationError):
+        OpenAI(base_url=url, api_key="wrong", max_retries=0).models.list()
+    for path in ("models", "chat/completions"):  # no Authorization header at all
+        with pytest.raises(urllib.error.HTTPError) as e:
+            data = json.dumps({"model": name, "messages": msgs}).encode() if path != "models" else None
+            urllib.request.urlopen(urllib.request.Request(f"{url}/{path}", data=data), timeout=30)
+        assert e.value.code == 401
+
+    def one(i: int) -> str:
+        out = client.completions.create(model=name, prompt=f"{i} + {i} =", max_tokens=3, temperature=0)
+        return out.choices[0].text
+
+    with ThreadPoolExecutor(n_concurrent) as pool:
+        answers = list(pool.map(one, range(n_concurrent)))
+    assert len(answers) == n_concurrent and all(isinstance(a, str) for a in answers)
+
+
+@pytest.mark.slow
+def test_serve_a_checkpoint_with_vllm_and_query_it_with_openai(job):
+    pytest.importorskip("vllm")
+    port = free_port()
+    r = r1(
+        "serve", "-c", f"{job}:step-1", "--port", port, "--api-key", KEY, "--max-model-len", "256",
+        "--detach", "--", "--enforce-eager",
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "not INFERENCE READY: merging it first" in r.stderr
+    url = f"http://127.0.0.1:{port}/v1"
+    assert f"ready: {url}" in r.stdout and "with vllm" in r.stdout
+    assert "from openai import OpenAI" in r.stdout and "curl " in r.stdout and KEY not in r.stdout
+    try:
+        listing = r1("jobs")
+        assert "serve-tiny-step-1" in listing.stdout and url in listing.stdout
+        record = json.loads(
+            (Path(os.environ["R1CLOUD_HOME"]) / "jobs/serve-tiny-step-1/job.json").read_text()
+        )
+        assert KEY not in json.dumps(record)  # the key reaches the server's environment only
+        check_openai_api(url, "tiny-step-1", 50)
+        # The same port again: one clear line, exit 2, nothing started.
+        r = r1("serve", "-c", job, "--port", port, "--engine", "transformers")
+        assert r.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in r.stderr
+        assert "Traceback" not in r.stderr and "--port" in r.stderr
+    finally:
+        stopped = r1("stop", "serve-tiny-step-1")
+    assert stopped.returncode == 0 and "STOPPED" in stopped.stdout
+    with pytest.raises(openai.APIConnectionError):
+        OpenAI(base_url=url, api_key=KEY, max_retries=0).models.list()
+
+
+def test_serve_with_the_transformers_engine(job):
+    """The fallback engine (no vLLM needed) speaks the same API."""
+    port = free_port()
+    r = r1(
+        "serve", "-c", job, "--port", port, "--api-key", KEY, "--engine", "transformers", "--detach",
+        "--name", "fallback", "--served-model-name", "mine",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "with transformers" in r.stdout and "not INFERENCE READY" not in r.stderr  # last step: save_hf
+    try:
+        check_openai_api(f"http://127.0.0.1:{port}/v1", "mine", 50)
+        logs = r1("logs", "fallback")
+        assert "POST /v1/completions" in logs.stdout
+    finally:
+        assert r1("stop", "fallback").returncode == 0
+
+
+def test_serve_ctrl_c_stops_the_server(job):
+    port = free_port()
+    p = subprocess.Popen(
+        [R1CLOUD, "serve", "-c", job, "--port", str(port), "--engine", "transformers", "--name", "fg"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for line in p.stdout:
+            if line.startswith("ready:"):
+                break
+        OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0).models.list()
+        p.send_signal(subprocess.signal.SIGINT)
+        assert p.wait(timeout=60) == 0
+    finally:
+        p.kill()
+    assert (
+        json.loads((Path(os.environ["R1CLOUD_HOME"]) / "jobs/fg/job.json").read_text())["status"] == "STOPPED"
+    )
+    with pytest.raises(openai.APIConnectionError):
+        OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0).models.list()
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["-c", "no-such-thing"], "not a job, a folder or a Hub model id"),
+        (["-c", "tiny:step-7"], "steps there: 1, 2"),
+        (["-c", "tiny", "--engine", "tgi"], "use auto, vllm or transformers"),
+        (["-c", "tiny", "--infra", "aws"], "cloud serving is not available yet"),
+    ],
+)
+def test_serve_bad_input_is_one_clear_line(job, args, message):
+    r = r1("serve", *args)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_chat_applies_the_jobs_format_prompt_and_compares(job, tiny_model):
+    import jinja2
+
+    template = jinja2.Template((ROOT / "format_prompts/arithmetic.jinja").read_text().strip())
+    r = r1("chat", job, "What is 2+3?", "--show-prompt", "--max-tokens", "4")
+    assert r.returncode == 0, r.stderr
+    assert f"sent: {template.render(content='What is 2+3?')}" in r.stderr  # the job's format prompt
+    r = r1("chat", job, "What is 2+3?", "--show-prompt", "--raw", "--max-tokens", "4")
+    assert "sent: What is 2+3?\n" in r.stderr
+    r = r1("chat", job, "--compare", tiny_model, "--raw", "--max-tokens", "4", input="hello\nworld\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("tiny (tiny-step-2)") == 2 and r.stdout.count(f"{tiny_model} (tiny)") == 2
+    assert "hello" in r.stdout and "world" in r.stdout  # each question heads its table
+    r = r1("chat", "http://127.0.0.1:9/v1", "hi")
+    assert r.returncode == 2 and "cannot reach" in r.stderr and "Traceback" not in r.stderr
