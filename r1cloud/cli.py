@@ -688,7 +688,10 @@ def _merge_for_serving(checkpoint, out_dir) -> None:
     from .merge import MergeError
     from .merge import merge as do_merge
 
-    err.print(f"{checkpoint.id} is not INFERENCE READY: merging it first…", markup=False)
+    if checkpoint.inference_ready:  # a bucket's merged model, fetched by merging its weights here
+        err.print(f"{checkpoint.id}: fetching the model from the bucket into {out_dir}…", markup=False)
+    else:
+        err.print(f"{checkpoint.id} is not INFERENCE READY: merging it first…", markup=False)
     try:
         do_merge(checkpoint, out_dir, "bf16")
     except MergeError as e:

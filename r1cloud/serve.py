@@ -78,7 +78,7 @@ def resolve(target: str, merge_fn: Callable, cache: Path) -> Model:
         out = cache / re.sub(r"[^\w.-]+", "_", chosen.path.split("://", 1)[1])
         if not is_hf_folder(out):
             merge_fn(chosen, out)
-        return Model(str(out), name, f"{chosen.id} (copied from the bucket to {out})")
+        return Model(str(out), name, f"{chosen.id} (merged from the bucket into {out})")
     if not chosen.inference_ready:
         merge_fn(chosen, None)
         return Model(chosen.hf_dir, name, f"{chosen.id} (merged into {chosen.hf_dir})")
