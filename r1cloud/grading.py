@@ -1,13 +1,15 @@
 """Answer extraction and comparison shared by the bundled reward functions (`reward_functions/`).
 
-Pure string and number logic with no heavy imports, so reward workers start fast. Symbolic
-equivalence (math-verify) is layered on top of this by the rewards issue; what is here is exact
-after normalisation, plus numeric equality of integers, decimals and simple fractions.
+`answers_equal` is pure string and number logic (exact after normalisation, plus numeric equality
+of integers, decimals and simple fractions): fast, and enough for most answers. `math_equal` adds
+Hugging Face's math-verify behind it — LaTeX parsed to sympy, so `\frac{1}{2}` = 0.5, `x=3` = 3,
+intervals, sets and units — only when the cheap check says no.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from fractions import Fraction
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
@@ -94,3 +96,27 @@ def last_answer_line(text: str) -> str | None:
 def first_int(text: str) -> int | None:
     m = re.search(r"-?\d+", text.replace(",", ""))
     return int(m.group()) if m else None
+
+
+def math_equal(given: str | None, truth: str, timeout: int | None = 5) -> bool:
+    """`given` equals `truth` as mathematics. math-verify's own time limit (SIGALRM) applies where
+    signals can be used, the main thread; elsewhere the caller's limit is the guard."""
+    if given is None:
+        return False
+    if answers_equal(given, truth):
+        return True
+    try:
+        from math_verify import parse, verify
+    except ImportError:  # not installed: the exact check is the answer
+        return False
+    limit = timeout if threading.current_thread() is threading.main_thread() else None
+
+    def as_math(text: str):
+        text = text.strip().strip("$")
+        return parse(f"${text}$", parsing_timeout=limit)
+
+    try:
+        gold, pred = as_math(truth), as_math(given)
+        return bool(gold and pred and verify(gold, pred, timeout_seconds=limit))
+    except Exception:  # a timeout or a sympy failure: not shown equal
+        return False

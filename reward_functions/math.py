@@ -1,12 +1,13 @@
-"""Math reward (EasyR1 interface): the last \\boxed{} answer against the ground truth, plus a
-format check. overall = (1 - w)·accuracy + w·format.
+"""Math reward (EasyR1 interface): the last \\boxed{} answer graded against the ground truth with
+Hugging Face's math-verify (LaTeX and sympy equivalence, behind a fast exact check), plus a format
+check. overall = (1 - w)·accuracy + w·format.
 
 The format is EasyR1's (<think>…</think> then a boxed answer); with `require_think=False` a boxed
 answer alone passes, for models not prompted to think aloud (the quickstart)."""
 
 import re
 
-from r1cloud.grading import answers_equal, extract_boxed
+from r1cloud.grading import extract_boxed, math_equal
 
 REWARD_NAME = "math"
 REWARD_TYPE = "batch"
@@ -23,7 +24,7 @@ def compute_score(
     for item in reward_inputs:
         response = re.sub(r"\s*(<|>|/)\s*", r"\1", item["response"])  # "< think >" -> "<think>"
         fmt = 1.0 if pattern.fullmatch(response) else 0.0
-        acc = 1.0 if answers_equal(extract_boxed(response), str(item["ground_truth"])) else 0.0
+        acc = 1.0 if math_equal(extract_boxed(response), str(item["ground_truth"])) else 0.0
         scores.append(
             {"overall": (1 - format_weight) * acc + format_weight * fmt, "format": fmt, "accuracy": acc}
         )

@@ -1,9 +1,9 @@
 """R1-V reward (EasyR1 interface): <think>…</think><answer>…</answer>, the answer graded against
-the ground truth. overall = (1 - w)·accuracy + w·format."""
+the ground truth (math-verify equivalence, as math.py). overall = (1 - w)·accuracy + w·format."""
 
 import re
 
-from r1cloud.grading import answers_equal
+from r1cloud.grading import math_equal
 
 REWARD_NAME = "r1v"
 REWARD_TYPE = "sequential"
@@ -17,5 +17,5 @@ def compute_score(reward_input: dict, format_weight: float = 0.5) -> dict[str, f
     fmt = 1.0 if _FORMAT.fullmatch(response.strip()) else 0.0
     m = _ANSWER.search(response)
     answer = m.group(1) if m else response
-    acc = 1.0 if answers_equal(answer.strip(), str(reward_input["ground_truth"]).strip()) else 0.0
+    acc = 1.0 if math_equal(answer.strip(), str(reward_input["ground_truth"]).strip()) else 0.0
     return {"overall": (1 - format_weight) * acc + format_weight * fmt, "format": fmt, "accuracy": acc}
