@@ -246,6 +246,7 @@ class RewardConfig(Model):
     # EasyR1 v0.3.2 chose batch/sequential here; now the module's REWARD_TYPE does. Kept so old
     # configs still say what they meant; it wins over the module when set.
     reward_type: Literal["batch", "sequential"] | None = None
+    timeout: float = Field(30.0, gt=0)  # r1cloud: seconds per sample before a call is given up
 
 
 class WorkerConfig(Model):

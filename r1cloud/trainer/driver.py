@@ -119,7 +119,12 @@ class Trainer:
                 )
         r = s.worker.reward
         self.reward = RewardFunction(
-            r.reward_function, r.reward_function_name or "main", r.reward_function_kwargs, r.reward_type
+            r.reward_function,
+            r.reward_function_name or "main",
+            r.reward_function_kwargs,
+            r.reward_type,
+            workers=r.num_cpus,
+            timeout=r.timeout,
         )
         batch = s.data.mini_rollout_batch_size or s.data.rollout_batch_size
         self.loader = (
@@ -572,6 +577,7 @@ class Trainer:
     def shutdown(self) -> None:
         import ray
 
+        self.reward.close()
         if self.workers:
             with contextlib.suppress(Exception):  # the process group may already be gone
                 self.call("shutdown")

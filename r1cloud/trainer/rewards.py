@@ -1,8 +1,13 @@
 """Reward functions through EasyR1's interface: `file.py:function`, `REWARD_TYPE` batch or
 sequential, kwargs from `worker.reward.reward_function_kwargs`, `overall` required.
 
-A function that raises, or returns the wrong length, no `overall` or a non-finite number, costs only
-the samples concerned: they score 0 and are counted in `reward/errors`; the run goes on.
+They run in a pool of `worker.reward.num_cpus` processes (spawned, each loading the module once),
+each call under a time limit (`worker.reward.timeout` seconds per sample; sympy can hang). A
+batch function gets the batch split across the processes; if a part fails, hangs or returns
+something malformed, its samples are scored again one by one. A function that raises, hangs (its
+process is killed and replaced), returns the wrong length, no `overall` or a non-finite number
+costs only the samples concerned: they score 0 and are counted in `reward/errors`, each reason is
+logged once, and the run goes on.
 """
 
 from __future__ import annotations
@@ -10,51 +15,107 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
+import multiprocessing
 import sys
 from collections.abc import Callable
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
 Score = dict[str, float]
+_FN: Callable | None = None  # the function, inside a pool process
+
+
+def load_function(path: str, name: str, kwargs: dict | None) -> tuple[Callable, object]:
+    spec = importlib.util.spec_from_file_location(f"r1cloud_reward_{Path(path).stem}", path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"{path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # pickling by reference, dataclasses inside the module
+    spec.loader.exec_module(module)
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise ValueError(f"{path} has no function {name!r}")
+    return functools.partial(fn, **(kwargs or {})), module
+
+
+def _init(path: str, name: str, kwargs: dict | None) -> None:
+    global _FN
+    _FN = load_function(path, name, kwargs)[0]
+
+
+def _call(payload):
+    return _FN(payload)
 
 
 class RewardFunction:
     def __init__(
-        self, path: str, name: str = "main", kwargs: dict | None = None, reward_type: str | None = None
+        self,
+        path: str,
+        name: str = "main",
+        kwargs: dict | None = None,
+        reward_type: str | None = None,
+        workers: int = 1,
+        timeout: float = 30.0,
     ):
-        spec = importlib.util.spec_from_file_location(f"r1cloud_reward_{Path(path).stem}", path)
-        if spec is None or spec.loader is None:
-            raise ValueError(f"{path}: not a Python file")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # pickling by reference, dataclasses inside the module
-        spec.loader.exec_module(module)
-        fn = getattr(module, name, None)
-        if not callable(fn):
-            raise ValueError(f"{path} has no function {name!r}")
-        self.fn: Callable = functools.partial(fn, **(kwargs or {}))
+        import pebble
+
+        _, module = load_function(path, name, kwargs)  # here too: metadata, and errors early
         self.name = getattr(module, "REWARD_NAME", "unknown")
         self.type = reward_type or getattr(module, "REWARD_TYPE", "batch")
+        self.workers, self.timeout = max(1, workers), timeout
+        self.pool = pebble.ProcessPool(
+            max_workers=self.workers,
+            initializer=_init,
+            initargs=(path, name, kwargs),
+            context=multiprocessing.get_context("spawn"),  # never fork the Ray driver
+        )
         self.reasons: set[str] = set()
+
+    def close(self) -> None:
+        self.pool.stop()
+        self.pool.join()
 
     def __call__(self, inputs: list[dict]) -> tuple[list[Score], int]:
         """Scores for `inputs`, and how many samples errored."""
-        if self.type == "batch":
+        if not inputs:
+            return [], 0
+        if self.type != "batch":
+            return self._each(inputs, sequential=True)
+        size = -(-len(inputs) // self.workers)
+        parts = [inputs[i : i + size] for i in range(0, len(inputs), size)]
+        limit = self.timeout * size
+        futures = [self.pool.schedule(_call, (part,), timeout=limit) for part in parts]
+        scores, errors = [], 0
+        for part, future in zip(parts, futures, strict=True):
             try:
-                out = self.fn(inputs)
-                if isinstance(out, list) and len(out) == len(inputs) and all(self._valid(s) for s in out):
-                    return [self._clean(s) for s in out], 0
+                out = future.result()
+                if isinstance(out, list) and len(out) == len(part) and all(self._valid(s) for s in out):
+                    scores += [self._clean(s) for s in out]
+                    continue
                 self._note(
-                    f"batch call returned {self._describe(out, len(inputs))}; scoring samples one by one"
+                    f"batch call returned {self._describe(out, len(part))}; scoring samples one by one"
                 )
+            except FutureTimeout:
+                self._note(f"batch call timed out after {limit:g}s; scoring samples one by one")
             except Exception as e:  # the batch failed: find which samples did
                 self._note(f"batch call raised {type(e).__name__}: {e}; scoring samples one by one")
-            return self._each(lambda x: self._first(self.fn([x])), inputs)
-        return self._each(self.fn, inputs)
+            more, n = self._each(part, sequential=False)
+            scores += more
+            errors += n
+        return scores, errors
 
-    def _each(self, call: Callable, inputs: list[dict]) -> tuple[list[Score], int]:
+    def _each(self, inputs: list[dict], sequential: bool) -> tuple[list[Score], int]:
+        futures = [
+            self.pool.schedule(_call, (x if sequential else [x],), timeout=self.timeout) for x in inputs
+        ]
         scores, errors = [], 0
-        for x in inputs:
+        for future in futures:
             try:
-                s = call(x)
+                try:
+                    s = future.result()
+                except FutureTimeout:
+                    raise TimeoutError(f"timed out after {self.timeout:g}s") from None
+                s = s if sequential else self._first(s)
                 if not self._valid(s):
                     raise ValueError(f"returned {self._describe(s, 1)}")
                 scores.append(self._clean(s))

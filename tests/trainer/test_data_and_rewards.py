@@ -3,6 +3,7 @@ exactly, and reward functions that cannot take the run down."""
 
 import json
 import math
+import os
 
 import pytest
 from transformers import AutoTokenizer
@@ -10,6 +11,7 @@ from transformers import AutoTokenizer
 from r1cloud.spec.models import DataConfig
 from r1cloud.trainer.data import Loader, PromptSet
 from r1cloud.trainer.rewards import RewardFunction
+from tinyrun import run_trainer
 
 
 @pytest.fixture
@@ -91,6 +93,15 @@ INPUTS = [{"response": f"r{i}", "response_length": 2, "ground_truth": "x"} for i
             "REWARD_TYPE = 'sequential'\ndef f(x):\n    return {'overall': 1 / (int(x['response'][1]) - 3)}\n",
             1,
         ),
+        (  # hangs on one sample: the batch part times out, then that sample alone does
+            "import time\ndef f(xs):\n    if any(x['response'] == 'r3' for x in xs):\n        time.sleep(3600)\n    return [{'overall': 1.0} for _ in xs]\n",
+            1,
+        ),
+        (  # kills its own process on one sample: the pool replaces it
+            "import os\nREWARD_TYPE = 'sequential'\ndef f(x):\n    if x['response'] == 'r0':\n        os._exit(3)\n    return {'overall': 1.0}\n",
+            1,
+        ),
+        ("def f(xs):\n    return [{'overall': 'high'} for _ in xs]\n", 4),
     ],
     ids=[
         "ok",
@@ -100,14 +111,33 @@ INPUTS = [{"response": f"r{i}", "response_length": 2, "ground_truth": "x"} for i
         "wrong-length",
         "no-overall",
         "sequential-zero-division",
+        "hangs",
+        "process-dies",
+        "not-a-number",
     ],
 )
 def test_reward_failures_cost_only_the_samples_concerned(tmp_path, body, errors):
-    fn = RewardFunction(write(tmp_path, body), "f")
-    scores, n_errors = fn(INPUTS)
-    assert len(scores) == 4 and n_errors == errors
-    assert all(math.isfinite(s["overall"]) for s in scores)
-    assert sum(s["overall"] == 0.0 for s in scores) >= errors
+    fn = RewardFunction(write(tmp_path, body), "f", workers=2, timeout=1.0)
+    try:
+        scores, n_errors = fn(INPUTS)
+        assert len(scores) == 4 and n_errors == errors
+        assert all(math.isfinite(s["overall"]) for s in scores)
+        assert sum(s["overall"] == 0.0 for s in scores) >= errors
+        assert fn(INPUTS)[1] == errors  # the pool still works after a kill or a timeout
+    finally:
+        fn.close()
+
+
+def test_reward_calls_run_in_parallel_processes(tmp_path):
+    body = "import os, time\ndef f(xs):\n    time.sleep(1)\n    return [{'overall': float(os.getpid())} for _ in xs]\n"
+    fn = RewardFunction(write(tmp_path, body), "f", workers=2, timeout=10)
+    try:
+        fn(INPUTS)  # the processes start
+        scores, errors = fn(INPUTS)
+        assert errors == 0 and len({s["overall"] for s in scores}) == 2  # two processes shared it
+        assert os.getpid() not in {s["overall"] for s in scores}
+    finally:
+        fn.close()
 
 
 def test_reward_kwargs_and_legacy_type(tmp_path):
@@ -118,3 +148,44 @@ def test_reward_kwargs_and_legacy_type(tmp_path):
         reward_type="sequential",
     )
     assert fn(INPUTS[:1]) == ([{"overall": 0.5}], 0)
+
+
+NASTY_REWARD = """
+import time, zlib
+
+REWARD_TYPE = "sequential"
+
+def compute_score(x):
+    kind = zlib.crc32(x["response"].encode()) % 6
+    if kind == 0:
+        time.sleep(3600)  # hangs
+    if kind == 1:
+        raise RuntimeError("reward bug")
+    if kind == 2:
+        return {"overall": float("nan")}
+    if kind == 3:
+        return {"score": 1.0}  # no overall
+    return {"overall": sum(c.isdigit() for c in x["response"]) / max(len(x["response"]), 1)}
+"""
+
+
+def test_hanging_raising_and_malformed_rewards_inside_a_training_run(make_run, tmp_path):
+    """A real run (tiny model, 2 workers, 2 steps) whose reward hangs, raises, returns NaN or no
+    `overall` on about 2/3 of the samples: it finishes, and reward/errors counts those samples."""
+    reward = tmp_path / "nasty.py"
+    reward.write_text(NASTY_REWARD)
+    run = make_run(
+        "trainer.max_steps=2",
+        f"worker.reward.reward_function={reward}:compute_score",
+        "worker.reward.timeout=1",
+        "worker.reward.num_cpus=2",
+        name="nasty",
+    )
+    r = run_trainer(run)
+    assert r.returncode == 0, r.stderr[-3000:]
+    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    errors = [m["reward/errors"] for m in steps if "reward/errors" in m]
+    assert len(errors) == 2 and sum(errors) > 0
+    log = r.stdout + r.stderr
+    for reason in ("timed out after 1s", "RuntimeError: reward bug", "non-finite", "without 'overall'"):
+        assert log.count(reason) == 1, reason  # each reason is logged once, not per sample
