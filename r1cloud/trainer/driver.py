@@ -26,6 +26,7 @@ from ..spec import Spec, load_resolved
 from . import algorithms as alg
 from .checkpoint import Checkpoints
 from .data import Loader, PromptSet, chunk_evenly, total_steps
+from .remote_rewards import RemoteReward
 from .rewards import RewardFunction
 from .rollout import pick_engine
 
@@ -118,13 +119,17 @@ class Trainer:
                     f"[data] {name}: dropped {ps.dropped} prompts longer than {s.data.max_prompt_length} tokens"
                 )
         r = s.worker.reward
-        self.reward = RewardFunction(
-            r.reward_function,
-            r.reward_function_name or "main",
-            r.reward_function_kwargs,
-            r.reward_type,
-            workers=r.num_cpus,
-            timeout=r.timeout,
+        self.reward = (
+            RemoteReward(r.reward_function, r.reward_function_kwargs, timeout=r.timeout)
+            if r.reward_function.startswith(("http://", "https://"))
+            else RewardFunction(
+                r.reward_function,
+                r.reward_function_name or "main",
+                r.reward_function_kwargs,
+                r.reward_type,
+                workers=r.num_cpus,
+                timeout=r.timeout,
+            )
         )
         batch = s.data.mini_rollout_batch_size or s.data.rollout_batch_size
         self.loader = (
@@ -260,6 +265,9 @@ class Trainer:
             }
             for r in rollouts
         ]
+        if isinstance(self.reward, RemoteReward):  # a remote model reads the prompt too
+            for x, r in zip(inputs, rollouts, strict=True):
+                x["prompt"] = self.tokenizer.decode(r.prompt_ids, skip_special_tokens=skip)
         scores, errors = self.reward(inputs)
         for r, s in zip(rollouts, scores, strict=True):
             r.scores = s

@@ -47,7 +47,43 @@ def _call(payload):
     return _FN(payload)
 
 
-class RewardFunction:
+class ScoreChecks:
+    """What every reward source shares: checking scores, and logging each failure reason once."""
+
+    name = "unknown"
+
+    def __init__(self):
+        self.reasons: set[str] = set()
+
+    @staticmethod
+    def _first(out):
+        return out[0] if isinstance(out, list) and len(out) == 1 else out
+
+    @staticmethod
+    def _valid(s) -> bool:
+        return isinstance(s, dict) and "overall" in s and all(_finite(v) for v in s.values())
+
+    @staticmethod
+    def _clean(s: dict) -> Score:
+        return {k: float(v) for k, v in s.items()}
+
+    @staticmethod
+    def _describe(out, n: int) -> str:
+        if isinstance(out, list) and len(out) != n:
+            return f"{len(out)} scores for {n} samples"
+        if isinstance(out, dict) and "overall" not in out:
+            return "a dict without 'overall'"
+        if isinstance(out, dict | list):
+            return "a non-finite or non-numeric score"
+        return f"a {type(out).__name__}, not a dict with 'overall'"
+
+    def _note(self, reason: str) -> None:
+        if reason not in self.reasons and len(self.reasons) < 20:
+            self.reasons.add(reason)
+            print(f"[reward] {self.name}: {reason}", file=sys.stderr, flush=True)
+
+
+class RewardFunction(ScoreChecks):
     def __init__(
         self,
         path: str,
@@ -69,7 +105,7 @@ class RewardFunction:
             initargs=(path, name, kwargs),
             context=multiprocessing.get_context("spawn"),  # never fork the Ray driver
         )
-        self.reasons: set[str] = set()
+        super().__init__()
 
     def close(self) -> None:
         self.pool.stop()
@@ -124,33 +160,6 @@ class RewardFunction:
                 scores.append({"overall": 0.0})
                 errors += 1
         return scores, errors
-
-    @staticmethod
-    def _first(out):
-        return out[0] if isinstance(out, list) and len(out) == 1 else out
-
-    @staticmethod
-    def _valid(s) -> bool:
-        return isinstance(s, dict) and "overall" in s and all(_finite(v) for v in s.values())
-
-    @staticmethod
-    def _clean(s: dict) -> Score:
-        return {k: float(v) for k, v in s.items()}
-
-    @staticmethod
-    def _describe(out, n: int) -> str:
-        if isinstance(out, list) and len(out) != n:
-            return f"{len(out)} scores for {n} samples"
-        if isinstance(out, dict) and "overall" not in out:
-            return "a dict without 'overall'"
-        if isinstance(out, dict | list):
-            return "a non-finite or non-numeric score"
-        return f"a {type(out).__name__}, not a dict with 'overall'"
-
-    def _note(self, reason: str) -> None:
-        if reason not in self.reasons and len(self.reasons) < 20:
-            self.reasons.add(reason)
-            print(f"[reward] {self.name}: {reason}", file=sys.stderr, flush=True)
 
 
 def _finite(v) -> bool:

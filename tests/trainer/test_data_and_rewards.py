@@ -189,3 +189,97 @@ def test_hanging_raising_and_malformed_rewards_inside_a_training_run(make_run, t
     log = r.stdout + r.stderr
     for reason in ("timed out after 1s", "RuntimeError: reward bug", "non-finite", "without 'overall'"):
         assert log.count(reason) == 1, reason  # each reason is logged once, not per sample
+
+
+class RewardServer:
+    """A real HTTP reward server on loopback, as LMM-R1 users run one: scores the share of digits,
+    answers 503 to its first request (so the client's retry is exercised), records every batch."""
+
+    def __init__(self, mode: str = "scores"):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.batches, self.returned, self.mode = [], [], mode
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.batches.append(body)
+                if len(server.batches) == 1:
+                    self.send_response(503)
+                    self.end_headers()
+                    return
+                values = [
+                    sum(c.isdigit() for c in x["response"]) / max(len(x["response"]), 1)
+                    for x in body["reward_inputs"]
+                ]
+                server.returned.append(values)
+                if server.mode == "rewards":
+                    answer = {"rewards": values}
+                elif server.mode == "short":
+                    answer = {"rewards": values[:-1]}
+                else:
+                    answer = {"scores": [{"overall": v, "digits": v} for v in values]}
+                data = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}/score"
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.http.shutdown()
+        self.http.server_close()
+
+
+def test_a_training_run_driven_by_a_remote_reward_server(make_run):
+    server = RewardServer()
+    try:
+        run = make_run("trainer.max_steps=2", f"worker.reward.reward_function={server.url}", name="remote")
+        r = run_trainer(run)
+        assert r.returncode == 0, r.stderr[-3000:]
+    finally:
+        server.close()
+    first = server.batches[1]
+    assert len(first["reward_inputs"]) == 16 and first["labels"] == [
+        x["ground_truth"] for x in first["reward_inputs"]
+    ]
+    assert all(
+        q == p + x["response"]
+        for q, p, x in zip(first["query"], first["prompts"], first["reward_inputs"], strict=True)
+    )
+    assert all("What is" in p or "+" in p for p in first["prompts"])  # the decoded prompt is sent
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in metrics if "reward/overall" in m]
+    assert len(steps) == 2  # after one retried 503: one batch per training step, then validation
+    for m, values in zip(steps, server.returned[:2], strict=True):
+        assert m["reward/overall"] == pytest.approx(sum(values) / len(values), abs=1e-6)
+        assert m["reward/errors"] == 0 and "reward/digits" in m
+    val = [v for batch in server.returned[2:] for v in batch]
+    assert steps[-1]["val/reward_score"] == pytest.approx(sum(val) / len(val), abs=1e-6)
+
+
+def test_remote_reward_failures_cost_only_those_samples():
+    from r1cloud.trainer.remote_rewards import RemoteReward
+
+    server = RewardServer(mode="rewards")
+    try:
+        fn = RemoteReward(server.url, timeout=5, retries=1)
+        scores, errors = fn(INPUTS)  # 503 first, then the answer
+        assert errors == 0 and [s["overall"] for s in scores] == server.returned[0]
+        server.mode = "short"
+        assert fn(INPUTS) == ([{"overall": 0.0}] * 4, 4)
+        assert any("3 scores for 4 samples" in r for r in fn.reasons)
+    finally:
+        server.close()
+    down = RemoteReward(server.url, timeout=1, retries=1)
+    assert down(INPUTS) == ([{"overall": 0.0}] * 4, 4)
+    assert any("unreachable after 2 tries" in r for r in down.reasons)
