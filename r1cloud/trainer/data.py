@@ -27,7 +27,8 @@ class Prompt:
     index: int  # row in the (filtered) data set
     prompt_ids: list[int]
     ground_truth: str
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # the row's other columns
+    content: str = ""  # the prompt column's text, before the format prompt
 
 
 def load_rows(files: str):
@@ -77,8 +78,9 @@ class PromptSet:
                 continue
             extra = {k: v for k, v in row.items() if k not in (data_cfg.prompt_key, data_cfg.answer_key)}
             self.prompts.append(
-                Prompt(len(self.prompts), ids[: self.max_len], str(row[data_cfg.answer_key]), extra)
+                Prompt(len(self.prompts), ids[: self.max_len], str(row[data_cfg.answer_key]), extra, content)
             )
+        self.columns = sorted(columns)
 
     def encode(self, text: str) -> list[int]:
         chat = self.tokenizer.apply_chat_template(

@@ -25,7 +25,7 @@ import torch
 from ..spec import Spec, load_resolved
 from . import algorithms as alg
 from .checkpoint import Checkpoints
-from .data import Loader, PromptSet, chunk_evenly, total_steps
+from .data import Loader, Prompt, PromptSet, chunk_evenly, total_steps
 from .remote_rewards import RemoteReward
 from .rewards import RewardFunction
 from .rollout import pick_engine
@@ -44,6 +44,7 @@ class Rollout:
     old: list[float] | None = None
     ref: list[float] | None = None
     adv: float = 0.0
+    source: Prompt | None = None  # the data row it answers
 
     @property
     def seq(self) -> tuple[list[int], list[int]]:
@@ -131,6 +132,15 @@ class Trainer:
                 timeout=r.timeout,
             )
         )
+        for name, ps in (("train", self.train_set), ("val", self.val_set)):
+            missing = [
+                k for k in getattr(self.reward, "wants", ()) if k != "prompt" and ps and k not in ps.columns
+            ]
+            if missing:
+                raise ValueError(
+                    f"the reward function asks for {', '.join(missing)} (REWARD_INPUT_KEYS), which the {name} "
+                    f"data does not have; its columns are {', '.join(ps.columns)}"
+                )
         batch = s.data.mini_rollout_batch_size or s.data.rollout_batch_size
         self.loader = (
             Loader(len(self.train_set), batch, s.data.seed, s.data.shuffle) if self.train_set else None
@@ -251,20 +261,24 @@ class Trainer:
                         s["logprobs"],
                         s["finished"],
                         p.ground_truth,
+                        source=p,
                     )
                 )
         return rollouts
 
     def score(self, rollouts: list[Rollout]) -> int:
         skip = self.spec.worker.reward.skip_special_tokens
-        inputs = [
-            {
+        wants = getattr(self.reward, "wants", ())
+        inputs = []
+        for r in rollouts:
+            x = {
                 "response": self.tokenizer.decode(r.response, skip_special_tokens=skip),
                 "response_length": len(r.response),
                 "ground_truth": r.ground_truth,
             }
-            for r in rollouts
-        ]
+            for key in wants:  # the extra inputs a function asks for (REWARD_INPUT_KEYS)
+                x[key] = r.source.content if key == "prompt" else r.source.extra.get(key)
+            inputs.append(x)
         if isinstance(self.reward, RemoteReward):  # a remote model reads the prompt too
             for x, r in zip(inputs, rollouts, strict=True):
                 x["prompt"] = self.tokenizer.decode(r.prompt_ids, skip_special_tokens=skip)

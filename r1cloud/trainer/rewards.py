@@ -1,5 +1,8 @@
 """Reward functions through EasyR1's interface: `file.py:function`, `REWARD_TYPE` batch or
-sequential, kwargs from `worker.reward.reward_function_kwargs`, `overall` required.
+sequential, kwargs from `worker.reward.reward_function_kwargs`, `overall` required. Each input
+is `{response, response_length, ground_truth}`; a module that sets `REWARD_INPUT_KEYS = [...]`
+also gets those data columns (and "prompt": the prompt column's text) — EasyR1's own functions,
+which do not set it, see exactly EasyR1's three keys.
 
 They run in a pool of `worker.reward.num_cpus` processes (spawned, each loading the module once),
 each call under a time limit (`worker.reward.timeout` seconds per sample; sympy can hang). A
@@ -98,6 +101,7 @@ class RewardFunction(ScoreChecks):
         _, module = load_function(path, name, kwargs)  # here too: metadata, and errors early
         self.name = getattr(module, "REWARD_NAME", "unknown")
         self.type = reward_type or getattr(module, "REWARD_TYPE", "batch")
+        self.wants = tuple(getattr(module, "REWARD_INPUT_KEYS", ()))  # data columns, or "prompt"
         self.workers, self.timeout = max(1, workers), timeout
         self.pool = pebble.ProcessPool(
             max_workers=self.workers,

@@ -283,3 +283,46 @@ def test_remote_reward_failures_cost_only_those_samples():
     down = RemoteReward(server.url, timeout=1, retries=1)
     assert down(INPUTS) == ([{"overall": 0.0}] * 4, 4)
     assert any("unreachable after 2 tries" in r for r in down.reasons)
+
+
+ASKING_REWARD = """
+REWARD_INPUT_KEYS = ["prompt", "level"]
+
+def compute_score(reward_inputs):
+    out = []
+    for x in reward_inputs:
+        assert set(x) == {"response", "response_length", "ground_truth", "prompt", "level"}, sorted(x)
+        assert x["prompt"] == f"What is {x['level']} + {x['level']}?", x["prompt"]
+        out.append({"overall": float(x["level"]) / 100})
+    return out
+"""
+
+
+def test_extra_columns_reach_a_reward_function_that_asks_for_them(make_run, tmp_path):
+    data = tmp_path / "levels.jsonl"
+    data.write_text(
+        "".join(
+            json.dumps({"problem": f"What is {i} + {i}?", "answer": str(2 * i), "level": i}) + "\n"
+            for i in range(1, 9)
+        )
+    )
+    reward = tmp_path / "asking.py"
+    reward.write_text(ASKING_REWARD)
+    common = [
+        "trainer.max_steps=1",
+        f"data.train_files={data}",
+        f"data.val_files={data}",
+        "data.val_batch_size=8",
+    ]
+    run = make_run(*common, f"worker.reward.reward_function={reward}:compute_score", name="asking")
+    r = run_trainer(run)
+    assert r.returncode == 0, r.stderr[-3000:]
+    [m] = [
+        m for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "reward/overall" in m
+    ]
+    assert m["reward/errors"] == 0 and 0.01 <= m["reward/overall"] <= 0.08
+    reward.write_text(ASKING_REWARD.replace('"level"]', '"levels"]'))
+    run = make_run(*common, f"worker.reward.reward_function={reward}:compute_score", name="missing")
+    r = run_trainer(run)
+    assert r.returncode == 2 and "asks for levels" in r.stderr and "answer, level, problem" in r.stderr
+    assert "Traceback" not in r.stderr
