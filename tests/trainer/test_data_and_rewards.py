@@ -326,3 +326,132 @@ def test_extra_columns_reach_a_reward_function_that_asks_for_them(make_run, tmp_
     r = run_trainer(run)
     assert r.returncode == 2 and "asks for levels" in r.stderr and "answer, level, problem" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+class ScriptedJudge:
+    """An OpenAI-compatible /v1/chat/completions on loopback whose 'model' is a rule (no capable
+    judge model can run here): 10 when the candidate answer equals the reference, 0 when it does
+    not, and no number at all when the candidate says '??'. It records the prompts it was sent."""
+
+    def __init__(self, key: str):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.prompts = []
+        judge = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.headers.get("Authorization") != f"Bearer {key}":
+                    self.send_response(401)
+                    self.end_headers()
+                    return
+                text = body["messages"][0]["content"]
+                judge.prompts.append(text)
+                ref = text.split("Reference answer: ")[1].split("\n")[0]
+                cand = text.split("Candidate answer: ")[1].split("\n")[0]
+                reply = (
+                    "I cannot tell" if "??" in cand else ("Score: 10" if cand.strip() == ref.strip() else "0")
+                )
+                data = json.dumps(
+                    {
+                        "id": "j",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": body["model"],
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": reply},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                    }
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}/v1"
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.http.shutdown()
+        self.http.server_close()
+
+
+def test_judge_reward_against_an_openai_compatible_endpoint(monkeypatch):
+    from tinyrun import ROOT
+
+    monkeypatch.setenv("JUDGE_API_KEY", "judge-key")  # inherited by the spawned reward processes
+    judge = ScriptedJudge("judge-key")
+    fn = RewardFunction(
+        str(ROOT / "reward_functions/judge.py"),
+        "compute_score",
+        {"base_url": judge.url, "model": "j"},
+        workers=1,
+        timeout=30,
+    )
+    try:
+        rows = [("12", "12", 1.0), ("13", "12", 0.0), ("??", "12", None), ("7", "7", 1.0)]
+        inputs = [
+            {"response": r, "response_length": 1, "ground_truth": t, "prompt": f"What is {t}?"}
+            for r, t, _ in rows
+        ]
+        scores, errors = fn(inputs)
+        assert errors == 1 and [s["overall"] for s in scores] == [1.0, 0.0, 0.0, 1.0]
+        assert any("no score" in r for r in fn.reasons)
+        assert "Question: What is 12?" in judge.prompts[0]  # the prompt reaches the template
+    finally:
+        fn.close()
+        judge.close()
+
+
+def test_reward_model_reward_scores_like_the_model_itself(tiny_model, tmp_path):
+    """A sequence-classification model (tiny, random head) run by the reward worker: batched,
+    padded scores equal the model's own score of each conversation alone."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from tinyrun import ROOT
+
+    rm_dir = tmp_path / "rm"
+    torch.manual_seed(0)
+    rm = AutoModelForSequenceClassification.from_pretrained(tiny_model, num_labels=1)
+    rm.save_pretrained(rm_dir)
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    tok.save_pretrained(rm_dir)
+    inputs = [
+        {"response": r, "response_length": 1, "ground_truth": "", "prompt": p}
+        for p, r in [
+            ("What is 2+2?", "4"),
+            ("Name a colour.", "A rather long answer: blue, or maybe green."),
+            ("Hi", ""),
+        ]
+    ]
+    fn = RewardFunction(
+        str(ROOT / "reward_functions/reward_model.py"),
+        "compute_score",
+        {"model_path": str(rm_dir), "batch_size": 3},
+    )
+    try:
+        scores, errors = fn(inputs)
+    finally:
+        fn.close()
+    assert errors == 0
+    rm = AutoModelForSequenceClassification.from_pretrained(rm_dir).eval()
+    for x, s in zip(inputs, scores, strict=True):
+        chat = [{"role": "user", "content": x["prompt"]}, {"role": "assistant", "content": x["response"]}]
+        ids = tok(
+            tok.apply_chat_template(chat, tokenize=False), return_tensors="pt", add_special_tokens=False
+        )
+        with torch.no_grad():
+            alone = rm(**ids).logits[0, 0].item()
+        assert s["overall"] == pytest.approx(alone, abs=1e-4)
