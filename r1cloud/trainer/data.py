@@ -32,7 +32,8 @@ class Prompt:
 
 
 def load_rows(files: str):
-    """EasyR1's path syntax: `name@split` (Hub), a local file, or a folder of files."""
+    """EasyR1's path syntax: `name@split` (Hub), a local file, or a folder of files. A split that
+    is not there is an error naming the splits that are."""
     import datasets
 
     path, _, split = files.rpartition("@") if "@" in files else (files, "", "train")
@@ -41,13 +42,27 @@ def load_rows(files: str):
         first = sorted(p for p in os.listdir(path) if Path(p).suffix in EXTENSION_BUILDERS)
         if not first:
             raise ValueError(f"{path}: no data files ({', '.join(EXTENSION_BUILDERS)}) in this folder")
-        return datasets.load_dataset(EXTENSION_BUILDERS[Path(first[0]).suffix], data_dir=path, split=split)
-    if os.path.isfile(path):
+        args, kwargs = (EXTENSION_BUILDERS[Path(first[0]).suffix],), {"data_dir": path}
+    elif os.path.isfile(path):
         builder = EXTENSION_BUILDERS.get(Path(path).suffix.lower())
         if builder is None:
             raise ValueError(f"{path}: unsupported data file type; use {', '.join(EXTENSION_BUILDERS)}")
-        return datasets.load_dataset(builder, data_files=path, split=split)
-    return datasets.load_dataset(path, split=split)
+        args, kwargs = (builder,), {"data_files": path}
+    else:
+        args, kwargs = (path,), {}
+    try:
+        return datasets.load_dataset(*args, **kwargs, split=split)
+    except ValueError as e:
+        if "split" not in str(e).lower():
+            raise
+        try:
+            splits = ", ".join(datasets.load_dataset(*args, **kwargs).keys())
+        except Exception:
+            splits = "unknown"
+        raise ValueError(f"{files}: no split {split!r}; the splits there are: {splits}") from None
+    except (OSError, ConnectionError) as e:  # the Hub: no such dataset, or no network
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{files}: cannot load it from the Hugging Face Hub ({first})") from None
 
 
 class PromptSet:

@@ -455,3 +455,14 @@ def test_reward_model_reward_scores_like_the_model_itself(tiny_model, tmp_path):
         with torch.no_grad():
             alone = rm(**ids).logits[0, 0].item()
         assert s["overall"] == pytest.approx(alone, abs=1e-4)
+
+
+def test_a_missing_split_names_the_splits_there():
+    from r1cloud.trainer.data import load_rows
+    from tinyrun import ROOT
+
+    with pytest.raises(ValueError, match=r"no split 'test'; the splits there are: train$"):
+        load_rows(f"{ROOT}/data/arithmetic/train.jsonl@test")
+    with pytest.raises(ValueError, match=r"no split 'validation'; the splits there are: train, test"):
+        load_rows(f"{ROOT}/data/arithmetic@validation")
+    assert len(load_rows(f"{ROOT}/data/arithmetic@test")) > 0
