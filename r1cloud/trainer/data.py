@@ -29,6 +29,7 @@ class Prompt:
     ground_truth: str
     extra: dict[str, Any] = field(default_factory=dict)  # the row's other columns
     content: str = ""  # the prompt column's text, before the format prompt
+    length: int = 0  # prompt tokens before truncation
 
 
 def load_rows(files: str):
@@ -68,17 +69,21 @@ def load_rows(files: str):
 class PromptSet:
     """Rows rendered into prompt token ids, as EasyR1's RLHFDataset does for text models."""
 
-    def __init__(self, files: str, tokenizer, data_cfg, filter_overlong: bool | None = None):
+    def __init__(
+        self, files: str, tokenizer, data_cfg, filter_overlong: bool | None = None, limit: int | None = None
+    ):
         import jinja2
 
         rows = load_rows(files)
+        if limit is not None:
+            rows = rows.select(range(min(limit, len(rows))))
         columns = set(rows.column_names)
         for key in (data_cfg.prompt_key, data_cfg.answer_key):
             if key not in columns:
                 raise ValueError(f"{files}: no column {key!r}; the columns are {', '.join(sorted(columns))}")
-        template = None
+        self.template = None
         if data_cfg.format_prompt:
-            template = jinja2.Template(Path(data_cfg.format_prompt).read_text(encoding="utf-8").strip())
+            self.template = jinja2.Template(Path(data_cfg.format_prompt).read_text(encoding="utf-8").strip())
         self.tokenizer = tokenizer
         self.max_len = data_cfg.max_prompt_length
         keep_all = not (data_cfg.filter_overlong_prompts if filter_overlong is None else filter_overlong)
@@ -86,22 +91,29 @@ class PromptSet:
         self.dropped = 0
         for row in rows:
             content = str(row[data_cfg.prompt_key])
-            text = template.render(content=content) if template else content
-            ids = self.encode(text)
+            ids = self.tokenizer(self.render(content), add_special_tokens=False)["input_ids"]
             if len(ids) > self.max_len and not keep_all:
                 self.dropped += 1
                 continue
             extra = {k: v for k, v in row.items() if k not in (data_cfg.prompt_key, data_cfg.answer_key)}
             self.prompts.append(
-                Prompt(len(self.prompts), ids[: self.max_len], str(row[data_cfg.answer_key]), extra, content)
+                Prompt(
+                    len(self.prompts),
+                    ids[: self.max_len],
+                    str(row[data_cfg.answer_key]),
+                    extra,
+                    content,
+                    len(ids),
+                )
             )
         self.columns = sorted(columns)
 
-    def encode(self, text: str) -> list[int]:
-        chat = self.tokenizer.apply_chat_template(
+    def render(self, content: str) -> str:
+        """The prompt as the model sees it: the format prompt over `content`, in the chat template."""
+        text = self.template.render(content=content) if self.template else content
+        return self.tokenizer.apply_chat_template(
             [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
         )
-        return self.tokenizer(chat, add_special_tokens=False)["input_ids"]
 
     def __len__(self) -> int:
         return len(self.prompts)

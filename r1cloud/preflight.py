@@ -1,0 +1,120 @@
+"""`r1cloud try`: the check before renting GPUs. Renders prompts from the training data through the
+format prompt and chat template, and scores the dataset's own answers — and corrupted ones — with
+the reward function, so a reward that cannot tell right from wrong (or a wrong answer_key, or a
+format the answers never meet) shows up in seconds, not after hours of flat reward.
+
+The dataset's answer is written as a response in each of the usual shapes (bare, `\\boxed{}`,
+`<think>…</think>` + boxed, `<answer>` tags, an `Answer:` line) and the best-scoring shape is kept:
+that is the reward a perfect policy would get. A corrupted answer (another row's answer, or the
+answer changed) in the same shape should score lower.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SHAPES = {
+    "bare": "{a}",
+    "boxed": "The answer is \\boxed{{{a}}}.",
+    "think+boxed": "<think>Working it out.</think> The answer is \\boxed{{{a}}}.",
+    "think+answer": "<think>Working it out.</think><answer>{a}</answer>",
+    "Answer: line": "Working it out.\nAnswer: {a}",
+}
+
+
+@dataclass
+class Row:
+    content: str
+    prompt_tokens: int
+    answer: str
+    shape: str
+    own: float
+    corrupted: float
+
+
+def corrupt(answer: str, other: str) -> str:
+    if other.strip() and other.strip() != answer.strip():
+        return other
+    digits = [c for c in answer if c.isdigit()]
+    if digits:
+        i = max(i for i, c in enumerate(answer) if c.isdigit())
+        return answer[:i] + str((int(answer[i]) + 1) % 10) + answer[i + 1 :]
+    return answer + " not"
+
+
+def run(spec, n: int, progress=lambda msg: None) -> tuple[list[Row], dict]:
+    from transformers import AutoTokenizer
+
+    from .trainer.data import PromptSet
+    from .trainer.remote_rewards import RemoteReward
+    from .trainer.rewards import RewardFunction
+
+    d, r = spec.data, spec.worker.reward
+    progress("loading the tokenizer")
+    tokenizer = AutoTokenizer.from_pretrained(
+        spec.worker.actor.model.tokenizer_path or spec.worker.actor.model.model_path,
+        trust_remote_code=spec.worker.actor.model.trust_remote_code,
+    )
+    if d.override_chat_template:
+        from pathlib import Path
+
+        tokenizer.chat_template = Path(d.override_chat_template).read_text()
+    progress(f"reading {d.train_files}")
+    prompts = PromptSet(d.train_files, tokenizer, d, filter_overlong=False, limit=n)
+    if r.reward_function.startswith(("http://", "https://")):
+        reward = RemoteReward(r.reward_function, r.reward_function_kwargs, timeout=r.timeout)
+    else:
+        reward = RewardFunction(
+            r.reward_function, r.reward_function_name or "main", r.reward_function_kwargs, r.reward_type,
+            workers=max(1, r.num_cpus), timeout=r.timeout,
+        )  # fmt: skip
+    wants = getattr(reward, "wants", ())
+
+    def inputs(answers: list[str], shape: str) -> list[dict]:
+        out = []
+        for p, a in zip(prompts.prompts, answers, strict=True):
+            text = SHAPES[shape].format(a=a)
+            x = {
+                "response": text,
+                "response_length": len(tokenizer(text)["input_ids"]),
+                "ground_truth": p.ground_truth,
+            }
+            for key in wants:
+                x[key] = p.content if key == "prompt" else p.extra.get(key)
+            if isinstance(reward, RemoteReward):
+                x["prompt"] = tokenizer.decode(p.prompt_ids)
+            out.append(x)
+        return out
+
+    try:
+        own = [p.ground_truth for p in prompts.prompts]
+        best: dict[str, list[float]] = {}
+        errors = 0
+        for shape in SHAPES:
+            progress(f"scoring the answers as {shape}")
+            scores, e = reward(inputs(own, shape))
+            best[shape], errors = [s["overall"] for s in scores], errors + e
+        shape = max(best, key=lambda k: sum(best[k]))
+        others = own[1:] + own[:1]
+        bad = [corrupt(a, o) for a, o in zip(own, others, strict=True)]
+        progress("scoring corrupted answers")
+        scores, e = reward(inputs(bad, shape))
+        errors += e
+    finally:
+        reward.close()
+    rows = [
+        Row(p.content, p.length, p.ground_truth, shape, good, s["overall"])
+        for p, good, s in zip(prompts.prompts, best[shape], scores, strict=True)
+    ]
+    summary = {
+        "shape": shape,
+        "own_mean": sum(x.own for x in rows) / max(len(rows), 1),
+        "corrupted_mean": sum(x.corrupted for x in rows) / max(len(rows), 1),
+        "overlong": sum(x.prompt_tokens > d.max_prompt_length for x in rows),
+        "max_prompt_length": d.max_prompt_length,
+        "errors": errors,
+        "reasons": sorted(getattr(reward, "reasons", ())),
+        "columns": prompts.columns,
+        "first_prompt": prompts.render(prompts.prompts[0].content) if prompts.prompts else "",
+    }
+    return rows, summary

@@ -1,0 +1,51 @@
+"""`r1cloud try`: prompts rendered from the data, the dataset's own answers and corrupted ones
+scored by the reward function, through the real CLI on the tiny model's tokenizer."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tinyrun import ROOT, tiny_blueprint
+
+R1CLOUD = str(Path(sys.executable).parent / "r1cloud")
+
+
+def r1(*args):
+    return subprocess.run([R1CLOUD, *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+def test_try_scores_own_and_corrupted_answers(tmp_path, tiny_model, digits_reward):
+    bp = tmp_path / "bp.yaml"
+    bp.write_text(tiny_blueprint(tiny_model, digits_reward))
+    math = [
+        f"worker.reward.reward_function={ROOT}/reward_functions/math.py:compute_score",
+        "worker.reward.reward_function_kwargs={format_weight: 0.5, require_think: false}",
+    ]
+    r = r1("try", bp, *math, "--n", "6")
+    assert r.returncode == 0, r.stderr
+    assert "What is 19 - 5?" in r.stdout and "Put the final answer in" in r.stdout  # the format prompt
+    assert "answers written as 'boxed' score 1.000" in r.stdout
+    assert "✓ the reward tells" in r.stdout and "warning" not in r.stderr
+    r = r1("try", bp, *math, "--n", "6", "--json")
+    data = json.loads(r.stdout)
+    assert len(data["rows"]) == 6 and all(
+        row["own"] == 1.0 and row["corrupted"] == 0.5 for row in data["rows"]
+    )
+    assert all(row["prompt_tokens"] > 0 for row in data["rows"])
+    # The digit-share reward gives wrong numbers as much as right ones: try says so.
+    r = r1("try", bp, "--n", "6")
+    assert r.returncode == 0 and "does not score the right answers above wrong ones" in r.stderr
+    # Prompts over max_prompt_length are counted.
+    r = r1("try", bp, *math, "--n", "6", "data.max_prompt_length=8")
+    assert "6 of 6 over max_prompt_length 8" in r.stdout and "would be dropped" in r.stderr
+    r = r1("try", bp, *math, "--n", "6", "data.max_prompt_length=8", "data.filter_overlong_prompts=false")
+    assert "would be truncated" in r.stderr
+
+
+def test_try_bad_column_is_one_clear_line(tmp_path, tiny_model, digits_reward):
+    bp = tmp_path / "bp.yaml"
+    bp.write_text(tiny_blueprint(tiny_model, digits_reward))
+    r = r1("try", bp, "data.answer_key=solution")
+    assert r.returncode == 2 and "no column 'solution'" in r.stderr and "answer, problem" in r.stderr
+    assert "Traceback" not in r.stderr
