@@ -151,6 +151,78 @@ JobArg = Annotated[
 ]
 
 
+@app.command("try")
+def try_(
+    blueprint: Annotated[Path, typer.Argument(help="Blueprint YAML.", show_default=False)],
+    overrides: Annotated[
+        list[str] | None,
+        typer.Argument(help="key.path=value overrides, as for validate.", show_default=False),
+    ] = None,
+    n: Annotated[int, typer.Option("--n", help="How many training prompts to try.")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the rows and summary as JSON.")] = False,
+) -> None:
+    """Pre-flight: render prompts from the data through the format prompt and chat template, and
+    score the dataset's own answers (and corrupted ones) with the reward function — a table with
+    token lengths, before any GPU is rented."""
+    from .preflight import run
+
+    spec = _load(blueprint, list(overrides or []), {}, str(blueprint))
+    if not spec.data.train_files or not spec.worker.reward.reward_function:
+        _fail(
+            "error: nothing to try",
+            ["the blueprint needs data.train_files and worker.reward.reward_function"],
+        )
+    try:
+        with err.status("preparing…") as status:
+            rows, summary = run(spec, n, lambda msg: status.update(msg + "…"))
+    except ValueError as e:
+        _fail(f"error: {e}", ["`r1cloud validate` checks the rest of the blueprint"])
+    if as_json:
+        from dataclasses import asdict
+
+        out.print_json(data={"rows": [asdict(r) for r in rows], "summary": summary})
+        return
+    out.print("the first prompt, as the model sees it (format prompt + chat template):", style="bold")
+    out.print(summary["first_prompt"], markup=False, highlight=False)
+    table = Table(box=None, header_style="bold")
+    for col in ("#", "PROMPT TOKENS", "PROMPT", "ANSWER", "OWN ANSWER", "CORRUPTED"):
+        table.add_column(
+            col, no_wrap=col != "PROMPT", overflow="ellipsis", max_width=60 if col == "PROMPT" else 24
+        )
+    limit = spec.data.max_prompt_length
+    for i, r in enumerate(rows):
+        tokens = f"[red]{r.prompt_tokens}[/]" if r.prompt_tokens > limit else str(r.prompt_tokens)
+        table.add_row(
+            str(i), tokens, r.content.replace("\n", " "), r.answer, f"{r.own:.3f}", f"{r.corrupted:.3f}"
+        )
+    out.print(table)
+    s = summary
+    out.print(
+        f"answers written as {s['shape']!r} score {s['own_mean']:.3f} on average; corrupted answers "
+        f"{s['corrupted_mean']:.3f}",
+        markup=False,
+    )
+    out.print(f"prompt tokens: {s['overlong']} of {len(rows)} over max_prompt_length {limit}", markup=False)
+    problems = []
+    if s["own_mean"] <= s["corrupted_mean"]:
+        problems.append(
+            "the reward does not score the right answers above wrong ones: check answer_key and the reward function"
+        )
+    elif s["own_mean"] < 0.5 * max(1e-9, max(r.own for r in rows)):
+        problems.append("many of the dataset's own answers score low: check answer_key and the answer format")
+    if s["overlong"]:
+        what = "dropped" if spec.data.filter_overlong_prompts else "truncated"
+        problems.append(f"{s['overlong']} prompt(s) exceed max_prompt_length and would be {what}")
+    if s["errors"]:
+        problems.append(
+            f"the reward function failed on {s['errors']} sample(s): {'; '.join(s['reasons'][:3])}"
+        )
+    for line in problems:
+        err.print(f"warning: {line}", style="yellow", markup=False)
+    if not problems:
+        out.print("✓ the reward tells the dataset's answers from corrupted ones", style="green")
+
+
 def _store():
     from .jobs.store import JobStore
 
@@ -679,78 +751,6 @@ def merge(
         except HubError as e:
             _fail("error: push to the Hub failed", [str(e), f"the merged model is kept in {path}"])
         out.print(f"pushed to {url}", markup=False)
-
-
-@app.command("try")
-def try_(
-    blueprint: Annotated[Path, typer.Argument(help="Blueprint YAML.", show_default=False)],
-    overrides: Annotated[
-        list[str] | None,
-        typer.Argument(help="key.path=value overrides, as for validate.", show_default=False),
-    ] = None,
-    n: Annotated[int, typer.Option("--n", help="How many training prompts to try.")] = 20,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the rows and summary as JSON.")] = False,
-) -> None:
-    """Pre-flight: render prompts from the data through the format prompt and chat template, and
-    score the dataset's own answers (and corrupted ones) with the reward function — a table with
-    token lengths, before any GPU is rented."""
-    from .preflight import run
-
-    spec = _load(blueprint, list(overrides or []), {}, str(blueprint))
-    if not spec.data.train_files or not spec.worker.reward.reward_function:
-        _fail(
-            "error: nothing to try",
-            ["the blueprint needs data.train_files and worker.reward.reward_function"],
-        )
-    try:
-        with err.status("preparing…") as status:
-            rows, summary = run(spec, n, lambda msg: status.update(msg + "…"))
-    except ValueError as e:
-        _fail(f"error: {e}", ["`r1cloud validate` checks the rest of the blueprint"])
-    if as_json:
-        from dataclasses import asdict
-
-        out.print_json(data={"rows": [asdict(r) for r in rows], "summary": summary})
-        return
-    out.print("the first prompt, as the model sees it (format prompt + chat template):", style="bold")
-    out.print(summary["first_prompt"], markup=False, highlight=False)
-    table = Table(box=None, header_style="bold")
-    for col in ("#", "PROMPT TOKENS", "PROMPT", "ANSWER", "OWN ANSWER", "CORRUPTED"):
-        table.add_column(
-            col, no_wrap=col != "PROMPT", overflow="ellipsis", max_width=60 if col == "PROMPT" else 24
-        )
-    limit = spec.data.max_prompt_length
-    for i, r in enumerate(rows):
-        tokens = f"[red]{r.prompt_tokens}[/]" if r.prompt_tokens > limit else str(r.prompt_tokens)
-        table.add_row(
-            str(i), tokens, r.content.replace("\n", " "), r.answer, f"{r.own:.3f}", f"{r.corrupted:.3f}"
-        )
-    out.print(table)
-    s = summary
-    out.print(
-        f"answers written as {s['shape']!r} score {s['own_mean']:.3f} on average; corrupted answers "
-        f"{s['corrupted_mean']:.3f}",
-        markup=False,
-    )
-    out.print(f"prompt tokens: {s['overlong']} of {len(rows)} over max_prompt_length {limit}", markup=False)
-    problems = []
-    if s["own_mean"] <= s["corrupted_mean"]:
-        problems.append(
-            "the reward does not score the right answers above wrong ones: check answer_key and the reward function"
-        )
-    elif s["own_mean"] < 0.5 * max(1e-9, max(r.own for r in rows)):
-        problems.append("many of the dataset's own answers score low: check answer_key and the answer format")
-    if s["overlong"]:
-        what = "dropped" if spec.data.filter_overlong_prompts else "truncated"
-        problems.append(f"{s['overlong']} prompt(s) exceed max_prompt_length and would be {what}")
-    if s["errors"]:
-        problems.append(
-            f"the reward function failed on {s['errors']} sample(s): {'; '.join(s['reasons'][:3])}"
-        )
-    for line in problems:
-        err.print(f"warning: {line}", style="yellow", markup=False)
-    if not problems:
-        out.print("✓ the reward tells the dataset's answers from corrupted ones", style="green")
 
 
 # ---------------------------------------------------------------------------- serving

@@ -51,10 +51,13 @@ def run(spec, n: int, progress=lambda msg: None) -> tuple[list[Row], dict]:
 
     d, r = spec.data, spec.worker.reward
     progress("loading the tokenizer")
-    tokenizer = AutoTokenizer.from_pretrained(
-        spec.worker.actor.model.tokenizer_path or spec.worker.actor.model.model_path,
-        trust_remote_code=spec.worker.actor.model.trust_remote_code,
-    )
+    source = spec.worker.actor.model.tokenizer_path or spec.worker.actor.model.model_path
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            source, trust_remote_code=spec.worker.actor.model.trust_remote_code
+        )
+    except OSError as e:
+        raise ValueError(f"cannot load the tokenizer of {source}: {str(e).splitlines()[0]}") from None
     if d.override_chat_template:
         from pathlib import Path
 
