@@ -166,6 +166,21 @@ CHECKS = [
         id="secret-missing",
     ),
     pytest.param(["envs={1BAD: x}"], ["envs", "not an environment variable name"], id="env-name"),
+    pytest.param(
+        ["data.train_files=[a/b@train, c/d@train]", "data.train_files_probs=[1.0]"],
+        ["data.train_files_probs", "1 weight(s) for 2 data set(s)"],
+        id="mix-probs-count",
+    ),
+    pytest.param(
+        ["data.train_files=[a/b@train, c/d@train]", "data.train_files_probs=[1.0, 0]"],
+        ["data.train_files_probs", "must be positive"],
+        id="mix-probs-positive",
+    ),
+    pytest.param(
+        ["data.train_files=[a/b@train, ./nowhere.jsonl]"],
+        ["data.train_files", "nowhere.jsonl"],
+        id="mix-missing-file",
+    ),
     pytest.param(["worker.rollout.n"], ["is not an override", "key.path=value"], id="override-syntax"),
 ]
 
@@ -294,6 +309,15 @@ def test_reward_function_kwargs_and_star_kwargs_accepted(blueprint, cli):
         'worker.reward.reward_function_kwargs={"anything": 1}',
     )
     assert r.exit_code == 0, r.stderr
+
+
+def test_a_mixture_of_data_sets_validates(blueprint, cli):
+    r = cli(
+        "validate", blueprint(), "data.train_files=[hiyouga/math12k@train, hiyouga/geometry3k@train]",
+        "data.train_files_probs=[0.7, 0.3]",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert "hiyouga/math12k@train + hiyouga/geometry3k@train" in r.stdout
 
 
 def test_remote_reward_url_is_not_a_file(blueprint, cli):

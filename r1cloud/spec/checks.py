@@ -51,6 +51,17 @@ def check_required(spec: Spec, problem: Report) -> None:
             "data.train_files",
             "is not set: give name@split (a Hub dataset) or a local json/jsonl/parquet/csv file or folder",
         )
+    probs, files = spec.data.train_files_probs, spec.data.train_files
+    if probs is not None:
+        n = len(files) if isinstance(files, list) else 1
+        if n != len(probs):
+            problem(
+                "data.train_files_probs",
+                f"has {len(probs)} weight(s) for {n} data set(s) in data.train_files: give one per data set",
+                "data.train_files",
+            )
+        elif any(not p > 0 for p in probs):
+            problem("data.train_files_probs", "weights must be positive (they are normalised to sum to 1)")
     validating = spec.trainer.val_before_train or spec.trainer.val_freq > 0 or spec.trainer.val_only
     if not spec.data.val_files and validating:
         problem(

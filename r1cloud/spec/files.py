@@ -85,10 +85,11 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
             t.load_checkpoint_path = str(found)
     for key in ("train_files", "val_files"):
         value = getattr(d, key)
-        if value:
-            setattr(
-                d, key, _resolve_local_or_hub(f"data.{key}", value, bases(f"data.{key}"), problem, "data")
-            )
+        at = f"data.{key}"
+        if isinstance(value, list):
+            setattr(d, key, [_resolve_local_or_hub(at, v, bases(at), problem, "data") for v in value])
+        elif value:
+            setattr(d, key, _resolve_local_or_hub(at, value, bases(at), problem, "data"))
     for role in ("actor", "critic"):
         model = getattr(w, role).model
         for key in ("model_path", "tokenizer_path"):

@@ -59,8 +59,9 @@ class Model(BaseModel):
 
 # --------------------------------------------------------------------------- data
 class DataConfig(Model):
-    train_files: str = ""
-    val_files: str = ""
+    train_files: str | list[str] = ""  # a list: several data sets, mixed (r1cloud)
+    val_files: str | list[str] = ""
+    train_files_probs: list[float] | None = None  # r1cloud: sampling weights of the train_files list
     prompt_key: str = "prompt"
     answer_key: str = "answer"
     image_key: str = "images"

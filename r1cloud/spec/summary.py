@@ -11,9 +11,11 @@ from .models import Spec, accelerator_options
 COUNTABLE = (".jsonl", ".json", ".csv")
 
 
-def count_rows(path: str) -> int | None:
+def count_rows(path: str | list[str]) -> int | None:
     """Rows of a local jsonl/csv file (JSON lines counted the same way); None when unknown without
-    loading the data set (Hub ids, parquet, folders, JSON arrays)."""
+    loading the data set (Hub ids, parquet, folders, JSON arrays, and mixtures)."""
+    if isinstance(path, list):
+        return count_rows(path[0]) if len(path) == 1 else None
     name = path.rpartition("@")[0] if "@" in path else path
     p = Path(name)
     if not p.is_file() or p.suffix.lower() not in COUNTABLE:
@@ -69,8 +71,10 @@ def resources_line(spec: Spec) -> str:
     return f"{r.infra}: {accel}{nodes}" + (f" ({', '.join(extra)})" if extra else "")
 
 
-def _short(path: str | None) -> str:
+def _short(path: str | list[str] | None) -> str:
     """Absolute paths under the working directory are shown relative to it."""
+    if isinstance(path, list):
+        return " + ".join(_short(p) for p in path)
     if not path or not path.startswith("/"):
         return path or ""
     try:

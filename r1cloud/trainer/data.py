@@ -66,21 +66,57 @@ def load_rows(files: str):
         raise ValueError(f"{files}: cannot load it from the Hugging Face Hub ({first})") from None
 
 
+def mix(parts: list[list[dict]], probs: list[float] | None, seed: int) -> list[dict]:
+    """Several data sets as one. Without weights, one after another; with them (OpenRLHF's prompt
+    data probabilities), as many rows as all sets hold, each drawn from set i with probability
+    probs[i] (normalised), cycling through each set in a seeded order, so every row of every set is
+    used before any repeats."""
+    if len(parts) == 1:
+        return parts[0]
+    if probs is None:
+        return [row for part in parts for row in part]
+    import random
+
+    rng = random.Random(seed)
+    orders = [rng.sample(range(len(p)), len(p)) for p in parts]
+    used = [0] * len(parts)
+    out = []
+    for _ in range(sum(len(p) for p in parts)):
+        i = rng.choices(range(len(parts)), weights=probs)[0]
+        out.append(parts[i][orders[i][used[i] % len(parts[i])]])
+        used[i] += 1
+    return out
+
+
 class PromptSet:
     """Rows rendered into prompt token ids, as EasyR1's RLHFDataset does for text models."""
 
     def __init__(
-        self, files: str, tokenizer, data_cfg, filter_overlong: bool | None = None, limit: int | None = None
+        self,
+        files: str | list[str],
+        tokenizer,
+        data_cfg,
+        filter_overlong: bool | None = None,
+        limit: int | None = None,
+        probs: list[float] | None = None,
     ):
         import jinja2
 
-        rows = load_rows(files)
+        parts, columns = [], None
+        for source in [files] if isinstance(files, str) else files:
+            rows = load_rows(source)
+            here = set(rows.column_names)
+            for key in (data_cfg.prompt_key, data_cfg.answer_key):
+                if key not in here:
+                    raise ValueError(
+                        f"{source}: no column {key!r}; the columns are {', '.join(sorted(here))}"
+                    )
+            columns = here if columns is None else columns & here  # a mixture keeps the shared ones
+            parts.append(rows)
+        parts = [[{k: row[k] for k in columns} for row in p] for p in parts] if len(parts) > 1 else parts
+        rows = mix(parts, probs, data_cfg.seed)
         if limit is not None:
-            rows = rows.select(range(min(limit, len(rows))))
-        columns = set(rows.column_names)
-        for key in (data_cfg.prompt_key, data_cfg.answer_key):
-            if key not in columns:
-                raise ValueError(f"{files}: no column {key!r}; the columns are {', '.join(sorted(columns))}")
+            rows = rows.select(range(min(limit, len(rows)))) if hasattr(rows, "select") else rows[:limit]
         self.template = None
         if data_cfg.format_prompt:
             self.template = jinja2.Template(Path(data_cfg.format_prompt).read_text(encoding="utf-8").strip())

@@ -112,7 +112,11 @@ class Trainer:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         if s.data.override_chat_template:
             self.tokenizer.chat_template = Path(s.data.override_chat_template).read_text()
-        self.train_set = PromptSet(s.data.train_files, self.tokenizer, s.data) if s.data.train_files else None
+        self.train_set = (
+            PromptSet(s.data.train_files, self.tokenizer, s.data, probs=s.data.train_files_probs)
+            if s.data.train_files
+            else None
+        )
         self.val_set = PromptSet(s.data.val_files, self.tokenizer, s.data) if s.data.val_files else None
         for name, ps in (("train", self.train_set), ("val", self.val_set)):
             if ps is not None and ps.dropped:

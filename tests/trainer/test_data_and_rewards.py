@@ -37,6 +37,35 @@ def test_prompts_use_the_format_prompt_and_chat_template(tiny_model, rows, tmp_p
     assert len(kept) == 11 and len(kept.prompts[-1].prompt_ids) == 64  # truncated, as EasyR1
 
 
+def test_mixing_follows_the_probabilities_and_uses_every_row():
+    from collections import Counter
+
+    from r1cloud.trainer.data import mix
+
+    big = [{"set": "big", "i": i} for i in range(900)]
+    small = [{"set": "small", "i": i} for i in range(100)]
+    assert mix([big, small], None, 0) == big + small  # no weights: one after the other
+    mixed = mix([big, small], [0.5, 0.5], seed=3)
+    assert len(mixed) == 1000
+    counts = Counter(r["set"] for r in mixed)
+    assert abs(counts["small"] - 500) < 60  # binomial(1000, 0.5): 60 is ~3.8 standard deviations
+    assert {r["i"] for r in mixed if r["set"] == "small"} == set(range(100))  # cycled, all used
+    assert mix([big, small], [0.5, 0.5], seed=3) == mixed  # seeded
+    assert mix([big, small], [5, 5], seed=3) == mixed  # weights are normalised
+
+
+def test_a_mixture_keeps_the_columns_its_sets_share(tiny_model, rows, tmp_path):
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps({"q": f"Say {i}", "a": str(i), "level": i}) + "\n" for i in range(6)))
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    cfg = DataConfig(prompt_key="q", answer_key="a", max_prompt_length=64, seed=1)
+    ps = PromptSet([str(rows), str(other)], tok, cfg, probs=[1, 1])
+    assert len(ps) + ps.dropped == 17 and ps.columns == ["a", "q"]
+    assert {p.content.split()[0] for p in ps.prompts} == {"What", "Say"}
+    with pytest.raises(ValueError, match=f"{other}: no column 'source'"):
+        PromptSet([str(rows), str(other)], tok, DataConfig(prompt_key="q", answer_key="source"))
+
+
 def test_a_missing_column_names_the_columns(tiny_model, rows):
     tok = AutoTokenizer.from_pretrained(tiny_model)
     with pytest.raises(ValueError, match="no column 'problem'; the columns are a, q, source"):
