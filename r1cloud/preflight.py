@@ -63,7 +63,9 @@ def run(spec, n: int, progress=lambda msg: None) -> tuple[list[Row], dict]:
 
         tokenizer.chat_template = Path(d.override_chat_template).read_text()
     progress(f"reading {d.train_files}")
-    prompts = PromptSet(d.train_files, tokenizer, d, filter_overlong=False, limit=n, probs=d.train_files_probs)
+    prompts = PromptSet(
+        d.train_files, tokenizer, d, filter_overlong=False, limit=n, probs=d.train_files_probs
+    )
     if r.reward_function.startswith(("http://", "https://")):
         reward = RemoteReward(r.reward_function, r.reward_function_kwargs, timeout=r.timeout)
     else:

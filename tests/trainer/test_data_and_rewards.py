@@ -495,3 +495,22 @@ def test_a_missing_split_names_the_splits_there():
     with pytest.raises(ValueError, match=r"no split 'validation'; the splits there are: train, test"):
         load_rows(f"{ROOT}/data/arithmetic@validation")
     assert len(load_rows(f"{ROOT}/data/arithmetic@test")) > 0
+
+
+def test_use_modelscope_hub_without_modelscope_is_one_clear_line(tmp_path):
+    """As EasyR1: USE_MODELSCOPE_HUB=1 switches Hub downloads to ModelScope through modelscope's
+    patch, which needs the package (not installed here; the download itself needs a network)."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("modelscope") is not None:
+        pytest.skip("modelscope is installed here")
+    r = subprocess.run(
+        [sys.executable, "-m", "r1cloud.trainer", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "USE_MODELSCOPE_HUB": "1"},
+        timeout=120,
+    )
+    assert r.returncode == 2 and "pip install modelscope" in r.stderr and "Traceback" not in r.stderr
