@@ -514,3 +514,38 @@ def test_use_modelscope_hub_without_modelscope_is_one_clear_line(tmp_path):
         timeout=120,
     )
     assert r.returncode == 2 and "pip install modelscope" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_parquet_csv_and_folders_load_like_jsonl(tiny_model, rows, tmp_path):
+    import datasets
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    cfg = DataConfig(prompt_key="q", answer_key="a", max_prompt_length=64)
+    want = [(p.content, p.ground_truth) for p in PromptSet(str(rows), tok, cfg).prompts]
+    table = datasets.load_dataset("json", data_files=str(rows), split="train")
+    (tmp_path / "folder").mkdir()
+    table.to_parquet(str(tmp_path / "d.parquet"))
+    table.to_csv(str(tmp_path / "d.csv"), index=False)
+    table.to_parquet(str(tmp_path / "folder/train.parquet"))
+    for source in (
+        tmp_path / "d.parquet",
+        tmp_path / "d.csv",
+        tmp_path / "folder",
+        f"{tmp_path / 'folder'}@train",
+    ):
+        got = [(p.content, p.ground_truth) for p in PromptSet(str(source), tok, cfg).prompts]
+        assert got == want, source
+
+
+def test_override_chat_template_replaces_the_models(make_run, tmp_path):
+    """The trainer renders prompts with data.override_chat_template instead of the model's."""
+    from r1cloud.trainer.driver import Trainer
+
+    template = tmp_path / "chat.jinja"
+    template.write_text("{% for m in messages %}<<{{ m['content'] }}>>{% endfor %}ANSWER:")
+    trainer = Trainer(make_run(f"data.override_chat_template={template}", name="chat-template"))
+    try:  # the constructor loads tokenizer, data and reward; no Ray until training starts
+        text = trainer.tokenizer.decode(trainer.train_set.prompts[0].prompt_ids)
+    finally:
+        trainer.reward.close()
+    assert text.startswith("<<") and text.endswith(">>ANSWER:") and "Put the final answer" in text
