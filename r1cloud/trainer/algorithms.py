@@ -51,6 +51,100 @@ def grpo_advantages(
     return torch.where(count > 1, adv, torch.zeros_like(adv)).to(scores.dtype)
 
 
+def grpo_passk_advantages(
+    scores: torch.Tensor, index: list | torch.Tensor, eps: float = 1e-6, norm_by_std: bool = True
+) -> torch.Tensor:
+    """Pass@k (arXiv 2503.19595): only each group's best sample (the first, among ties) gets
+    (r_max − r_2nd) [/ (std_g + eps)]; every other sample gets 0. Singletons get 0."""
+    ids = group_ids(index)
+    _, std, count = group_mean_std(scores, ids)
+    x = scores.to(torch.float64)
+    adv = torch.zeros_like(x)
+    for g in range(int(ids.max()) + 1 if ids.numel() else 0):
+        members = (ids == g).nonzero().flatten()
+        if len(members) < 2:
+            continue
+        values = x[members]
+        best = int(torch.argmax(values))
+        second = torch.cat([values[:best], values[best + 1 :]]).max()
+        gap = values[best] - second
+        adv[members[best]] = gap / (std[members[best]] + eps) if norm_by_std else gap
+    return adv.to(scores.dtype)
+
+
+def rloo_advantages(scores: torch.Tensor, index: list | torch.Tensor) -> torch.Tensor:
+    """RLOO: A_i = s_i − mean of the other samples of its group = n/(n−1)·(s_i − mean_g).
+    A singleton gets 0 (verl's loop gives it s_i; its vectorised twin, like r1cloud, 0)."""
+    mean, _, count = group_mean_std(scores, group_ids(index))
+    adv = (scores.to(torch.float64) - mean) * count / (count - 1).clamp(min=1)
+    return torch.where(count > 1, adv, torch.zeros_like(adv)).to(scores.dtype)
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(x − μ)·rsqrt(var + eps) with μ and the unbiased var over the valid tokens of the batch."""
+    m = mask.to(values.dtype)
+    n = m.sum()
+    mean = (values * m).sum() / n
+    var = (((values - mean) ** 2) * m).sum() / (n - 1).clamp(min=1)
+    return (values - mean) * torch.rsqrt(var + eps)
+
+
+def discounted_returns(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """G_t = r_t + γ·G_{t+1} over response tokens; past the end (mask 0) G passes through unchanged
+    and the reward there is ignored. Shape (B, T)."""
+    m = mask.to(token_rewards.dtype)
+    out = torch.zeros_like(token_rewards)
+    running = torch.zeros(token_rewards.shape[0], dtype=token_rewards.dtype)
+    for t in reversed(range(token_rewards.shape[1])):
+        running = torch.where(m[:, t] > 0, token_rewards[:, t] + gamma * running, running)
+        out[:, t] = running
+    return out
+
+
+def reinforce_plus_plus_advantages(
+    token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++: discounted returns, whitened over all valid tokens of the batch (no baseline).
+    Returns (advantages, returns), both (B, T)."""
+    returns = discounted_returns(token_rewards, mask, gamma)
+    return masked_whiten(returns, mask) * mask, returns
+
+
+def reinforce_plus_plus_baseline_advantages(
+    scores: torch.Tensor, index: list | torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """REINFORCE++ with a group baseline: s_i − mean_g (a singleton's baseline is 0), tiled over
+    its tokens and whitened over all valid tokens of the batch. Shape (B, T)."""
+    mean, _, count = group_mean_std(scores, group_ids(index))
+    centred = scores.to(torch.float64) - torch.where(count > 1, mean, torch.zeros_like(mean))
+    tiled = centred.to(torch.float32)[:, None] * mask
+    return masked_whiten(tiled, mask) * mask
+
+
+def remax_advantages(scores: torch.Tensor, baselines: torch.Tensor) -> torch.Tensor:
+    """ReMax: the sample's reward minus the greedy rollout's reward for the same prompt. (B,)"""
+    return scores - baselines
+
+
+def gae_advantages(
+    token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE: δ_t = r_t + γV_{t+1} − V_t, A_t = δ_t + γλA_{t+1}, where "next" skips tokens outside
+    the mask. Returns (whitened advantages, returns = A + V), both (B, T)."""
+    m = mask.to(values.dtype)
+    next_value = torch.zeros(values.shape[0], dtype=values.dtype)
+    last = torch.zeros(values.shape[0], dtype=values.dtype)
+    adv = torch.zeros_like(values)
+    for t in reversed(range(values.shape[1])):
+        delta = token_rewards[:, t] + gamma * next_value - values[:, t]
+        step = delta + gamma * lam * last
+        last = torch.where(m[:, t] > 0, step, last)
+        next_value = torch.where(m[:, t] > 0, values[:, t], next_value)
+        adv[:, t] = last
+    returns = adv + values
+    return masked_whiten(adv, mask) * mask, returns
+
+
 def token_level(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Broadcast a per-sequence value (B,) over response tokens (B, T)."""
     return adv[:, None].to(torch.float32) * mask
@@ -86,28 +180,47 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum() / mask.sum().clamp(min=1)
 
 
+# EasyR1's loss_avg_mode names and verl's loss_agg_mode names, onto one set of modes.
+AGG_MODES = {
+    "token": "token-mean",
+    "seq": "seq-mean-token-mean",
+    "token-mean": "token-mean",
+    "seq-mean-token-mean": "seq-mean-token-mean",
+    "seq-mean-token-sum": "seq-mean-token-sum",
+    "seq-mean-token-sum-norm": "seq-mean-token-sum-norm",
+}
+
+
 def aggregate(
-    values: torch.Tensor, mask: torch.Tensor, mode: str, total: float | None = None
+    values: torch.Tensor, mask: torch.Tensor, mode: str, total: float | None = None, norm: float | None = None
 ) -> torch.Tensor:
     """Reduce a (B, T) loss to a scalar.
 
-    `token`: Σ(v·m) / total tokens; `seq`: Σ_b mean_t(v·m) / total sequences. `total` is the count
-    over the whole mini-batch on every device (so that micro-batches and devices add up to one
-    global mean, whatever the split); None means this tensor alone.
+    - `token-mean` (EasyR1 `token`): Σ(v·m) / tokens.
+    - `seq-mean-token-mean` (EasyR1 `seq`, the original GRPO): mean over sequences of mean_t(v·m).
+    - `seq-mean-token-sum`: mean over sequences of Σ_t(v·m).
+    - `seq-mean-token-sum-norm` (Dr.GRPO): Σ(v·m) / (sequences · `norm`), `norm` a constant length
+      (the maximum response length; verl defaults to the padded width).
+    `total` is the token or non-empty-sequence count over the whole mini-batch on every device (so
+    micro-batches and devices add up to one global mean whatever the split); None: this tensor alone.
     """
-    if mode == "token":
+    mode = AGG_MODES.get(mode, mode)
+    if mode == "token-mean":
         return masked_sum(values, mask) / (mask.sum().clamp(min=1) if total is None else total)
-    if mode == "seq":
-        lengths = mask.sum(-1)
-        per_seq = (values * mask).sum(-1) / lengths.clamp(min=1)
-        n = (lengths > 0).sum().clamp(min=1) if total is None else total
-        return per_seq.sum() / n
-    raise ValueError(f"unknown loss_avg_mode {mode!r}")
+    lengths = mask.sum(-1)
+    n = (lengths > 0).sum().clamp(min=1) if total is None else total
+    if mode == "seq-mean-token-mean":
+        return ((values * mask).sum(-1) / lengths.clamp(min=1)).sum() / n
+    if mode == "seq-mean-token-sum":
+        return (values * mask).sum() / n
+    if mode == "seq-mean-token-sum-norm":
+        return (values * mask).sum() / n / (norm if norm is not None else mask.shape[-1])
+    raise ValueError(f"unknown loss aggregation mode {mode!r}")
 
 
 def count_for(mode: str, mask: torch.Tensor) -> float:
     """What `aggregate`'s `total` counts for this mask: tokens, or non-empty sequences."""
-    return float(mask.sum()) if mode == "token" else float((mask.sum(-1) > 0).sum())
+    return float(mask.sum()) if AGG_MODES.get(mode, mode) == "token-mean" else float((mask.sum(-1) > 0).sum())
 
 
 # --------------------------------------------------------------------------- policy loss
@@ -142,4 +255,51 @@ def ppo_loss(
             "pg_clipfrac_lower": masked_mean(((lc > l3) & (adv < 0)).float(), mask),
             "ppo_kl": masked_mean(-log_ratio, mask),
         }
+    return loss, metrics
+
+
+def log_ratio_for(kind: str, logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The per-token log importance ratio each loss uses. `gspo`: the sequence's mean log ratio on
+    every token (the gradient flows through the mean); `gspo_token`: that value with each token's
+    own gradient, sg(seq mean) + logp − sg(logp) (EasyR1)."""
+    log_ratio = logp - old_logp
+    if kind not in ("gspo", "gspo_token"):
+        return log_ratio
+    seq = (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)
+    if kind == "gspo":
+        return seq.expand_as(log_ratio) * mask
+    return seq.detach() + logp - logp.detach()
+
+
+def policy_loss(
+    kind: str,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    clip: ClipConfig,
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The (B, T) policy loss of `worker.actor.loss_type` and its metrics; `adv` is (B, T).
+
+    - `default`, `gspo`, `gspo_token`: dual-clip PPO on the ratio `log_ratio_for` gives.
+    - `cispo`: −A·logp·sg(clip(r, 1−ε_low, 1+ε_high)) — clipped weights, never clipped gradients.
+    - `sapo`: −A·(4/τ)·σ(τ(r − 1)), τ = tau_pos where A ≥ 0, tau_neg where A < 0 (a soft gate).
+    """
+    if kind in ("default", "gspo", "gspo_token"):
+        return ppo_loss(log_ratio_for(kind, logp, old_logp, mask), torch.zeros_like(logp), adv, mask, clip)
+    log_ratio = logp - old_logp
+    ratio = torch.exp(torch.clamp(log_ratio, -20, 20))
+    if kind == "cispo":
+        low, high = torch.log(torch.tensor(max(1 - clip.low, 1e-8))), torch.log(torch.tensor(1 + clip.high))
+        weight = torch.exp(torch.clamp(log_ratio, low, high)).detach()
+        loss = -adv * logp * weight
+    elif kind == "sapo":
+        tau = torch.where(adv >= 0, torch.full_like(adv, tau_pos), torch.full_like(adv, tau_neg))
+        loss = -adv * torch.sigmoid(tau * (ratio - 1)) * 4 / tau
+    else:
+        raise ValueError(f"unknown loss_type {kind!r}")
+    with torch.no_grad():
+        metrics = {"ppo_kl": masked_mean(-log_ratio, mask)}
     return loss, metrics
