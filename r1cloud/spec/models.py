@@ -88,6 +88,7 @@ class AlgorithmConfig(Model):
     gamma: float = Field(1.0, ge=0, le=1)
     lam: float = Field(1.0, ge=0, le=1)
     adv_estimator: Literal[ADV_ESTIMATORS] = "grpo"  # type: ignore[valid-type]
+    norm_adv_by_std_in_grpo: bool = True  # verl's key; false is Dr.GRPO's advantage
     disable_kl: bool = False
     use_kl_loss: bool = False
     kl_penalty: Literal[KL_PENALTIES] = "kl"  # type: ignore[valid-type]
@@ -168,7 +169,10 @@ class TrainedRole(Model):
     micro_batch_size_per_device_for_update: int = Field(4, ge=1)
     micro_batch_size_per_device_for_experience: int = Field(16, ge=1)
     max_grad_norm: float = Field(1.0, gt=0)
-    loss_avg_mode: Literal["token", "seq"] = "token"
+    # EasyR1's token|seq, or verl's loss_agg_mode names (seq-mean-token-sum-norm is Dr.GRPO's)
+    loss_avg_mode: Literal[
+        "token", "seq", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
+    ] = "token"
     ppo_epochs: int = Field(1, ge=1)
     dynamic_batching: bool = True
     ulysses_size: int = Field(1, ge=1)

@@ -43,7 +43,7 @@ class Rollout:
     scores: dict[str, float] = field(default_factory=dict)
     old: list[float] | None = None
     ref: list[float] | None = None
-    adv: float = 0.0
+    adv: float | list[float] = 0.0  # one value for the sequence, or one per response token
     source: Prompt | None = None  # the data row it answers
 
     @property
@@ -95,6 +95,32 @@ def stats(prefix: str, values: list[float]) -> dict[str, float]:
         f"{prefix}/max": max(values),
         f"{prefix}/min": min(values),
     }
+
+
+def advantages(a, scores: torch.Tensor, rollouts: list[Rollout]) -> list:
+    """`algorithm.adv_estimator` over the batch: a float per rollout (outcome estimators) or, for
+    the REINFORCE++ family, one value per response token."""
+    uids = [r.uid for r in rollouts]
+    if a.adv_estimator == "grpo":
+        return alg.grpo_advantages(scores, uids, norm_by_std=a.norm_adv_by_std_in_grpo).tolist()
+    if a.adv_estimator == "grpo_passk":
+        return alg.grpo_passk_advantages(scores, uids, norm_by_std=a.norm_adv_by_std_in_grpo).tolist()
+    if a.adv_estimator == "rloo":
+        return alg.rloo_advantages(scores, uids).tolist()
+    lengths = [len(r.response) for r in rollouts]
+    width = max(max(lengths), 1)
+    mask = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).float()
+    if a.adv_estimator == "reinforce_plus_plus":
+        token_rewards = torch.zeros(len(rollouts), width)
+        for i, n in enumerate(lengths):
+            if n:
+                token_rewards[i, n - 1] = float(scores[i])  # the outcome on the last token
+        tok, _ = alg.reinforce_plus_plus_advantages(token_rewards, mask, a.gamma)
+    elif a.adv_estimator == "reinforce_plus_plus_baseline":
+        tok = alg.reinforce_plus_plus_baseline_advantages(scores.float(), uids, mask)
+    else:
+        raise ValueError(f"adv_estimator {a.adv_estimator} is not in the bundled trainer yet")
+    return [tok[i, :n].tolist() for i, n in enumerate(lengths)]
 
 
 # ---------------------------------------------------------------------------- the trainer
@@ -346,8 +372,7 @@ class Trainer:
                 k / max(len(r.response), 1) for k, r in zip(kls, rollouts, strict=True)
             ) / len(rollouts)
             metrics["actor/kl_coef"] = self.kl_coef
-        adv = alg.grpo_advantages(scores, [r.uid for r in rollouts])
-        for r, a in zip(rollouts, adv.tolist(), strict=True):
+        for r, a in zip(rollouts, advantages(s.algorithm, scores, rollouts), strict=True):
             r.adv = a
             if on_policy:
                 r.old = None
@@ -385,7 +410,7 @@ class Trainer:
             for mini in chunk_evenly(rollouts, n_mini):
                 total = (
                     sum(len(r.response) for r in mini)
-                    if mode == "token"
+                    if alg.AGG_MODES[mode] == "token-mean"
                     else sum(1 for r in mini if r.response)
                 )
                 plan = micro_batches(
@@ -437,7 +462,12 @@ class Trainer:
             1 for r in rollouts if len(r.prompt_ids) >= d.max_prompt_length
         ) / len(rollouts)
         m.update(stats("critic/score", [r.scores["overall"] for r in rollouts]))
-        m.update(stats("critic/advantages", [r.adv for r in rollouts]))
+        m.update(
+            stats(
+                "critic/advantages",
+                [x for r in rollouts for x in (r.adv if isinstance(r.adv, list) else [r.adv])],
+            )
+        )
         return m
 
     # ------------------------------------------------------------------ validation

@@ -177,6 +177,7 @@ class HybridWorker:
         actor_cfg, a = self.spec.worker.actor, self.spec.algorithm
         clip = alg.ClipConfig(actor_cfg.clip_ratio_low, actor_cfg.clip_ratio_high, actor_cfg.clip_ratio_dual)
         mode = actor_cfg.loss_avg_mode
+        norm = self.spec.data.max_response_length  # seq-mean-token-sum-norm's constant length
         self.actor.train()
         results = []
         for mb in minibatches:
@@ -196,23 +197,35 @@ class HybridWorker:
                 )
                 logp, mask = pad(logps)
                 old = logp.detach() if micro[0]["old"] is None else pad([s["old"] for s in micro])[0]
-                adv = alg.token_level(torch.tensor([s["adv"] for s in micro], dtype=torch.float32), mask)
-                loss_mat, m = alg.ppo_loss(logp, old, adv, mask, clip)
-                pg = alg.aggregate(loss_mat, mask, mode, total)
+                if isinstance(micro[0]["adv"], list):  # per token (the REINFORCE++ family)
+                    adv = pad([s["adv"] for s in micro], width=mask.shape[1])[0] * mask
+                else:
+                    adv = alg.token_level(torch.tensor([s["adv"] for s in micro], dtype=torch.float32), mask)
+                loss_mat, m = alg.policy_loss(
+                    actor_cfg.loss_type,
+                    logp,
+                    old,
+                    adv,
+                    mask,
+                    clip,
+                    actor_cfg.tau_positive,
+                    actor_cfg.tau_negative,
+                )
+                pg = alg.aggregate(loss_mat, mask, mode, total, norm)
                 loss = pg
                 if a.use_kl_loss and not a.disable_kl:
                     ref = pad([s["ref"] for s in micro])[0]
-                    kl = alg.aggregate(alg.kl_estimate(logp, ref, a.kl_penalty), mask, mode, total)
+                    kl = alg.aggregate(alg.kl_estimate(logp, ref, a.kl_penalty), mask, mode, total, norm)
                     loss = loss + a.kl_coef * kl
                     stats["kl_loss"] += kl.item()
                 # FSDP averages gradients over workers; each worker's loss is its share of the global mean.
                 (loss * self.world).backward()
                 n = mask.sum().item()
                 stats["pg_loss"] += pg.item()
-                stats["entropy_loss"] += alg.aggregate(-logp.detach(), mask, mode, total).item()
+                stats["entropy_loss"] += alg.aggregate(-logp.detach(), mask, mode, total, norm).item()
                 stats["tokens"] += n
-                stats["clip_hi"] += m["pg_clipfrac_higher"].item() * n
-                stats["clip_lo"] += m["pg_clipfrac_lower"].item() * n
+                stats["clip_hi"] += float(m.get("pg_clipfrac_higher", 0.0)) * n
+                stats["clip_lo"] += float(m.get("pg_clipfrac_lower", 0.0)) * n
                 stats["ppo_kl"] += m["ppo_kl"].item() * n
             if not apply:
                 return results

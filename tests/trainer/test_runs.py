@@ -3,6 +3,7 @@ rollout engine; a run killed with SIGKILL after step 2 that resumes identically;
 different number of workers."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -121,3 +122,46 @@ def test_killed_run_resumes_with_the_same_data_and_metrics(make_run, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "[resume] from step 3" in r.stdout and "saved with 2 workers, now 1" in r.stdout
     assert [m["step"] for m in metrics(one)] == [4]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [
+            "algorithm.adv_estimator=grpo",
+            "algorithm.norm_adv_by_std_in_grpo=false",
+            "worker.actor.loss_avg_mode=seq-mean-token-sum-norm",
+        ],
+        [
+            "algorithm.adv_estimator=grpo_passk",
+            "worker.actor.loss_type=gspo",
+            "worker.actor.loss_avg_mode=seq",
+        ],
+        [
+            "algorithm.adv_estimator=rloo",
+            "worker.actor.loss_type=gspo_token",
+            "worker.actor.loss_avg_mode=seq-mean-token-mean",
+        ],
+        [
+            "algorithm.adv_estimator=reinforce_plus_plus",
+            "algorithm.gamma=0.9",
+            "worker.actor.loss_type=cispo",
+        ],
+        [
+            "algorithm.adv_estimator=reinforce_plus_plus_baseline",
+            "worker.actor.loss_type=sapo",
+            "worker.actor.loss_avg_mode=seq-mean-token-sum",
+        ],
+    ],
+    ids=["dr-grpo", "passk-gspo", "rloo-gspo-token", "reinforce++-cispo", "reinforce++-baseline-sapo"],
+)
+def test_every_estimator_and_loss_trains_two_steps(make_run, tiny_model, overrides):
+    run = make_run("trainer.max_steps=2", "trainer.save_freq=-1", *overrides, name="family")
+    r = run_trainer(run)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    lines = [m for m in metrics(run) if "actor/pg_loss" in m]
+    assert [m["step"] for m in lines] == [1, 2]
+    for m in lines:
+        assert math.isfinite(m["actor/pg_loss"]) and math.isfinite(m["actor/grad_norm"])
+        assert "critic/advantages/mean" in m
+    assert any(m["actor/grad_norm"] > 0 for m in lines)  # the loss reached the weights
