@@ -31,7 +31,10 @@ def test_library_blueprint_validates(path, cli, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # files resolve relative to the blueprint, not the shell
     r = cli("validate", path)
     assert r.exit_code == 0, r.stderr
-    assert "warning" not in r.stderr
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("warning")]
+    # The one expected warning until DAPO's dynamic sampling lands in the trainer (issue 8).
+    expected = ["online_filtering"] if path.stem == "dapo17k_dapo" else []
+    assert [w.split(": ")[1].split(":")[0].split(".")[-1] for w in warnings] == expected, warnings
     spec = load_spec(path).spec
     assert spec.name == path.stem.replace("_", "-")
     for f in (spec.data.format_prompt, spec.worker.reward.reward_function):
