@@ -23,6 +23,10 @@ def test_library_has_the_promised_blueprints():
         "dapo17k_dapo.yaml",
         "clevr_count_grpo.yaml",
         "quickstart.yaml",
+        "math12k_drgrpo.yaml",
+        "math12k_gspo.yaml",
+        "math12k_reinforcepp.yaml",
+        "math12k_rloo.yaml",
     } <= names
 
 

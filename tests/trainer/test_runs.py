@@ -165,3 +165,34 @@ def test_every_estimator_and_loss_trains_two_steps(make_run, tiny_model, overrid
         assert math.isfinite(m["actor/pg_loss"]) and math.isfinite(m["actor/grad_norm"])
         assert "critic/advantages/mean" in m
     assert any(m["actor/grad_norm"] > 0 for m in lines)  # the loss reached the weights
+
+
+@pytest.mark.parametrize("name", ["math12k_drgrpo", "math12k_gspo", "math12k_reinforcepp", "math12k_rloo"])
+def test_algorithm_blueprints_run_on_the_tiny_model(make_run, name):
+    """Each algorithm blueprint's algorithm and loss settings, on the tiny model, for 2 steps."""
+    from r1cloud.spec import load_spec
+    from tinyrun import ROOT
+
+    spec = load_spec(ROOT / "blueprints" / f"{name}.yaml", check_files=False).spec
+    a, actor = spec.algorithm, spec.worker.actor
+    overrides = [
+        f"algorithm.{k}={getattr(a, k)}"
+        for k in (
+            "adv_estimator",
+            "norm_adv_by_std_in_grpo",
+            "disable_kl",
+            "use_kl_loss",
+            "kl_penalty",
+            "kl_coef",
+        )
+    ] + [
+        f"worker.actor.{k}={getattr(actor, k)}"
+        for k in ("loss_type", "loss_avg_mode", "clip_ratio_low", "clip_ratio_high")
+    ]
+    run = make_run("trainer.max_steps=2", "trainer.save_freq=-1", *overrides, name=name)
+    r = run_trainer(run)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    lines = [m for m in metrics(run) if "actor/pg_loss" in m]
+    assert [m["step"] for m in lines] == [1, 2] and all(math.isfinite(m["actor/pg_loss"]) for m in lines)
+    if not a.use_kl_loss and not a.disable_kl:
+        assert "actor/kl_penalty" in lines[0]  # REINFORCE++: the KL went into the reward
