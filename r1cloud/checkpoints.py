@@ -145,6 +145,40 @@ def parse_ref(ref: str) -> tuple[str, int | None]:
     return (m.group(1), int(m.group(2))) if m else (ref, None)
 
 
+def locate(ref: str, step: int | None) -> tuple[str, str, int | None] | None:
+    """(checkpoints root, label for IDs, step) when `ref` is a folder or URL — a checkpoints root, a
+    global_step_N folder, or EasyR1's actor/ folder (what its merger takes); None otherwise."""
+    if "://" not in ref and not Path(ref).exists():
+        return None
+    path = ref.rstrip("/")
+    if path.endswith("/actor"):
+        path = path[: -len("/actor")]
+    m = STEP_RE.search(path)
+    if m and step is None:
+        parent = path.rsplit("/", 1)[0] if "/" in path else "."
+        return parent, parent, int(m.group(1))
+    return path, path, step
+
+
+class NotFound(Exception):
+    """No such checkpoint; args: (title, [hint lines])."""
+
+
+def select(root: str, label: str, step: int | None) -> Checkpoint:
+    """Step `step` of `root`, or its newest complete checkpoint."""
+    found = list_checkpoints(root, label)
+    if not found:
+        raise NotFound(
+            f"error: no complete checkpoint in {root}", ["`r1cloud checkpoints` lists what there is"]
+        )
+    chosen = found[-1] if step is None else next((c for c in found if c.step == step), None)
+    if chosen is None:
+        raise NotFound(
+            f"error: no step {step} in {root}", [f"steps there: {', '.join(str(c.step) for c in found)}"]
+        )
+    return chosen
+
+
 def human_size(n: int) -> str:
     size = float(n)
     for unit in ("B", "KB", "MB", "GB", "TB"):

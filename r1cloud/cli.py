@@ -622,17 +622,12 @@ def stop(
 
 def _checkpoint_source(target: str | None) -> tuple[str, str, int | None]:
     """(checkpoints root, label for IDs, step or None) for a job, JOB:step-N, a folder or a URL."""
-    from .checkpoints import STEP_RE, job_checkpoint_root, parse_ref
+    from .checkpoints import job_checkpoint_root, locate, parse_ref
 
     ref, step = parse_ref(target) if target else (None, None)
-    if ref and ("://" in ref or Path(ref).exists()):
-        path = ref.rstrip("/")
-        if path.endswith("/actor"):  # EasyR1's merger takes the actor folder
-            path = path[: -len("/actor")]
-        m = STEP_RE.search(path)
-        if m and step is None:
-            return path.rsplit("/", 1)[0] if "/" in path else ".", path.rsplit("/", 1)[0], int(m.group(1))
-        return path, path, step
+    found = locate(ref, step) if ref else None
+    if found:
+        return found
     store, job = _job(ref)
     return job_checkpoint_root(store.path(job.name)), job.name, step
 
@@ -700,7 +695,7 @@ def merge(
     """Write a Hugging Face model folder (config, tokenizer, sharded safetensors) from a checkpoint,
     streaming: memory stays about one output shard. A bucket checkpoint (s3://…) is merged locally
     and uploaded back into its huggingface/ folder unless --out is given."""
-    from .checkpoints import list_checkpoints
+    from .checkpoints import NotFound, select
 
     if dtype not in ("bf16", "fp16", "fp32"):
         _fail("error: bad --dtype", [f"{dtype!r}: use bf16, fp16 or fp32"])
@@ -711,13 +706,10 @@ def merge(
             "error: merging needs torch and safetensors",
             ["install the training extra: scripts/install (or pip install 'r1cloud[train]')"],
         )
-    root, label, step = _checkpoint_source(target)
-    found = list_checkpoints(root, label)
-    if not found:
-        _fail(f"error: no complete checkpoint in {root}", ["`r1cloud checkpoints` lists what there is"])
-    chosen = found[-1] if step is None else next((c for c in found if c.step == step), None)
-    if chosen is None:
-        _fail(f"error: no step {step} in {root}", [f"steps there: {', '.join(str(c.step) for c in found)}"])
+    try:
+        chosen = select(*_checkpoint_source(target))
+    except NotFound as e:
+        _fail(*e.args)
     if push_to_hub and out_dir is None and "://" in chosen.path:
         import tempfile  # the Hub client uploads local files: merge a bucket checkpoint locally
 
@@ -827,6 +819,7 @@ def serve(
     shows its URL, `logs` its output; Ctrl-C (or `r1cloud stop`) stops it. Arguments after `--`
     go to the engine, e.g. `-- --enforce-eager`."""
     from . import serve as sv
+    from .jobs import follow as f
     from .jobs.local import launch
     from .jobs.local import stop as stop_local
     from .jobs.store import ACTIVE, Job
@@ -869,8 +862,6 @@ def serve(
             url, api_key, lambda: store.get(job.name).status in ACTIVE, ready_timeout, lambda: None
         )
     if not ready:
-        from .jobs import follow as f
-
         record = store.get(job.name)
         if record.status in ACTIVE:
             stop_local(store, job.name, 10)
@@ -887,8 +878,6 @@ def serve(
     if detach:
         out.print(f"logs: r1cloud logs -f {job.name}    stop: r1cloud stop {job.name}", markup=False)
         return
-    from .jobs import follow as f
-
     err.print("Ctrl-C stops the server", markup=False)
     try:
         record = f.follow(store, job.name, lambda line: print(line, flush=True), start=job.log.stat().st_size)

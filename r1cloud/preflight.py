@@ -12,6 +12,7 @@ answer changed) in the same shape should score lower.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 SHAPES = {
     "bare": "{a}",
@@ -46,8 +47,7 @@ def run(spec, n: int, progress=lambda msg: None) -> tuple[list[Row], dict]:
     from transformers import AutoTokenizer
 
     from .trainer.data import PromptSet
-    from .trainer.remote_rewards import RemoteReward
-    from .trainer.rewards import RewardFunction
+    from .trainer.rewards import from_config, reward_input
 
     d, r = spec.data, spec.worker.reward
     progress("loading the tokenizer")
@@ -59,37 +59,19 @@ def run(spec, n: int, progress=lambda msg: None) -> tuple[list[Row], dict]:
     except OSError as e:
         raise ValueError(f"cannot load the tokenizer of {source}: {str(e).splitlines()[0]}") from None
     if d.override_chat_template:
-        from pathlib import Path
-
         tokenizer.chat_template = Path(d.override_chat_template).read_text()
     progress(f"reading {d.train_files}")
     prompts = PromptSet(
         d.train_files, tokenizer, d, filter_overlong=False, limit=n, probs=d.train_files_probs
     )
-    if r.reward_function.startswith(("http://", "https://")):
-        reward = RemoteReward(r.reward_function, r.reward_function_kwargs, timeout=r.timeout)
-    else:
-        reward = RewardFunction(
-            r.reward_function, r.reward_function_name or "main", r.reward_function_kwargs, r.reward_type,
-            workers=max(1, r.num_cpus), timeout=r.timeout,
-        )  # fmt: skip
-    wants = getattr(reward, "wants", ())
+    reward = from_config(r)
 
     def inputs(answers: list[str], shape: str) -> list[dict]:
-        out = []
-        for p, a in zip(prompts.prompts, answers, strict=True):
-            text = SHAPES[shape].format(a=a)
-            x = {
-                "response": text,
-                "response_length": len(tokenizer(text)["input_ids"]),
-                "ground_truth": p.ground_truth,
-            }
-            for key in wants:
-                x[key] = p.content if key == "prompt" else p.extra.get(key)
-            if isinstance(reward, RemoteReward):
-                x["prompt"] = tokenizer.decode(p.prompt_ids)
-            out.append(x)
-        return out
+        texts = [SHAPES[shape].format(a=a) for a in answers]
+        return [
+            reward_input(reward, tokenizer, p, t, len(tokenizer(t)["input_ids"]))
+            for p, t in zip(prompts.prompts, texts, strict=True)
+        ]
 
     try:
         own = [p.ground_truth for p in prompts.prompts]

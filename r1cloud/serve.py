@@ -42,7 +42,7 @@ def is_hf_folder(path: Path) -> bool:
 def resolve(target: str, merge_fn: Callable, cache: Path) -> Model:
     """`target` -> a model an engine can load. `merge_fn(checkpoint, out)` merges a checkpoint that
     is not INFERENCE READY (into its own huggingface/ folder when `out` is None)."""
-    from .checkpoints import STEP_RE, job_checkpoint_root, list_checkpoints, parse_ref
+    from .checkpoints import NotFound, job_checkpoint_root, locate, parse_ref, select
     from .jobs.store import JobStore
 
     ref, step = parse_ref(target)
@@ -50,11 +50,9 @@ def resolve(target: str, merge_fn: Callable, cache: Path) -> Model:
     if step is None and path.is_dir() and is_hf_folder(path):
         return Model(str(path.resolve()), path.resolve().name, f"the model folder {path}")
     store = JobStore()
-    if "://" in ref or path.exists():
-        root, label = ref.rstrip("/"), ref.rstrip("/")
-        m = STEP_RE.search(root)
-        if m and step is None:
-            root, step = root.rsplit("/", 1)[0], int(m.group(1))
+    found = locate(ref, step)
+    if found:
+        root, label, step = found
         name_base = Path(root).parent.name if Path(root).name == "checkpoints" else Path(root).name
     elif (store.path(ref) / "job.json").exists():
         root, label = job_checkpoint_root(store.path(ref)), ref
@@ -66,13 +64,10 @@ def resolve(target: str, merge_fn: Callable, cache: Path) -> Model:
             f"error: {target!r} is not a job, a folder or a Hub model id",
             ["give a job (`r1cloud jobs`), JOB:step-N, a checkpoint or model folder, or org/name"],
         )
-    found = list_checkpoints(root, label)
-    if not found:
-        raise ServeError(f"error: no complete checkpoint in {root}", ["`r1cloud checkpoints` lists them"])
-    chosen = found[-1] if step is None else next((c for c in found if c.step == step), None)
-    if chosen is None:
-        steps = ", ".join(str(c.step) for c in found)
-        raise ServeError(f"error: no step {step} in {root}", [f"steps there: {steps}"])
+    try:
+        chosen = select(root, label, step)
+    except NotFound as e:
+        raise ServeError(*e.args) from None
     name = f"{name_base}-step-{chosen.step}"
     if "://" in chosen.path:  # engines load local folders: merge (or copy) the bucket's model here
         out = cache / re.sub(r"[^\w.-]+", "_", chosen.path.split("://", 1)[1])

@@ -57,7 +57,7 @@ def grpo_passk_advantages(
     """Pass@k (arXiv 2503.19595): only each group's best sample (the first, among ties) gets
     (r_max − r_2nd) [/ (std_g + eps)]; every other sample gets 0. Singletons get 0."""
     ids = group_ids(index)
-    _, std, count = group_mean_std(scores, ids)
+    _, std, _ = group_mean_std(scores, ids)
     x = scores.to(torch.float64)
     adv = torch.zeros_like(x)
     for g in range(int(ids.max()) + 1 if ids.numel() else 0):

@@ -24,10 +24,9 @@ import torch
 
 from ..spec import Spec, load_resolved
 from . import algorithms as alg
+from . import rewards
 from .checkpoint import Checkpoints
 from .data import Loader, Prompt, PromptSet, chunk_evenly, total_steps
-from .remote_rewards import RemoteReward
-from .rewards import RewardFunction
 from .rollout import pick_engine
 
 
@@ -150,22 +149,9 @@ class Trainer:
                     f"[data] {name}: dropped {ps.dropped} prompts longer than {s.data.max_prompt_length} tokens"
                 )
         r = s.worker.reward
-        self.reward = (
-            RemoteReward(r.reward_function, r.reward_function_kwargs, timeout=r.timeout)
-            if r.reward_function.startswith(("http://", "https://"))
-            else RewardFunction(
-                r.reward_function,
-                r.reward_function_name or "main",
-                r.reward_function_kwargs,
-                r.reward_type,
-                workers=r.num_cpus,
-                timeout=r.timeout,
-            )
-        )
+        self.reward = rewards.from_config(r)
         for name, ps in (("train", self.train_set), ("val", self.val_set)):
-            missing = [
-                k for k in getattr(self.reward, "wants", ()) if k != "prompt" and ps and k not in ps.columns
-            ]
+            missing = [k for k in self.reward.wants if k != "prompt" and ps and k not in ps.columns]
             if missing:
                 raise ValueError(
                     f"the reward function asks for {', '.join(missing)} (REWARD_INPUT_KEYS), which the {name} "
@@ -298,20 +284,17 @@ class Trainer:
 
     def score(self, rollouts: list[Rollout]) -> int:
         skip = self.spec.worker.reward.skip_special_tokens
-        wants = getattr(self.reward, "wants", ())
-        inputs = []
-        for r in rollouts:
-            x = {
-                "response": self.tokenizer.decode(r.response, skip_special_tokens=skip),
-                "response_length": len(r.response),
-                "ground_truth": r.ground_truth,
-            }
-            for key in wants:  # the extra inputs a function asks for (REWARD_INPUT_KEYS)
-                x[key] = r.source.content if key == "prompt" else r.source.extra.get(key)
-            inputs.append(x)
-        if isinstance(self.reward, RemoteReward):  # a remote model reads the prompt too
-            for x, r in zip(inputs, rollouts, strict=True):
-                x["prompt"] = self.tokenizer.decode(r.prompt_ids, skip_special_tokens=skip)
+        inputs = [
+            rewards.reward_input(
+                self.reward,
+                self.tokenizer,
+                r.source,
+                self.tokenizer.decode(r.response, skip_special_tokens=skip),
+                len(r.response),
+                skip,
+            )
+            for r in rollouts
+        ]
         scores, errors = self.reward(inputs)
         for r, s in zip(rollouts, scores, strict=True):
             r.scores = s

@@ -22,6 +22,8 @@ from .rewards import Score, ScoreChecks
 
 
 class RemoteReward(ScoreChecks):
+    sends_prompt = True
+
     def __init__(self, url: str, kwargs: dict | None = None, timeout: float = 30.0, retries: int = 3):
         super().__init__()
         self.url, self.kwargs, self.timeout, self.retries = url, kwargs or {}, timeout, retries

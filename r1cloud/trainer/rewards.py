@@ -54,6 +54,8 @@ class ScoreChecks:
     """What every reward source shares: checking scores, and logging each failure reason once."""
 
     name = "unknown"
+    wants: tuple[str, ...] = ()  # extra inputs asked for: data columns, or "prompt"
+    sends_prompt = False  # a remote model reads the whole prompt (chat template included)
 
     def __init__(self):
         self.reasons: set[str] = set()
@@ -171,3 +173,31 @@ def _finite(v) -> bool:
         return math.isfinite(float(v))
     except (TypeError, ValueError):
         return False
+
+
+def from_config(r):
+    """The reward `worker.reward` names: a remote URL, or a function run in the process pool."""
+    if r.reward_function.startswith(("http://", "https://")):
+        from .remote_rewards import RemoteReward
+
+        return RemoteReward(r.reward_function, r.reward_function_kwargs, timeout=r.timeout)
+    return RewardFunction(
+        r.reward_function,
+        r.reward_function_name or "main",
+        r.reward_function_kwargs,
+        r.reward_type,
+        workers=r.num_cpus,
+        timeout=r.timeout,
+    )
+
+
+def reward_input(
+    reward: ScoreChecks, tokenizer, source, response: str, length: int, skip: bool = True
+) -> dict:
+    """EasyR1's input for one response to the data row `source`, plus what `reward` asks for."""
+    x = {"response": response, "response_length": length, "ground_truth": source.ground_truth}
+    for key in reward.wants:  # REWARD_INPUT_KEYS
+        x[key] = source.content if key == "prompt" else source.extra.get(key)
+    if reward.sends_prompt:
+        x["prompt"] = tokenizer.decode(source.prompt_ids, skip_special_tokens=skip)
+    return x

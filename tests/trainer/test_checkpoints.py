@@ -20,16 +20,9 @@ from hub_server import FakeHub
 from r1cloud.checkpoints import list_checkpoints
 from r1cloud.merge import iter_weights
 from s3_server import S3Server
-from tinyrun import run_trainer
+from tinyrun import r1, run_trainer
 
-R1CLOUD = str(Path(sys.executable).parent / "r1cloud")
 HERE = Path(__file__).parent
-
-
-def r1(*args, timeout=300, env=None):
-    return subprocess.run(
-        [R1CLOUD, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env
-    )
 
 
 def dcp_weights(actor_dir: Path) -> dict[str, torch.Tensor]:

@@ -8,6 +8,7 @@ import os
 import pytest
 from transformers import AutoTokenizer
 
+from json_server import JsonServer
 from r1cloud.spec.models import DataConfig
 from r1cloud.trainer.data import Loader, PromptSet
 from r1cloud.trainer.rewards import RewardFunction
@@ -225,48 +226,28 @@ class RewardServer:
     answers 503 to its first request (so the client's retry is exercised), records every batch."""
 
     def __init__(self, mode: str = "scores"):
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
         self.batches, self.returned, self.mode = [], [], mode
-        server = self
+        self.http = JsonServer(self.answer, "/score")
+        self.url = self.http.url
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.batches.append(body)
-                if len(server.batches) == 1:
-                    self.send_response(503)
-                    self.end_headers()
-                    return
-                values = [
-                    sum(c.isdigit() for c in x["response"]) / max(len(x["response"]), 1)
-                    for x in body["reward_inputs"]
-                ]
-                server.returned.append(values)
-                if server.mode == "rewards":
-                    answer = {"rewards": values}
-                elif server.mode == "short":
-                    answer = {"rewards": values[:-1]}
-                else:
-                    answer = {"scores": [{"overall": v, "digits": v} for v in values]}
-                data = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.http.server_address[1]}/score"
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+    def answer(self, path: str, headers, raw: bytes):
+        body = json.loads(raw)
+        self.batches.append(body)
+        if len(self.batches) == 1:
+            return 503, None
+        values = [
+            sum(c.isdigit() for c in x["response"]) / max(len(x["response"]), 1)
+            for x in body["reward_inputs"]
+        ]
+        self.returned.append(values)
+        if self.mode == "rewards":
+            return 200, {"rewards": values}
+        if self.mode == "short":
+            return 200, {"rewards": values[:-1]}
+        return 200, {"scores": [{"overall": v, "digits": v} for v in values]}
 
     def close(self):
-        self.http.shutdown()
-        self.http.server_close()
+        self.http.close()
 
 
 def test_a_training_run_driven_by_a_remote_reward_server(make_run):
@@ -363,57 +344,30 @@ class ScriptedJudge:
     not, and no number at all when the candidate says '??'. It records the prompts it was sent."""
 
     def __init__(self, key: str):
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        self.key, self.prompts = key, []
+        self.http = JsonServer(self.answer, "/v1")
+        self.url = self.http.url
 
-        self.prompts = []
-        judge = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                if self.headers.get("Authorization") != f"Bearer {key}":
-                    self.send_response(401)
-                    self.end_headers()
-                    return
-                text = body["messages"][0]["content"]
-                judge.prompts.append(text)
-                ref = text.split("Reference answer: ")[1].split("\n")[0]
-                cand = text.split("Candidate answer: ")[1].split("\n")[0]
-                reply = (
-                    "I cannot tell" if "??" in cand else ("Score: 10" if cand.strip() == ref.strip() else "0")
-                )
-                data = json.dumps(
-                    {
-                        "id": "j",
-                        "object": "chat.completion",
-                        "created": 0,
-                        "model": body["model"],
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", "content": reply},
-                                "finish_reason": "stop",
-                            }
-                        ],
-                    }
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.http.server_address[1]}/v1"
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+    def answer(self, path: str, headers, raw: bytes):
+        if headers.get("Authorization") != f"Bearer {self.key}":
+            return 401, None
+        body = json.loads(raw)
+        text = body["messages"][0]["content"]
+        self.prompts.append(text)
+        ref = text.split("Reference answer: ")[1].split("\n")[0]
+        cand = text.split("Candidate answer: ")[1].split("\n")[0]
+        reply = "I cannot tell" if "??" in cand else ("Score: 10" if cand.strip() == ref.strip() else "0")
+        choice = {"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}
+        return 200, {
+            "id": "j",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [choice],
+        }
 
     def close(self):
-        self.http.shutdown()
-        self.http.server_close()
+        self.http.close()
 
 
 def test_judge_reward_against_an_openai_compatible_endpoint(monkeypatch):

@@ -6,15 +6,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from tinyrun import tiny_blueprint
+from tinyrun import R1CLOUD, r1, tiny_blueprint
 
-R1CLOUD = str(Path(sys.executable).parent / "r1cloud")
 SECRET = "hf_s3cr3t_ZX81_value"
 
 
@@ -31,16 +28,6 @@ def blueprint(tmp_path, tiny_model, digits_reward):
     path = tmp_path / "tiny.yaml"
     path.write_text(tiny_blueprint(tiny_model, digits_reward) + "secrets: [HF_TOKEN]\n")
     return path
-
-
-def r1(*args, timeout=300, env=None):
-    return subprocess.run(
-        [R1CLOUD, *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def job_record(home, name):

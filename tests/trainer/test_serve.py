@@ -7,7 +7,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -17,21 +16,9 @@ import openai
 import pytest
 from openai import OpenAI
 
-from tinyrun import ROOT, tiny_blueprint
+from tinyrun import R1CLOUD, ROOT, r1, tiny_blueprint
 
-R1CLOUD = str(Path(sys.executable).parent / "r1cloud")
 KEY = "sk-test-7f3a"
-
-
-def r1(*args, timeout=900, env=None, input=None):
-    return subprocess.run(
-        [R1CLOUD, *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-        input=input,
-    )
 
 
 def free_port() -> int:

@@ -2,17 +2,8 @@
 scored by the reward function, through the real CLI on the tiny model's tokenizer."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-from tinyrun import ROOT, tiny_blueprint
-
-R1CLOUD = str(Path(sys.executable).parent / "r1cloud")
-
-
-def r1(*args):
-    return subprocess.run([R1CLOUD, *map(str, args)], capture_output=True, text=True, timeout=300)
+from tinyrun import ROOT, r1, tiny_blueprint
 
 
 def test_try_scores_own_and_corrupted_answers(tmp_path, tiny_model, digits_reward):

@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+R1CLOUD = str(Path(sys.executable).parent / "r1cloud")
 
 # A reward a random tiny model can earn: the share of digits in its response (varied, so GRPO
 # advantages and gradients are non-zero from the first step).
@@ -85,4 +86,18 @@ def run_trainer(run: Path, timeout: int = 600) -> subprocess.CompletedProcess:
         text=True,
         timeout=timeout,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def r1(
+    *args, timeout: int = 900, env: dict | None = None, input: str | None = None
+) -> subprocess.CompletedProcess:
+    """The `r1cloud` command as a user runs it; `env` is added to this process's environment."""
+    return subprocess.run(
+        [R1CLOUD, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        input=input,
     )
