@@ -19,6 +19,7 @@ import functools
 import importlib.util
 import math
 import multiprocessing
+import pickle
 import sys
 from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -47,7 +48,14 @@ def _init(path: str, name: str, kwargs: dict | None) -> None:
 
 
 def _call(payload):
-    return _FN(payload)
+    try:
+        return _FN(payload)
+    except Exception as e:
+        try:  # it travels back to the trainer pickled: one that cannot be rebuilt would break the pool
+            pickle.loads(pickle.dumps(e))
+        except Exception:
+            raise RuntimeError(f"{type(e).__name__}: {e}") from None
+        raise
 
 
 class ScoreChecks:

@@ -132,6 +132,12 @@ INPUTS = [{"response": f"r{i}", "response_length": 2, "ground_truth": "x"} for i
             1,
         ),
         ("def f(xs):\n    return [{'overall': 'high'} for _ in xs]\n", 4),
+        (  # raises an exception that pickles but cannot be rebuilt (as openai's APIStatusError)
+            "class Bad(Exception):\n    def __init__(self, m, *, response):\n        super().__init__(m)\n"
+            "def f(xs):\n    if any(x['response'] == 'r1' for x in xs):\n        raise Bad('no', response=1)\n"
+            "    return [{'overall': 1.0} for _ in xs]\n",
+            1,
+        ),
     ],
     ids=[
         "ok",
@@ -144,6 +150,7 @@ INPUTS = [{"response": f"r{i}", "response_length": 2, "ground_truth": "x"} for i
         "hangs",
         "process-dies",
         "not-a-number",
+        "unrebuildable-exception",
     ],
 )
 def test_reward_failures_cost_only_the_samples_concerned(tmp_path, body, errors):
