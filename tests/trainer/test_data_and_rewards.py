@@ -398,7 +398,8 @@ def test_judge_reward_against_an_openai_compatible_endpoint(monkeypatch):
         scores, errors = fn(inputs)
         assert errors == 1 and [s["overall"] for s in scores] == [1.0, 0.0, 0.0, 1.0]
         assert any("no score" in r for r in fn.reasons)
-        assert "Question: What is 12?" in judge.prompts[0]  # the prompt reaches the template
+        # the prompt reaches the template (requests go out concurrently: order is not fixed)
+        assert sum("Question: What is 12?" in p for p in judge.prompts) >= 3
     finally:
         fn.close()
         judge.close()
