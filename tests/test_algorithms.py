@@ -7,6 +7,7 @@ import statistics
 import pytest
 import torch
 
+from r1cloud.trainer import algorithms as alg
 from r1cloud.trainer.algorithms import (
     ClipConfig,
     aggregate,
@@ -156,3 +157,34 @@ def test_aggregate_definitions_and_split_invariance(mode):
             aggregate(values[i : i + size], mask[i : i + size], mode, total) for i in range(0, 8, size)
         )
         torch.testing.assert_close(parts, whole)
+
+
+@pytest.mark.parametrize("mode", ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"])
+def test_rollout_importance_sampling_weights_follow_trls_formula(mode):
+    """exp(old − rollout) per token, or of the sequence sum; truncated at the cap or masked above
+    it; nothing on padding (written out here from TRL's description, reference §2.5)."""
+    g = torch.Generator().manual_seed(3)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.float32)
+    old = -torch.rand(4, 4, generator=g)
+    rollout = old + torch.randn(4, 4, generator=g) * 0.8
+    cap = 1.5
+    got = alg.rollout_is_weights(old, rollout, mask, mode, cap)
+    for b in range(4):
+        n = int(mask[b].sum())
+        for t in range(4):
+            if t >= n:
+                assert got[b, t] == 0
+                continue
+            diff = old[b, :n] - rollout[b, :n]
+            w = math.exp(float(diff.sum() if mode.startswith("sequence") else diff[t]))
+            want = min(w, cap) if mode.endswith("truncate") else (w if w <= cap else 0.0)
+            assert got[b, t].item() == pytest.approx(want, rel=1e-5)
+    assert not got.requires_grad
+
+
+def test_dynamic_sampling_keeps_groups_strictly_inside_the_bounds():
+    uids = ["a", "a", "b", "b", "c", "d", "d", "e", "e"]
+    values = [1.0, 1.0, 0.0, 0.0, 0.5, 0.01, 0.01, 0.2, 0.9]
+    # a: all right, b: all wrong, c: a singleton in range, d: exactly at the low bound, e: mixed
+    assert alg.groups_to_keep(uids, values, 0.01, 0.99) == {"c", "e"}
+    assert alg.groups_to_keep([], [], 0.01, 0.99) == set()

@@ -217,3 +217,65 @@ def test_rloo_singletons_differ_on_purpose():
     assert torch.equal(
         alg.rloo_advantages(scores, uids), torch.zeros(B)
     )  # r1cloud: 0, as verl's vectorised form
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+@pytest.mark.parametrize("seed", range(3))
+def test_clipped_value_loss(mode, seed):
+    _, _, mask, _ = batch(seed)
+    mask[4] = 0  # an empty response
+    g = torch.Generator().manual_seed(300 + seed)
+    vpred, old, returns = (torch.randn(B, T, generator=g) for _ in range(3))
+    want, want_clipfrac = ca.compute_value_loss(vpred, returns, old, mask, 0.5, mode)
+    got, clipfrac = alg.value_loss(vpred, old, returns, mask, 0.5, mode)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(clipfrac, want_clipfrac, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kl", [0.0, 0.05, 0.1, 0.13, 5.0])
+def test_adaptive_kl_controller(kl):
+    ctl = ca.AdaptiveKLController(init_kl_coef=0.01, target_kl=0.1, horizon=1000)
+    coef = 0.01
+    for n in (16, 256, 7):
+        ctl.update(kl, n)
+        coef = alg.adaptive_kl_coef(coef, kl, 0.1, n, 1000)
+        assert coef == pytest.approx(ctl.value, rel=1e-12)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_entropy_from_logits_chunked(temperature):
+    import verl.utils.torch_functional as F
+
+    from r1cloud.trainer.model import entropy_from_logits
+
+    logits = torch.randn(37, 151, generator=torch.Generator().manual_seed(5)) * 4
+    logits[0] = 0.0  # uniform: log V
+    want = F.entropy_from_logits_with_chunking(logits / temperature, chunk_size=8)
+    got = entropy_from_logits(logits, temperature, chunk=5)  # chunk boundaries differ from verl's
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    if temperature == 1.0:
+        assert got[0].item() == pytest.approx(np.log(151), rel=1e-6)
+
+
+def test_kl_in_the_reward_per_token_as_verl_applies_it():
+    """With the KL in the reward, token rewards are score-on-the-last-token minus β·KL on every
+    token (verl's apply_kl_penalty), so REINFORCE++ with γ < 1 discounts each token's penalty."""
+    from types import SimpleNamespace
+
+    from r1cloud.trainer.driver import advantages, reward_matrix
+
+    scores, uids, mask, tr = batch(7)
+    g = torch.Generator().manual_seed(8)
+    old, ref = -torch.rand(B, T, generator=g), -torch.rand(B, T, generator=g)
+    lengths = mask.sum(-1).long().tolist()
+    rollouts = [SimpleNamespace(uid=u, response=[0] * n) for u, n in zip(uids, lengths, strict=True)]
+    kl = [alg.kl_estimate(old[i, :n], ref[i, :n], "kl") for i, n in enumerate(lengths)]
+    token_rewards, got_mask = reward_matrix(rollouts, scores, kl, 0.05)
+    torch.testing.assert_close(got_mask, mask)
+    want_tr = tr - 0.05 * ca.kl_penalty(old, ref, "kl") * mask
+    torch.testing.assert_close(token_rewards, want_tr, rtol=1e-6, atol=1e-6)
+    a = SimpleNamespace(adv_estimator="reinforce_plus_plus", gamma=0.9)
+    got, _ = advantages(a, rollouts, scores, token_rewards, mask)
+    want, _ = ca.compute_reinforce_plus_plus_outcome_advantage(want_tr, mask, config=cfg(gamma=0.9))
+    for i, n in enumerate(lengths):
+        torch.testing.assert_close(torch.tensor(got[i]), want[i, :n], rtol=1e-5, atol=1e-5)

@@ -27,6 +27,8 @@ def test_library_has_the_promised_blueprints():
         "math12k_gspo.yaml",
         "math12k_reinforcepp.yaml",
         "math12k_rloo.yaml",
+        "math12k_dapo.yaml",
+        "math12k_ppo.yaml",
     } <= names
 
 
@@ -35,10 +37,7 @@ def test_library_blueprint_validates(path, cli, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # files resolve relative to the blueprint, not the shell
     r = cli("validate", path)
     assert r.exit_code == 0, r.stderr
-    warnings = [line for line in r.stderr.splitlines() if line.startswith("warning")]
-    # The one expected warning until DAPO's dynamic sampling lands in the trainer (issue 8).
-    expected = ["online_filtering"] if path.stem == "dapo17k_dapo" else []
-    assert [w.split(": ")[1].split(":")[0].split(".")[-1] for w in warnings] == expected, warnings
+    assert not [line for line in r.stderr.splitlines() if line.startswith("warning")], r.stderr
     spec = load_spec(path).spec
     assert spec.name == path.stem.replace("_", "-")
     for f in (spec.data.format_prompt, spec.worker.reward.reward_function):
@@ -54,6 +53,13 @@ def test_library_blueprint_facts():
     assert specs["geo3k_grpo"].data.train_files == "hiyouga/geometry3k@train"
     assert specs["dapo17k_dapo"].algorithm.online_filtering
     assert specs["dapo17k_dapo"].worker.actor.clip_ratio_high == 0.28
+    dapo = specs["math12k_dapo"]  # the preset filled in what the blueprint left out
+    assert dapo.algorithm.online_filtering and dapo.algorithm.disable_kl
+    assert (dapo.worker.actor.clip_ratio_low, dapo.worker.actor.clip_ratio_high) == (0.2, 0.28)
+    assert dapo.worker.actor.loss_avg_mode == "token" and dapo.algorithm.filter_key == "accuracy"
+    ppo = specs["math12k_ppo"]
+    assert ppo.algorithm.adv_estimator == "gae" and ppo.worker.critic.model.model_path
+    assert ppo.trainer.critic_warmup == 5
     assert specs["clevr_count_grpo"].resources.accelerators == {"A100-80GB": 8, "H100": 8}
     quick = specs["quickstart"]
     assert quick.resources.infra == "local" and quick.trainer.n_gpus_per_node == 2
@@ -234,3 +240,20 @@ def test_spec_error_lists_problems_programmatically(blueprint):
         load_spec(blueprint(), ["worker.rollout.n=1", "data.rollout_batch_size=0"])
     paths = [p.path for p in e.value.problems]
     assert "data.rollout_batch_size" in paths and "worker.rollout.n" in paths
+
+
+def test_dapo_preset_sets_what_the_blueprint_leaves_unset(tmp_path, cli):
+    """`adv_estimator: dapo` fills DAPO's settings; a value the blueprint gives wins; the resolved
+    spec round-trips; validate says what the preset did."""
+    bp = tmp_path / "d.yaml"
+    bp.write_text(MINIMAL.replace("adv_estimator: grpo", "adv_estimator: dapo"))
+    spec = load_spec(bp, ["worker.actor.clip_ratio_high=0.35"], check_files=False).spec
+    assert spec.algorithm.online_filtering and spec.algorithm.disable_kl
+    assert spec.worker.actor.clip_ratio_high == 0.35 and spec.worker.actor.clip_ratio_low == 0.2
+    assert Spec.model_validate(yaml.safe_load(dump_spec(spec))) == spec
+    assert not load_spec(
+        bp, ["algorithm.online_filtering=false"], check_files=False
+    ).spec.algorithm.online_filtering
+    r = cli("validate", bp)
+    assert r.exit_code == 0, r.stderr
+    assert "preset" in r.stdout and "clip-higher" in r.stdout and "dynamic: keep groups" in r.stdout

@@ -146,13 +146,6 @@ def check_batches(spec: Spec, problem: Report) -> None:
             )
 
 
-NOT_YET = {
-    "gae": "(PPO with a critic)",
-    "remax": "(a greedy baseline rollout)",
-    "dapo": "(the DAPO preset)",
-}
-
-
 def check_algorithm(spec: Spec, problem: Report) -> None:
     a, w = spec.algorithm, spec.worker
     if a.adv_estimator in GROUP_ESTIMATORS and w.rollout.n < 2:
@@ -161,18 +154,6 @@ def check_algorithm(spec: Spec, problem: Report) -> None:
             f"is {w.rollout.n}, but {a.adv_estimator} compares samples within a group: set worker.rollout.n "
             "to 2 or more (EasyR1's examples use 5)",
             "algorithm.adv_estimator",
-        )
-    if a.adv_estimator in NOT_YET:
-        problem(
-            "algorithm.adv_estimator",
-            f"{a.adv_estimator} {NOT_YET[a.adv_estimator]} is not in the bundled trainer yet; use grpo, "
-            "grpo_passk, rloo, reinforce_plus_plus or reinforce_plus_plus_baseline",
-        )
-    if a.online_filtering:
-        problem(
-            "algorithm.online_filtering",
-            "(DAPO's dynamic sampling) is not applied by the bundled trainer yet: every group is trained on",
-            warning=True,
         )
     if a.adv_estimator == "gae" and not w.critic.model.model_path:
         problem(

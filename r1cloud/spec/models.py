@@ -26,6 +26,12 @@ ADV_ESTIMATORS = (
 GROUP_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "dapo", "reinforce_plus_plus_baseline")
 KL_PENALTIES = ("kl", "abs", "mse", "low_var_kl", "full")
 LOSS_TYPES = ("default", "gspo", "gspo_token", "cispo", "sapo")
+ROLLOUT_IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+# `adv_estimator: dapo` is GRPO advantages with DAPO's settings, where the blueprint leaves them unset.
+DAPO_PRESET = {
+    "actor": {"clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "loss_avg_mode": "token"},
+    "algorithm": {"disable_kl": True, "online_filtering": True},
+}
 LOGGERS = ("console", "file", "mlflow", "swanlab", "tensorboard", "wandb")
 DTYPES = ("bf16", "fp16", "fp32", "bfloat16", "float16", "float32")
 # SamplingParams fields EasyR1 lets `val_override_config` (and the ReMax baseline) override.
@@ -192,6 +198,11 @@ class ActorConfig(TrainedRole):
     use_torch_compile: bool = True
     tau_positive: float = Field(1.0, gt=0)
     tau_negative: float = Field(1.05, gt=0)
+    # r1cloud: an entropy bonus (verl's entropy_coeff), and truncated importance sampling against
+    # the rollout engine's own log-probs (TRL's modes; off by default)
+    entropy_coeff: float = Field(0.0, ge=0)
+    rollout_is: Literal[ROLLOUT_IS_MODES] | None = None  # type: ignore[valid-type]
+    rollout_is_cap: float = Field(3.0, gt=0)
     # auto keys (copied from `algorithm`)
     disable_kl: bool = False
     use_kl_loss: bool = False
@@ -435,6 +446,11 @@ class Spec(Model):
     def _derive(self) -> Spec:
         """EasyR1's post_init copies, so the trainer reads one consistent tree."""
         d, a, w = self.data, self.algorithm, self.worker
+        if a.adv_estimator == "dapo":
+            for target, values in ((w.actor, DAPO_PRESET["actor"]), (a, DAPO_PRESET["algorithm"])):
+                for key, value in values.items():
+                    if key not in target.model_fields_set:
+                        setattr(target, key, value)
         w.rollout.prompt_length = d.max_prompt_length
         w.rollout.response_length = d.max_response_length
         w.rollout.trust_remote_code = w.actor.model.trust_remote_code

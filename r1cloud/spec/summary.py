@@ -84,6 +84,43 @@ def _short(path: str | list[str] | None) -> str:
     return path if rel.startswith("..") else rel
 
 
+def extras(spec: Spec) -> list[tuple[str, str]]:
+    """Rows for what is on beyond the plain algorithm: the DAPO preset, dynamic sampling, a critic."""
+    a, w, rows = spec.algorithm, spec.worker, []
+    if a.adv_estimator == "dapo":
+        rows.append(
+            (
+                "preset",
+                "dapo = GRPO advantages + clip-higher 0.2/0.28 + token-mean loss + dynamic sampling + KL off "
+                "(values the blueprint sets win); the soft overlong penalty comes from the reward function "
+                "(reward_functions/dapo.py's overlong_* kwargs)",
+            )
+        )
+    if a.online_filtering:
+        rows.append(
+            (
+                "sampling",
+                f"dynamic: keep groups with {a.filter_low:g} < mean {a.filter_key} < {a.filter_high:g}, "
+                f"up to {spec.trainer.max_try_make_batch} rounds per step",
+            )
+        )
+    if a.adv_estimator == "gae":
+        warm = (
+            f", actor frozen for {spec.trainer.critic_warmup} step(s)" if spec.trainer.critic_warmup else ""
+        )
+        rows.append(
+            (
+                "critic",
+                f"{_short(w.critic.model.model_path)} with a value head, γ {a.gamma:g} λ {a.lam:g}{warm}",
+            )
+        )
+    if w.actor.rollout_is:
+        rows.append(
+            ("correction", f"{w.actor.rollout_is} importance sampling, cap {w.actor.rollout_is_cap:g}")
+        )
+    return rows
+
+
 def summarize(spec: Spec) -> list[tuple[str, str]]:
     d, a, w = spec.data, spec.algorithm, spec.worker
     steps, how = total_steps(spec)
@@ -106,6 +143,7 @@ def summarize(spec: Spec) -> list[tuple[str, str]]:
             "algorithm",
             f"{a.adv_estimator}, {loss} loss (clip {w.actor.clip_ratio_low:g}/{w.actor.clip_ratio_high:g}), KL {kl}",
         ),
+        *extras(spec),
         (
             "per step",
             f"{d.rollout_batch_size} prompts × {w.rollout.n} samples = {d.rollout_batch_size * w.rollout.n} responses, "

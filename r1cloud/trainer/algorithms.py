@@ -169,6 +169,25 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str) -> torch.
     raise ValueError(f"unknown KL estimator {kind!r}")
 
 
+def adaptive_kl_coef(coef: float, current_kl: float, target: float, n_steps: int, horizon: float) -> float:
+    """The adaptive KL controller (Ziegler et al.): β·(1 + clip(KL/target − 1, ±0.2)·n_steps/horizon),
+    where KL is the batch mean of per-sequence token-mean KL and n_steps the batch size."""
+    error = min(max(current_kl / target - 1, -0.2), 0.2)
+    return coef * (1 + error * n_steps / horizon)
+
+
+# --------------------------------------------------------------------------- dynamic sampling
+
+
+def groups_to_keep(uids: list[str], values: list[float], low: float, high: float) -> set[str]:
+    """DAPO's dynamic sampling as EasyR1 does it: keep the groups whose mean `filter_key` value is
+    strictly between `low` and `high` (all-right and all-wrong groups carry no GRPO signal)."""
+    sums: dict[str, list[float]] = {}
+    for u, v in zip(uids, values, strict=True):
+        sums.setdefault(u, []).append(v)
+    return {u for u, vs in sums.items() if low < sum(vs) / len(vs) < high}
+
+
 # --------------------------------------------------------------------------- aggregation
 
 
@@ -221,6 +240,23 @@ def aggregate(
 def count_for(mode: str, mask: torch.Tensor) -> float:
     """What `aggregate`'s `total` counts for this mask: tokens, or non-empty sequences."""
     return float(mask.sum()) if AGG_MODES.get(mode, mode) == "token-mean" else float((mask.sum(-1) > 0).sum())
+
+
+def value_loss(
+    vpred: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    clip: float,
+    mode: str,
+    total: float | None = None,
+    norm: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped value loss: ½·agg(max((V − R)², (clip(V, V_old ± c) − R)²)); and the clip fraction."""
+    clipped = old_values + torch.clamp(vpred - old_values, -clip, clip)
+    unclipped_sq, clipped_sq = (vpred - returns).square(), (clipped - returns).square()
+    loss = 0.5 * aggregate(torch.maximum(unclipped_sq, clipped_sq), mask, mode, total, norm)
+    return loss, masked_mean((clipped_sq > unclipped_sq).float(), mask)
 
 
 # --------------------------------------------------------------------------- policy loss
@@ -303,3 +339,25 @@ def policy_loss(
     with torch.no_grad():
         metrics = {"ppo_kl": masked_mean(-log_ratio, mask)}
     return loss, metrics
+
+
+# --------------------------------------------------------------------------- rollout correction
+
+
+def rollout_is_weights(
+    old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor, mode: str, cap: float
+) -> torch.Tensor:
+    """Truncated importance sampling for the rollout/trainer mismatch (TRL's modes): the weight
+    exp(old − rollout) per token, or exp(Σ_t(old − rollout)) per sequence; `truncate` caps it at
+    `cap`, `mask` zeroes what exceeds it. (B, T), no gradient, multiplied into the per-token loss."""
+    log_w = (old_logp - rollout_logp).detach() * mask
+    if mode.startswith("sequence"):
+        log_w = log_w.sum(-1, keepdim=True).expand_as(mask)
+    w = torch.exp(torch.clamp(log_w, max=20.0))
+    if mode.endswith("truncate"):
+        w = torch.clamp(w, max=cap)
+    elif mode.endswith("mask"):
+        w = w * (w <= cap)
+    else:
+        raise ValueError(f"unknown rollout importance-sampling mode {mode!r}")
+    return w * mask

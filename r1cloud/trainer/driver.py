@@ -27,6 +27,7 @@ from . import algorithms as alg
 from . import rewards
 from .checkpoint import Checkpoints
 from .data import Loader, Prompt, PromptSet, chunk_evenly, total_steps
+from .model import pad
 from .rollout import pick_engine
 
 
@@ -44,6 +45,8 @@ class Rollout:
     ref: list[float] | None = None
     adv: float | list[float] = 0.0  # one value for the sequence, or one per response token
     source: Prompt | None = None  # the data row it answers
+    values: list[float] | None = None  # GAE: the critic's estimates and the returns it learns
+    returns: list[float] | None = None
 
     @property
     def seq(self) -> tuple[list[int], list[int]]:
@@ -96,30 +99,59 @@ def stats(prefix: str, values: list[float]) -> dict[str, float]:
     }
 
 
-def advantages(a, scores: torch.Tensor, rollouts: list[Rollout]) -> list:
-    """`algorithm.adv_estimator` over the batch: a float per rollout (outcome estimators) or, for
-    the REINFORCE++ family, one value per response token."""
-    uids = [r.uid for r in rollouts]
-    if a.adv_estimator == "grpo":
-        return alg.grpo_advantages(scores, uids, norm_by_std=a.norm_adv_by_std_in_grpo).tolist()
-    if a.adv_estimator == "grpo_passk":
-        return alg.grpo_passk_advantages(scores, uids, norm_by_std=a.norm_adv_by_std_in_grpo).tolist()
-    if a.adv_estimator == "rloo":
-        return alg.rloo_advantages(scores, uids).tolist()
+def reward_matrix(
+    rollouts: list[Rollout], scores: torch.Tensor, kl: list[torch.Tensor] | None, coef: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-level rewards (B, T) and the response mask: the outcome on each response's last token,
+    minus coef·KL on every token when the KL goes into the reward (verl's apply_kl_penalty)."""
     lengths = [len(r.response) for r in rollouts]
     width = max(max(lengths), 1)
     mask = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).float()
+    token_rewards = torch.zeros(len(rollouts), width)
+    for i, n in enumerate(lengths):
+        if n:
+            if kl is not None:
+                token_rewards[i, :n] = -coef * kl[i]
+            token_rewards[i, n - 1] += float(scores[i])
+    return token_rewards, mask
+
+
+def advantages(
+    a,
+    rollouts: list[Rollout],
+    rewards: torch.Tensor,
+    token_rewards: torch.Tensor,
+    mask: torch.Tensor,
+    values: torch.Tensor | None = None,
+    baselines: torch.Tensor | None = None,
+) -> tuple[list, list | None]:
+    """`algorithm.adv_estimator` over the batch: a float per rollout (outcome estimators, from the
+    sequence rewards) or, for REINFORCE++ and GAE, one value per response token (from the token
+    rewards). Also GAE's returns, the critic's targets (None otherwise)."""
+    uids = [r.uid for r in rollouts]
+    returns = None
+    if a.adv_estimator in ("grpo", "dapo"):
+        return alg.grpo_advantages(rewards, uids, norm_by_std=a.norm_adv_by_std_in_grpo).tolist(), None
+    if a.adv_estimator == "grpo_passk":
+        return alg.grpo_passk_advantages(rewards, uids, norm_by_std=a.norm_adv_by_std_in_grpo).tolist(), None
+    if a.adv_estimator == "rloo":
+        return alg.rloo_advantages(rewards, uids).tolist(), None
+    if a.adv_estimator == "remax":
+        return alg.remax_advantages(rewards, baselines).tolist(), None
     if a.adv_estimator == "reinforce_plus_plus":
-        token_rewards = torch.zeros(len(rollouts), width)
-        for i, n in enumerate(lengths):
-            if n:
-                token_rewards[i, n - 1] = float(scores[i])  # the outcome on the last token
         tok, _ = alg.reinforce_plus_plus_advantages(token_rewards, mask, a.gamma)
     elif a.adv_estimator == "reinforce_plus_plus_baseline":
-        tok = alg.reinforce_plus_plus_baseline_advantages(scores.float(), uids, mask)
+        tok = alg.reinforce_plus_plus_baseline_advantages(rewards.float(), uids, mask)
+    elif a.adv_estimator == "gae":
+        tok, ret = alg.gae_advantages(token_rewards, values, mask, a.gamma, a.lam)
+        returns = [ret[i, : len(r.response)].tolist() for i, r in enumerate(rollouts)]
     else:
-        raise ValueError(f"adv_estimator {a.adv_estimator} is not in the bundled trainer yet")
-    return [tok[i, :n].tolist() for i, n in enumerate(lengths)]
+        raise ValueError(f"unknown adv_estimator {a.adv_estimator}")
+    return [tok[i, : len(r.response)].tolist() for i, r in enumerate(rollouts)], returns
+
+
+class RunError(RuntimeError):
+    """A mismatch of data, reward and settings found mid-run: said in one line, no traceback."""
 
 
 # ---------------------------------------------------------------------------- the trainer
@@ -231,7 +263,7 @@ class Trainer:
         return names[0]
 
     # ------------------------------------------------------------------ rollout
-    def sampling(self, step: int, validation: bool = False) -> dict:
+    def sampling(self, step: int, validation: bool = False, round: int = 0) -> dict:
         r, d = self.spec.worker.rollout, self.spec.data
         sampling = {
             "n": r.n,
@@ -239,7 +271,7 @@ class Trainer:
             "top_p": r.top_p,
             "top_k": r.top_k,
             "max_tokens": d.max_response_length,
-            "seed": (r.seed * 7919 + step) * 2,
+            "seed": (r.seed * 7919 + step) * 2 + round * 2 * 104_729,
             "ignore_eos": r.ignore_eos,
         }
         if validation:
@@ -300,128 +332,251 @@ class Trainer:
             r.scores = s
         return errors
 
-    def compute_log_probs(self, rollouts: list[Rollout], role: str) -> None:
-        a = self.spec.worker.actor
-        budget = a.micro_batch_size_per_device_for_experience * (
+    def forward(self, rollouts: list[Rollout], method: str, cfg, attr: str, **kwargs) -> None:
+        """A forward-only pass over the batch on every worker (`log_probs` or `values`), in `cfg`'s
+        experience micro-batches; each rollout's result is stored in `attr`."""
+        budget = cfg.micro_batch_size_per_device_for_experience * (
             self.spec.data.max_prompt_length + self.spec.data.max_response_length
         )
         plan = micro_batches(
             split_ranks(rollouts, self.world),
-            a.micro_batch_size_per_device_for_experience,
-            budget if a.dynamic_batching else None,
+            cfg.micro_batch_size_per_device_for_experience,
+            budget if cfg.dynamic_batching else None,
         )
         results = self.call(
-            "log_probs", role=role, per_rank=[[[r.seq for r in micro] for micro in micros] for micros in plan]
+            method, per_rank=[[[r.seq for r in micro] for micro in micros] for micros in plan], **kwargs
         )
         for micros, res in zip(plan, results, strict=True):
-            for micro, lps in zip(micros, res, strict=True):
-                for r, lp in zip(micro, lps, strict=True):
-                    setattr(r, role if role == "ref" else "old", lp)
+            for micro, out in zip(micros, res, strict=True):
+                for r, x in zip(micro, out, strict=True):
+                    setattr(r, attr, x)
+
+    def compute_log_probs(self, rollouts: list[Rollout], role: str) -> None:
+        self.forward(
+            rollouts, "log_probs", self.spec.worker.actor, "ref" if role == "ref" else "old", role=role
+        )
 
     # ------------------------------------------------------------------ one step
+    def make_batch(self, step: int) -> tuple[list[Rollout], list[Rollout], int, int]:
+        """Generate and score until the step has `rollout_batch_size` groups (more than one round
+        when `mini_rollout_batch_size` is smaller, or when dynamic sampling drops groups). Returns
+        the kept rollouts, every rollout generated, the reward errors and the number of rounds."""
+        s, a = self.spec, self.spec.algorithm
+        kept: list[Rollout] = []
+        seen: list[Rollout] = []
+        errors = rounds = 0
+        groups = 0
+        while groups < s.data.rollout_batch_size:
+            if 0 < s.trainer.max_try_make_batch <= rounds:
+                raise RunError(
+                    f"dynamic sampling: after {rounds} rounds only {groups} of {s.data.rollout_batch_size} "
+                    f"groups had a mean {a.filter_key} strictly between algorithm.filter_low ({a.filter_low:g}) "
+                    f"and algorithm.filter_high ({a.filter_high:g}); raise trainer.max_try_make_batch (≤ 0 "
+                    "is unlimited), widen the filter, or use data nearer the model's level"
+                )
+            rounds += 1
+            batch = self.generate(self.train_set, self.loader.next(), self.sampling(step, round=rounds - 1))
+            errors += self.score(batch)
+            seen += batch
+            if a.online_filtering:
+                missing = [k for k in (a.filter_key,) if k not in batch[0].scores]
+                if missing:
+                    raise RunError(
+                        f"algorithm.filter_key is {a.filter_key!r}, but the reward function returns "
+                        f"{', '.join(sorted(batch[0].scores))}; set filter_key to one of them"
+                    )
+                keep = alg.groups_to_keep(
+                    [r.uid for r in batch],
+                    [r.scores[a.filter_key] for r in batch],
+                    a.filter_low,
+                    a.filter_high,
+                )
+                batch = [r for r in batch if r.uid in keep]
+            kept += batch
+            groups = len({r.uid for r in kept})
+        wanted = list(dict.fromkeys(r.uid for r in kept))[: s.data.rollout_batch_size]
+        return [r for r in kept if r.uid in set(wanted)], seen, errors, rounds
+
+    def greedy_baselines(self, rollouts: list[Rollout], step: int) -> torch.Tensor:
+        """ReMax: each prompt's reward under greedy decoding (temperature 0, one sample)."""
+        indices = list(dict.fromkeys(r.prompt for r in rollouts))
+        greedy = self.generate(self.train_set, indices, {**self.sampling(step), "n": 1, "temperature": 0.0})
+        self.score(greedy)
+        by_prompt = {g.prompt: g.scores["overall"] for g in greedy}
+        return torch.tensor([by_prompt[r.prompt] for r in rollouts], dtype=torch.float64)
+
     def train_step(self, step: int) -> dict:
         s, t0 = self.spec, time.perf_counter()
+        a = s.algorithm
         timing: dict[str, float] = {}
-        indices = self.loader.next()
         tick = time.perf_counter()
-        rollouts = self.generate(self.train_set, indices, self.sampling(step))
+        rollouts, seen, errors, rounds = self.make_batch(step)
         timing["gen"] = time.perf_counter() - tick
-        tick = time.perf_counter()
-        errors = self.score(rollouts)
-        timing["reward"] = time.perf_counter() - tick
+        metrics: dict[str, float] = {}
+        if a.adv_estimator == "remax":
+            tick = time.perf_counter()
+            baselines = self.greedy_baselines(rollouts, step)
+            timing["gen_baseline"] = time.perf_counter() - tick
+            metrics.update(stats("critic/baseline", baselines.tolist()))
+        else:
+            baselines = None
 
         n_mini = max(1, s.data.rollout_batch_size // s.worker.actor.global_batch_size)
         on_policy = s.worker.actor.ppo_epochs == 1 and n_mini == 1
-        kl_in_reward = not s.algorithm.disable_kl and not s.algorithm.use_kl_loss
+        kl_in_reward = not a.disable_kl and not a.use_kl_loss
         if not on_policy or kl_in_reward:
             tick = time.perf_counter()
             self.compute_log_probs(rollouts, "actor")
             timing["old"] = time.perf_counter() - tick
-        if not s.algorithm.disable_kl:
+        if not a.disable_kl:
             tick = time.perf_counter()
             self.compute_log_probs(rollouts, "ref")
             timing["ref"] = time.perf_counter() - tick
+        if a.adv_estimator == "gae":
+            tick = time.perf_counter()
+            self.compute_values(rollouts)
+            timing["values"] = time.perf_counter() - tick
 
         tick = time.perf_counter()
-        metrics: dict[str, float] = {}
         scores = torch.tensor([r.scores["overall"] for r in rollouts], dtype=torch.float64)
+        kl = None
         if kl_in_reward:
-            kls = [
-                float(alg.kl_estimate(torch.tensor(r.old), torch.tensor(r.ref), s.algorithm.kl_penalty).sum())
-                for r in rollouts
-            ]
-            scores = scores - self.kl_coef * torch.tensor(kls, dtype=torch.float64)
-            metrics["actor/kl_penalty"] = sum(
-                k / max(len(r.response), 1) for k, r in zip(kls, rollouts, strict=True)
-            ) / len(rollouts)
+            kl = [alg.kl_estimate(torch.tensor(r.old), torch.tensor(r.ref), a.kl_penalty) for r in rollouts]
+            sums = torch.tensor([float(k.sum()) for k in kl], dtype=torch.float64)
+            per_token = sum(float(k.mean()) if len(k) else 0.0 for k in kl) / len(rollouts)
+            metrics["actor/kl_penalty"] = per_token
             metrics["actor/kl_coef"] = self.kl_coef
-        for r, a in zip(rollouts, advantages(s.algorithm, scores, rollouts), strict=True):
-            r.adv = a
-            if on_policy:
+            rewards = scores - self.kl_coef * sums
+            token_rewards, mask = reward_matrix(rollouts, scores, kl, self.kl_coef)
+            if a.kl_type == "adaptive":
+                self.kl_coef = alg.adaptive_kl_coef(
+                    self.kl_coef, per_token, a.kl_target, len(rollouts), a.kl_horizon
+                )
+        else:
+            rewards = scores
+            token_rewards, mask = reward_matrix(rollouts, scores, None, 0.0)
+        values = (
+            pad([r.values for r in rollouts], width=mask.shape[1])[0] if a.adv_estimator == "gae" else None
+        )
+        adv, returns = advantages(a, rollouts, rewards, token_rewards, mask, values, baselines)
+        for i, r in enumerate(rollouts):
+            r.adv = adv[i]
+            r.returns = returns[i] if returns is not None else None
+            if on_policy and not s.worker.actor.rollout_is:
                 r.old = None
+        metrics.update(stats("critic/rewards", rewards.tolist()))
         timing["adv"] = time.perf_counter() - tick
 
-        tick = time.perf_counter()
-        update = self.update(rollouts, n_mini)
-        timing["update_actor"] = time.perf_counter() - tick
-        tick = time.perf_counter()
-        self.call("sync_weights")
-        timing["sync"] = time.perf_counter() - tick
+        if a.adv_estimator == "gae":
+            tick = time.perf_counter()
+            metrics.update(self.update_critic(rollouts))
+            timing["update_critic"] = time.perf_counter() - tick
+        if step > s.trainer.critic_warmup:
+            tick = time.perf_counter()
+            metrics.update(self.update(rollouts, n_mini))
+            timing["update_actor"] = time.perf_counter() - tick
+            tick = time.perf_counter()
+            self.call("sync_weights")
+            timing["sync"] = time.perf_counter() - tick
         timing["step"] = time.perf_counter() - t0
 
-        metrics.update(self.rollout_metrics(rollouts, errors))
-        metrics.update(update)
+        metrics.update(self.rollout_metrics(seen, rollouts, errors))
+        if a.online_filtering or s.data.mini_rollout_batch_size:
+            metrics["batch/rounds"] = rounds
+            metrics["batch/kept_groups_ratio"] = len({r.uid for r in rollouts}) / len({r.uid for r in seen})
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
         metrics["perf/old_log_prob_recomputed"] = 0.0 if on_policy and not kl_in_reward else 1.0
         tokens = sum(len(r.prompt_ids) + len(r.response) for r in rollouts)
         metrics["perf/total_num_tokens"] = tokens
         metrics["perf/time_per_step"] = timing["step"]
         metrics["perf/throughput"] = tokens / (timing["step"] * self.world)
-        if s.algorithm.use_kl_loss and not s.algorithm.disable_kl:
+        if a.use_kl_loss and not a.disable_kl:
             metrics["actor/kl_coef"] = self.kl_coef
         return metrics
 
-    def update(self, rollouts: list[Rollout], n_mini: int) -> dict[str, float]:
-        s = self.spec
-        a = s.worker.actor
-        budget = a.micro_batch_size_per_device_for_update * (
-            s.data.max_prompt_length + s.data.max_response_length
+    def payloads(self, rollouts: list[Rollout], n_mini: int, role, sample) -> tuple[list[list[dict]], int]:
+        """What each rank's `update`/`update_critic` gets: per optimizer step, its micro-batches of
+        `sample(rollout)` dicts and the mini-batch's global token (or non-empty sequence) count
+        that `aggregate` divides by. Also the number of optimizer steps."""
+        budget = role.micro_batch_size_per_device_for_update * (
+            self.spec.data.max_prompt_length + self.spec.data.max_response_length
         )
-        mode = a.loss_avg_mode
         plans = []
-        for _ in range(a.ppo_epochs):
+        for _ in range(role.ppo_epochs):
             for mini in chunk_evenly(rollouts, n_mini):
                 total = (
                     sum(len(r.response) for r in mini)
-                    if alg.AGG_MODES[mode] == "token-mean"
+                    if alg.AGG_MODES[role.loss_avg_mode] == "token-mean"
                     else sum(1 for r in mini if r.response)
                 )
                 plan = micro_batches(
                     split_ranks(mini, self.world),
-                    a.micro_batch_size_per_device_for_update,
-                    budget if a.dynamic_batching else None,
+                    role.micro_batch_size_per_device_for_update,
+                    budget if role.dynamic_batching else None,
                 )
                 plans.append((plan, max(total, 1)))
         per_rank = [
             [
-                {
-                    "total": total,
-                    "micro": [
-                        [{"seq": r.seq, "old": r.old, "ref": r.ref, "adv": r.adv} for r in micro]
-                        for micro in plan[rank]
-                    ],
-                }
+                {"total": total, "micro": [[sample(r) for r in micro] for micro in plan[rank]]}
                 for plan, total in plans
             ]
             for rank in range(self.world)
         ]
+        return per_rank, len(plans)
+
+    def compute_values(self, rollouts: list[Rollout]) -> None:
+        self.forward(rollouts, "values", self.spec.worker.critic, "values")
+
+    def update_critic(self, rollouts: list[Rollout]) -> dict[str, float]:
+        c = self.spec.worker.critic
+        per_rank, steps = self.payloads(
+            rollouts,
+            max(1, self.spec.data.rollout_batch_size // c.global_batch_size),
+            c,
+            lambda r: {"seq": r.seq, "values": r.values, "returns": r.returns},
+        )
+        results = self.call("update_critic", per_rank=per_rank)
+        out: dict[str, list[float]] = defaultdict(list)
+        for i in range(steps):
+            ranks = [res[i] for res in results]
+            tokens = sum(x["tokens"] for x in ranks) or 1
+            out["critic/vf_loss"].append(sum(x["vf_loss"] for x in ranks))
+            out["critic/vf_clipfrac"].append(sum(x["vf_clipfrac"] for x in ranks) / tokens)
+            out["critic/vpred_mean"].append(sum(x["vpred"] for x in ranks) / tokens)
+            out["critic/grad_norm"].append(ranks[0]["grad_norm"])
+        metrics = {k: sum(v) / len(v) for k, v in out.items()}
+        metrics["critic/lr"] = results[0][0]["lr"] if results[0] else 0.0
+        values = [v for r in rollouts for v in r.values]
+        returns = [x for r in rollouts for x in r.returns]
+        metrics.update(stats("critic/values", values))
+        metrics.update(stats("critic/returns", returns))
+        if len(returns) > 1:
+            ret, val = torch.tensor(returns), torch.tensor(values)
+            metrics["critic/vf_explained_var"] = float(1 - (ret - val).var() / (ret.var() + 1e-5))
+        return metrics
+
+    def update(self, rollouts: list[Rollout], n_mini: int) -> dict[str, float]:
+        s = self.spec
+        tis = s.worker.actor.rollout_is
+        per_rank, steps = self.payloads(
+            rollouts,
+            n_mini,
+            s.worker.actor,
+            lambda r: (
+                {"seq": r.seq, "old": r.old, "ref": r.ref, "adv": r.adv}
+                | ({"rollout": r.logprobs} if tis else {})
+            ),
+        )
         results = self.call("update", per_rank=per_rank)
         out: dict[str, list[float]] = defaultdict(list)
-        for i in range(len(plans)):
+        for i in range(steps):
             ranks = [res[i] for res in results]
             tokens = sum(x["tokens"] for x in ranks) or 1
             out["actor/pg_loss"].append(sum(x["pg_loss"] for x in ranks))
             out["actor/entropy_loss"].append(sum(x["entropy_loss"] for x in ranks))
+            out["actor/entropy"].append(sum(x["entropy"] for x in ranks))
+            if tis:
+                out["actor/rollout_is_weight"].append(sum(x["is_weight"] for x in ranks) / tokens)
             out["actor/pg_clipfrac_higher"].append(sum(x["clip_hi"] for x in ranks) / tokens)
             out["actor/pg_clipfrac_lower"].append(sum(x["clip_lo"] for x in ranks) / tokens)
             out["actor/ppo_kl"].append(sum(x["ppo_kl"] for x in ranks) / tokens)
@@ -432,10 +587,12 @@ class Trainer:
         metrics["actor/lr"] = results[0][0]["lr"] if results[0] else 0.0
         return metrics
 
-    def rollout_metrics(self, rollouts: list[Rollout], errors: int) -> dict[str, float]:
+    def rollout_metrics(self, seen: list[Rollout], rollouts: list[Rollout], errors: int) -> dict[str, float]:
+        """reward/* over everything generated this step (as EasyR1, filtered groups included);
+        lengths, scores and advantages over what is trained on."""
         d = self.spec.data
-        keys = sorted({k for r in rollouts for k in r.scores})
-        m = {f"reward/{k}": sum(r.scores.get(k, 0.0) for r in rollouts) / len(rollouts) for k in keys}
+        keys = sorted({k for r in seen for k in r.scores})
+        m = {f"reward/{k}": sum(r.scores.get(k, 0.0) for r in seen) / len(seen) for k in keys}
         m["reward/errors"] = errors
         lengths = [float(len(r.response)) for r in rollouts]
         m.update(stats("response_length", lengths))
@@ -477,11 +634,15 @@ class Trainer:
         tick = time.perf_counter()
         staging = self.checkpoints.staging(step)
         self.call("save", str(staging / "actor"))
+        if self.spec.algorithm.adv_estimator == "gae":
+            self.call("save", str(staging / "critic"), role="critic")
         self.save_hf_files(staging / "huggingface", merged=last and self.spec.trainer.save_hf)
         state = {
             "step": step,
             "loader": self.loader.state_dict(),
             "scheduler": self.call("scheduler_state")[0],
+            "critic_scheduler": self.call("scheduler_state", role="critic")[0],
+            "kl_coef": self.kl_coef,
             "metrics": metrics,
             "world_size": self.world,
         }
@@ -524,6 +685,9 @@ class Trainer:
         step, path = found
         state = json.loads((path / "trainer_state.json").read_text())
         self.call("load", str(path / "actor"), state.get("scheduler"))
+        if self.spec.algorithm.adv_estimator == "gae" and (path / "critic").exists():
+            self.call("load", str(path / "critic"), state.get("critic_scheduler"), role="critic")
+        self.kl_coef = state.get("kl_coef", self.kl_coef)
         self.loader.load_state_dict(state["loader"])
         self.log(
             f"[resume] from step {step} ({path}), saved with {state.get('world_size')} workers, now {self.world}"
@@ -643,6 +807,9 @@ def main(run_dir: str) -> int:
         return 2
     try:
         trainer.fit()
+    except RunError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 1
     finally:
         trainer.shutdown()
     return 0

@@ -50,10 +50,30 @@ def token_log_probs(logits: torch.Tensor, targets: torch.Tensor, temperature: fl
     return logits.gather(-1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
 
 
+def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0, chunk: int = 1024) -> torch.Tensor:
+    """Entropy of softmax(logits / T) per row: logsumexp(z) − Σ softmax(z)·z, in fp32 chunks of
+    rows so only one chunk's full-vocabulary softmax exists at a time."""
+    out = []
+    for part in torch.split(logits, chunk):
+        z = part.float()
+        if temperature not in (0, 1.0):
+            z = z / temperature
+        out.append(torch.logsumexp(z, dim=-1) - (torch.softmax(z, dim=-1) * z).sum(-1))
+    return torch.cat(out) if out else logits.new_zeros(0, dtype=torch.float32)
+
+
 def packed_log_probs(
-    model, seqs: list[tuple[list[int], list[int]]], temperature: float, device="cpu"
-) -> list[torch.Tensor]:
-    """Per-sequence log-probs of the response tokens under `model` (grad flows if enabled)."""
+    model,
+    seqs: list[tuple[list[int], list[int]]],
+    temperature: float,
+    device="cpu",
+    entropy: bool = False,
+    entropy_grad: bool = False,
+):
+    """Per-sequence log-probs of the response tokens under `model` (grad flows if enabled); with
+    `entropy`, also the per-token entropy of the sampling distribution: (log-probs, entropies).
+    The entropy carries a gradient only with `entropy_grad` (an entropy bonus): otherwise its
+    full-vocabulary softmax would be kept for the backward pass for nothing."""
     p = pack(seqs, device)
     out = model(
         input_ids=p.input_ids,
@@ -62,8 +82,20 @@ def packed_log_probs(
         use_cache=False,
         logits_to_keep=p.keep,
     )
-    logp = token_log_probs(out.logits[0], p.targets, temperature)
-    return list(torch.split(logp, p.lengths))
+    logp = list(torch.split(token_log_probs(out.logits[0], p.targets, temperature), p.lengths))
+    if not entropy:
+        return logp
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        ent = entropy_from_logits(out.logits[0], temperature)
+    return logp, list(torch.split(ent, p.lengths))
+
+
+def packed_values(critic, seqs: list[tuple[list[int], list[int]]], device="cpu") -> list[torch.Tensor]:
+    """A value head's (token classification, one label) estimate at each position that predicts a
+    response token, per sequence: the same positions the actor's log-probs come from."""
+    p = pack(seqs, device)
+    out = critic(input_ids=p.input_ids, position_ids=p.position_ids, attention_mask=None, use_cache=False)
+    return list(torch.split(out.logits[0, p.keep, 0].float(), p.lengths))
 
 
 def pad(

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from ..spec import Spec
 from . import algorithms as alg
-from .model import packed_log_probs, pad
+from .model import packed_log_probs, packed_values, pad
 from .rollout import Sampling
 
 DTYPES = {
@@ -58,11 +58,16 @@ class HybridWorker:
         from torch.distributed.device_mesh import init_device_mesh
 
         self.mesh = init_device_mesh("cuda" if self.cuda else "cpu", (world,))
-        self.actor = self._build(self.spec.worker.actor, train=True)
-        a = self.spec.algorithm
-        self.ref = None if a.disable_kl else self._build(self.spec.worker.ref, train=False)
-        self.optim = self._optimizer()
-        self.scheduler = None  # set by the driver once the step count is known (set_schedule)
+        w, a = self.spec.worker, self.spec.algorithm
+        self.actor = self._build(w.actor.model, w.actor.fsdp, train=True)
+        self.ref = None if a.disable_kl else self._build(w.actor.model, w.ref.fsdp, train=False)
+        self.optim = self._optimizer(self.actor, w.actor.optim)
+        # GAE's critic: the same kind of backbone with a one-label token-classification head
+        self.critic = None
+        if a.adv_estimator == "gae":
+            self.critic = self._build(w.critic.model, w.critic.fsdp, train=True, value_head=True)
+            self.critic_optim = self._optimizer(self.critic, w.critic.optim)
+        self.schedulers: dict = {}  # set by the driver once the step count is known (set_schedule)
         self.engine = None
         self._temperature = self.spec.worker.rollout.temperature
 
@@ -72,16 +77,21 @@ class HybridWorker:
             return DTYPES[fsdp_cfg.torch_dtype]
         return torch.float32 if train else torch.bfloat16  # EasyR1's default: fp32 actor, bf16 ref
 
-    def _build(self, role_cfg, train: bool):
+    def _build(self, m, fsdp_cfg, train: bool, value_head: bool = False):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
-        m = self.spec.worker.actor.model
-        fsdp_cfg = role_cfg.fsdp
-        model = AutoModelForCausalLM.from_pretrained(
+        load, extra = AutoModelForCausalLM, {}
+        if value_head:  # one label, no dropout on the value (as verl)
+            config = AutoConfig.from_pretrained(m.model_path, trust_remote_code=m.trust_remote_code)
+            config.num_labels, config.classifier_dropout = 1, 0.0
+            load, extra = AutoModelForTokenClassification, {"config": config}
+            torch.manual_seed(self.spec.data.seed)  # a new value head starts the same on every worker
+        model = load.from_pretrained(
             m.model_path,
             dtype=self._model_dtype(fsdp_cfg, train),
             trust_remote_code=m.trust_remote_code,
+            **extra,
             **m.override_config,
         ).to(self.device)
         if train and m.enable_gradient_checkpointing:
@@ -101,24 +111,16 @@ class HybridWorker:
             model.eval().requires_grad_(False)
         return model
 
-    def _optimizer(self):
-        o = self.spec.worker.actor.optim
-        return torch.optim.AdamW(self.actor.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
+    @staticmethod
+    def _optimizer(model, o):
+        return torch.optim.AdamW(model.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
 
     def set_schedule(self, total_steps: int) -> None:
-        o = self.spec.worker.actor.optim
-        warmup = o.lr_warmup_steps if o.lr_warmup_steps is not None else int(o.lr_warmup_ratio * total_steps)
-        floor = o.min_lr_ratio or 0.0
-
-        def factor(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / (warmup + 1)
-            if o.lr_scheduler_type == "cosine":
-                progress = (step - warmup) / max(total_steps - warmup, 1)
-                return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
-            return 1.0
-
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optim, factor)
+        roles = [("actor", self.optim, self.spec.worker.actor.optim)]
+        if self.critic is not None:
+            roles.append(("critic", self.critic_optim, self.spec.worker.critic.optim))
+        for role, optim, o in roles:
+            self.schedulers[role] = torch.optim.lr_scheduler.LambdaLR(optim, _lr_factor(o, total_steps))
 
     def start_engine(self, engine: str) -> str:
         from transformers import AutoTokenizer, GenerationConfig
@@ -190,12 +192,20 @@ class HybridWorker:
                 "clip_hi": 0.0,
                 "clip_lo": 0.0,
                 "ppo_kl": 0.0,
+                "entropy": 0.0,
+                "is_weight": 0.0,
             }
             for micro in mb["micro"]:
-                logps = packed_log_probs(
-                    self.actor, [s["seq"] for s in micro], self._temperature, self.device
+                logps, entropies = packed_log_probs(
+                    self.actor,
+                    [s["seq"] for s in micro],
+                    self._temperature,
+                    self.device,
+                    entropy=True,
+                    entropy_grad=actor_cfg.entropy_coeff > 0,
                 )
                 logp, mask = pad(logps)
+                entropy = pad(entropies)[0]
                 old = logp.detach() if micro[0]["old"] is None else pad([s["old"] for s in micro])[0]
                 if isinstance(micro[0]["adv"], list):  # per token (the REINFORCE++ family)
                     adv = pad([s["adv"] for s in micro], width=mask.shape[1])[0] * mask
@@ -211,8 +221,16 @@ class HybridWorker:
                     actor_cfg.tau_positive,
                     actor_cfg.tau_negative,
                 )
+                if actor_cfg.rollout_is:  # the rollout engine's log-probs differ from the trainer's
+                    rollout_logp = pad([s["rollout"] for s in micro], width=mask.shape[1])[0]
+                    weights = alg.rollout_is_weights(
+                        old, rollout_logp, mask, actor_cfg.rollout_is, actor_cfg.rollout_is_cap
+                    )
+                    loss_mat = loss_mat * weights
+                    stats["is_weight"] += float((weights * mask).sum())
                 pg = alg.aggregate(loss_mat, mask, mode, total, norm)
-                loss = pg
+                ent = alg.aggregate(entropy, mask, mode, total, norm)
+                loss = pg - actor_cfg.entropy_coeff * ent if actor_cfg.entropy_coeff else pg
                 if a.use_kl_loss and not a.disable_kl:
                     ref = pad([s["ref"] for s in micro])[0]
                     kl = alg.aggregate(alg.kl_estimate(logp, ref, a.kl_penalty), mask, mode, total, norm)
@@ -223,25 +241,57 @@ class HybridWorker:
                 n = mask.sum().item()
                 stats["pg_loss"] += pg.item()
                 stats["entropy_loss"] += alg.aggregate(-logp.detach(), mask, mode, total, norm).item()
+                stats["entropy"] += ent.item()
                 stats["tokens"] += n
                 stats["clip_hi"] += float(m.get("pg_clipfrac_higher", 0.0)) * n
                 stats["clip_lo"] += float(m.get("pg_clipfrac_lower", 0.0)) * n
                 stats["ppo_kl"] += m["ppo_kl"].item() * n
             if not apply:
                 return results
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.actor.parameters(), actor_cfg.max_grad_norm)
-            grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-            stats["grad_norm"] = float(grad_norm)
-            if math.isfinite(stats["grad_norm"]):
-                self.optim.step()
-            self.optim.zero_grad(set_to_none=True)
+            stats["grad_norm"] = _step(self.actor, self.optim, actor_cfg.max_grad_norm)
             results.append(stats)
-        stats_lr = self.optim.param_groups[0]["lr"]
-        if self.scheduler is not None:
-            self.scheduler.step()
+        return self._after_update("actor", self.optim, results)
+
+    def _after_update(self, role: str, optim, results: list[dict]) -> list[dict]:
+        lr = optim.param_groups[0]["lr"]
+        if role in self.schedulers:
+            self.schedulers[role].step()
         for r in results:
-            r["lr"] = stats_lr
+            r["lr"] = lr
         return results
+
+    # ------------------------------------------------------------------ critic (GAE)
+    @torch.no_grad()
+    def values(self, micro_batches: list[list[Seq]]) -> list[list[list[float]]]:
+        self.critic.eval()
+        return [
+            [v.tolist() for v in packed_values(self.critic, micro, self.device)] for micro in micro_batches
+        ]
+
+    def update_critic(self, minibatches: list[dict]) -> list[dict]:
+        """One optimizer step per mini-batch, as `update`; a sample is {seq, values, returns}."""
+        c = self.spec.worker.critic
+        self.critic.train()
+        results = []
+        for mb in minibatches:
+            stats = {"vf_loss": 0.0, "vf_clipfrac": 0.0, "vpred": 0.0, "tokens": 0.0}
+            for micro in mb["micro"]:
+                vpred, mask = pad(packed_values(self.critic, [s["seq"] for s in micro], self.device))
+                old = pad([s["values"] for s in micro], width=mask.shape[1])[0]
+                returns = pad([s["returns"] for s in micro], width=mask.shape[1])[0]
+                loss, clipfrac = alg.value_loss(
+                    vpred, old, returns, mask, c.cliprange_value, c.loss_avg_mode, mb["total"],
+                    self.spec.data.max_response_length,
+                )  # fmt: skip
+                (loss * self.world).backward()
+                n = float(mask.sum())
+                stats["vf_loss"] += loss.item()
+                stats["vf_clipfrac"] += float(clipfrac) * n
+                stats["vpred"] += float((vpred.detach() * mask).sum())
+                stats["tokens"] += n
+            stats["grad_norm"] = _step(self.critic, self.critic_optim, c.max_grad_norm)
+            results.append(stats)
+        return self._after_update("critic", self.critic_optim, results)
 
     def full_grads(self) -> dict[str, torch.Tensor]:
         """Full gradients (a collective), for tests against a single process."""
@@ -253,18 +303,19 @@ class HybridWorker:
         return out
 
     # ------------------------------------------------------------------ checkpoints
-    def save(self, path: str) -> None:
+    def _role(self, role: str):
+        return (self.actor, self.optim) if role == "actor" else (self.critic, self.critic_optim)
+
+    def save(self, path: str, role: str = "actor") -> None:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
-        state = {
-            "model": get_model_state_dict(self.actor),
-            "optim": get_optimizer_state_dict(self.actor, self.optim),
-        }
+        model, optim = self._role(role)
+        state = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optim)}
         dcp.save(state, checkpoint_id=path)
         dist.barrier()
 
-    def load(self, path: str, scheduler_state: dict | None) -> None:
+    def load(self, path: str, scheduler_state: dict | None, role: str = "actor") -> None:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import (
             get_model_state_dict,
@@ -273,19 +324,43 @@ class HybridWorker:
             set_optimizer_state_dict,
         )
 
-        state = {
-            "model": get_model_state_dict(self.actor),
-            "optim": get_optimizer_state_dict(self.actor, self.optim),
-        }
+        model, optim = self._role(role)
+        state = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optim)}
         dcp.load(state, checkpoint_id=path)
-        set_model_state_dict(self.actor, state["model"])
-        set_optimizer_state_dict(self.actor, self.optim, state["optim"])
-        if scheduler_state is not None and self.scheduler is not None:
-            self.scheduler.load_state_dict(scheduler_state)
+        set_model_state_dict(model, state["model"])
+        set_optimizer_state_dict(model, optim, state["optim"])
+        if scheduler_state is not None and role in self.schedulers:
+            self.schedulers[role].load_state_dict(scheduler_state)
 
-    def scheduler_state(self) -> dict | None:
-        return self.scheduler.state_dict() if self.scheduler is not None else None
+    def scheduler_state(self, role: str = "actor") -> dict | None:
+        return self.schedulers[role].state_dict() if role in self.schedulers else None
 
     def shutdown(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _lr_factor(o, total_steps: int):
+    """EasyR1's schedule: linear warm-up, then constant or cosine down to `min_lr_ratio`."""
+    warmup = o.lr_warmup_steps if o.lr_warmup_steps is not None else int(o.lr_warmup_ratio * total_steps)
+    floor = o.min_lr_ratio or 0.0
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        if o.lr_scheduler_type == "cosine":
+            progress = (step - warmup) / max(total_steps - warmup, 1)
+            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+        return 1.0
+
+    return factor
+
+
+def _step(model, optim, max_norm: float) -> float:
+    """Clip, step (skipped when the gradient is not finite), zero; returns the gradient norm."""
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+    if math.isfinite(grad_norm):
+        optim.step()
+    optim.zero_grad(set_to_none=True)
+    return grad_norm

@@ -43,6 +43,28 @@ def test_packed_log_probs_equal_padded(tiny_model):
         assert (a - b).abs().max().item() <= 1e-5
 
 
+def test_packed_entropy_and_values_equal_one_sequence_at_a_time(tiny_model):
+    """The true entropy of softmax(z/T) at each response position, and a value head's estimates
+    at the same positions, packed = each sequence alone."""
+    from transformers import AutoConfig, AutoModelForTokenClassification
+
+    from r1cloud.trainer.model import packed_values
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
+    config = AutoConfig.from_pretrained(tiny_model)
+    config.num_labels, config.classifier_dropout = 1, 0.0
+    critic = AutoModelForTokenClassification.from_pretrained(tiny_model, config=config).eval()
+    with torch.no_grad():
+        _, entropies = packed_log_probs(model, SEQS, 0.7, entropy=True)
+        values = packed_values(critic, SEQS)
+        for (p, r), ent, val in zip(SEQS, entropies, values, strict=True):
+            ids = torch.tensor([p + r])
+            where = slice(len(p) - 1, len(p) + len(r) - 1)
+            dist = torch.distributions.Categorical(logits=model(input_ids=ids).logits[0, where] / 0.7)
+            torch.testing.assert_close(ent, dist.entropy(), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(val, critic(input_ids=ids).logits[0, where, 0], rtol=1e-5, atol=1e-5)
+
+
 def single_process_grads(model_path, samples, clip, mode, kl_coef, kl_kind):
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     logps = packed_log_probs(model, [s["seq"] for s in samples], 1.0)

@@ -152,8 +152,28 @@ def test_killed_run_resumes_with_the_same_data_and_metrics(make_run, tmp_path):
             "worker.actor.loss_type=sapo",
             "worker.actor.loss_avg_mode=seq-mean-token-sum",
         ],
+        [
+            "algorithm.adv_estimator=remax",
+            "algorithm.use_kl_loss=false",
+            "algorithm.kl_type=adaptive",
+            "algorithm.kl_target=0.001",
+            "algorithm.kl_horizon=100",
+        ],
+        [
+            "worker.actor.entropy_coeff=0.01",
+            "worker.actor.rollout_is=sequence_truncate",
+            "worker.actor.rollout_is_cap=2.0",
+        ],
     ],
-    ids=["dr-grpo", "passk-gspo", "rloo-gspo-token", "reinforce++-cispo", "reinforce++-baseline-sapo"],
+    ids=[
+        "dr-grpo",
+        "passk-gspo",
+        "rloo-gspo-token",
+        "reinforce++-cispo",
+        "reinforce++-baseline-sapo",
+        "remax-adaptive-kl",
+        "entropy-bonus-tis",
+    ],
 )
 def test_every_estimator_and_loss_trains_two_steps(make_run, tiny_model, overrides):
     run = make_run("trainer.max_steps=2", "trainer.save_freq=-1", *overrides, name="family")
@@ -165,34 +185,148 @@ def test_every_estimator_and_loss_trains_two_steps(make_run, tiny_model, overrid
         assert math.isfinite(m["actor/pg_loss"]) and math.isfinite(m["actor/grad_norm"])
         assert "critic/advantages/mean" in m
     assert any(m["actor/grad_norm"] > 0 for m in lines)  # the loss reached the weights
+    assert all(m["actor/entropy"] > 0 for m in lines)  # the true entropy, from the logits
+    if "algorithm.adv_estimator=remax" in overrides:
+        assert all("critic/baseline/mean" in m for m in lines)  # the greedy rollout was scored
+        # the adaptive controller moves β by the batch's KL (0 at step 1: the actor is the reference)
+        from r1cloud.trainer.algorithms import adaptive_kl_coef
+
+        coefs = [m["actor/kl_coef"] for m in lines]
+        assert coefs[0] == 0.01 and lines[0]["actor/kl_penalty"] == 0.0
+        assert coefs[1] == pytest.approx(
+            adaptive_kl_coef(0.01, 0.0, 0.001, 16, 100)
+        )  # 0.01 × (1 − 0.2·16/100)
+    if "worker.actor.rollout_is=sequence_truncate" in overrides:
+        assert all(0 < m["actor/rollout_is_weight"] <= 2.0 for m in lines)
 
 
-@pytest.mark.parametrize("name", ["math12k_drgrpo", "math12k_gspo", "math12k_reinforcepp", "math12k_rloo"])
-def test_algorithm_blueprints_run_on_the_tiny_model(make_run, name):
-    """Each algorithm blueprint's algorithm and loss settings, on the tiny model, for 2 steps."""
+@pytest.mark.parametrize(
+    "name",
+    ["math12k_drgrpo", "math12k_gspo", "math12k_reinforcepp", "math12k_rloo", "math12k_dapo", "math12k_ppo"],
+)
+def test_algorithm_blueprints_run_on_the_tiny_model(make_run, tiny_model, name):
+    """Each algorithm blueprint's algorithm, loss, sampling and critic settings, on the tiny model
+    with the digits reward (filter_key stays `overall`, the key that reward returns), for 2 steps."""
     from r1cloud.spec import load_spec
     from tinyrun import ROOT
 
     spec = load_spec(ROOT / "blueprints" / f"{name}.yaml", check_files=False).spec
     a, actor = spec.algorithm, spec.worker.actor
-    overrides = [
-        f"algorithm.{k}={getattr(a, k)}"
-        for k in (
-            "adv_estimator",
-            "norm_adv_by_std_in_grpo",
-            "disable_kl",
-            "use_kl_loss",
-            "kl_penalty",
-            "kl_coef",
-        )
-    ] + [
+    algorithm_keys = ("adv_estimator", "norm_adv_by_std_in_grpo", "disable_kl", "use_kl_loss", "kl_penalty")
+    algorithm_keys += ("kl_coef", "gamma", "lam", "online_filtering", "filter_low", "filter_high")
+    overrides = [f"algorithm.{k}={getattr(a, k)}" for k in algorithm_keys] + [
         f"worker.actor.{k}={getattr(actor, k)}"
         for k in ("loss_type", "loss_avg_mode", "clip_ratio_low", "clip_ratio_high")
     ]
+    if a.adv_estimator == "gae":
+        overrides += [
+            f"worker.critic.model.model_path={tiny_model}",
+            "worker.critic.global_batch_size=4",
+            "worker.critic.fsdp.torch_dtype=fp32",
+            f"worker.critic.cliprange_value={spec.worker.critic.cliprange_value}",
+        ]
     run = make_run("trainer.max_steps=2", "trainer.save_freq=-1", *overrides, name=name)
     r = run_trainer(run)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     lines = [m for m in metrics(run) if "actor/pg_loss" in m]
     assert [m["step"] for m in lines] == [1, 2] and all(math.isfinite(m["actor/pg_loss"]) for m in lines)
     if not a.use_kl_loss and not a.disable_kl:
-        assert "actor/kl_penalty" in lines[0]  # REINFORCE++: the KL went into the reward
+        assert "actor/kl_penalty" in lines[0]  # REINFORCE++ and PPO: the KL went into the reward
+    if a.online_filtering:
+        assert all("batch/kept_groups_ratio" in m for m in lines)
+    if a.adv_estimator == "gae":
+        assert all(math.isfinite(m["critic/vf_loss"]) for m in lines)
+
+
+def test_ppo_with_a_critic_warms_up_trains_and_resumes(make_run, tiny_model):
+    """GAE: the critic (a value head on the tiny model) learns from step 1, the actor only after
+    `critic_warmup`; a stopped run resumes the critic from its checkpoint."""
+    overrides = (
+        "algorithm.adv_estimator=gae",
+        "algorithm.use_kl_loss=false",
+        "algorithm.lam=0.95",
+        f"worker.critic.model.model_path={tiny_model}",
+        "worker.critic.global_batch_size=4",
+        "worker.critic.micro_batch_size_per_device_for_update=2",
+        "worker.critic.micro_batch_size_per_device_for_experience=4",
+        "worker.critic.fsdp.torch_dtype=fp32",
+        "worker.critic.optim.lr=1e-3",
+        "trainer.critic_warmup=1",
+        "trainer.max_steps=3",
+        "trainer.save_freq=2",
+    )
+    run = make_run(*overrides, name="ppo")
+    r = run_trainer(run)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    lines = metrics(run)
+    assert [m["step"] for m in lines] == [1, 2, 3]
+    assert "actor/pg_loss" not in lines[0] and "actor/pg_loss" in lines[1]  # the warm-up step
+    for m in lines:
+        assert math.isfinite(m["critic/vf_loss"]) and m["critic/grad_norm"] > 0
+        assert "critic/values/mean" in m and "critic/returns/mean" in m
+    assert (run / "checkpoints" / "global_step_2" / "critic").is_dir()
+    # Resumed from step 2 in a fresh run, step 3 repeats exactly: the critic's weights, optimizer
+    # and schedule came back (a fresh value head would predict other values).
+    again = make_run(
+        *overrides, f"trainer.load_checkpoint_path={run}/checkpoints/global_step_2", name="again"
+    )
+    r = run_trainer(again)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "[resume] from step 2" in r.stdout
+    (redo,) = metrics(again)
+    for key in ("critic/vpred_mean", "critic/vf_loss", "critic/values/mean", "actor/pg_loss"):
+        assert redo[key] == pytest.approx(lines[2][key], rel=1e-4, abs=1e-6), key
+
+
+def test_dapo_dynamic_sampling_keeps_only_informative_groups(make_run, tmp_path):
+    """The DAPO preset with dynamic sampling: a reward that is constant for half the prompts makes
+    those groups useless; the step draws more prompts (the loader wrapping around) until it has
+    a full batch of groups whose mean lies strictly between filter_low and filter_high."""
+    reward = tmp_path / "half.py"
+    reward.write_text(
+        "def compute_score(reward_inputs):\n"
+        "    out = []\n"
+        "    for x in reward_inputs:\n"
+        "        varied = sum(c.isdigit() for c in x['response']) / max(len(x['response']), 1)\n"
+        "        constant = int(x['ground_truth']) % 2 == 0\n"
+        "        out.append({'overall': 1.0 if constant else varied, 'accuracy': 1.0 if constant else varied})\n"
+        "    return out\n"
+    )
+    run = make_run(
+        "algorithm.adv_estimator=dapo",
+        "algorithm.filter_key=accuracy",
+        "data.mini_rollout_batch_size=2",
+        f"worker.reward.reward_function={reward}:compute_score",
+        "trainer.max_steps=2",
+        "trainer.save_freq=-1",
+        name="dapo",
+    )
+    spec = (run / "spec.yaml").read_text()
+    assert "clip_ratio_high: 0.28" in spec and "online_filtering: true" in spec  # the preset
+    r = run_trainer(run)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    lines = metrics(run)
+    for m in lines:
+        assert m["batch/rounds"] >= 2  # two prompts per round, four groups wanted
+        assert m["critic/score/max"] < 1.0  # no constant group reached the update
+        assert "actor/kl_loss" not in m  # the preset turned KL off
+    dropped = [m for m in lines if m["batch/kept_groups_ratio"] < 1.0]
+    assert dropped and all(m["batch/rounds"] > 2 for m in dropped)  # refilled after dropping
+    assert any(m["reward/overall"] > m["critic/score/mean"] for m in dropped)  # reward/* counts all
+
+
+def test_dynamic_sampling_gives_up_with_a_clear_message(make_run):
+    """Nothing can pass a filter of (0.99, 1.0) with the digits reward: after max_try_make_batch
+    rounds the run stops with one line naming the settings, not a traceback."""
+    run = make_run(
+        "algorithm.online_filtering=true",
+        "algorithm.filter_low=0.99",
+        "algorithm.filter_high=1.0",
+        "trainer.max_try_make_batch=2",
+        "trainer.max_steps=1",
+        name="starved",
+    )
+    r = run_trainer(run)
+    assert r.returncode == 1
+    assert "after 2 rounds only 0 of 4 groups" in r.stderr and "trainer.max_try_make_batch" in r.stderr
+    assert "Traceback" not in r.stderr
