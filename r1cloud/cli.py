@@ -310,8 +310,27 @@ def train(
         bool, typer.Option("--resume", help="Continue a job from its last checkpoint.")
     ] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print what would run, and run nothing.")
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print what would run, and run nothing; for a cloud infra, the SkyPilot task YAML "
+            "(`sky launch` accepts it as it is).",
+        ),
     ] = False,
+    managed: Annotated[
+        bool,
+        typer.Option(
+            "--managed/--no-managed",
+            help="Cloud: a managed job that recovers from preemptions and resumes from its bucket "
+            "(default), or a plain cluster that stops when idle and is torn down at the end.",
+        ),
+    ] = True,
+    bucket: Annotated[
+        str | None,
+        typer.Option(
+            "--bucket", help="Cloud: where checkpoints go, s3://BUCKET[/PREFIX] (resources.bucket)."
+        ),
+    ] = None,
 ) -> None:
     """Validate a blueprint, start it as a job, and follow its progress (Ctrl-C detaches; the
     job keeps running)."""
@@ -332,19 +351,16 @@ def train(
     extra += [f"name={name}"] if name else []
     extra += [f"resources.infra={infra}"] if infra else []
     extra += ["resources.use_spot=true"] if spot else []
+    extra += [f"resources.bucket={bucket}"] if bucket else []
     extra += [f"resources.num_nodes={nodes}", f"trainer.nnodes={nodes}"] if nodes else []
     extra += _accelerator_overrides(source, extra, accels, gpu)
     provided = _parse_secrets(secret or [])
     spec = _load(source, extra, provided, target)
-    if spec.resources.infra != "local":
-        _fail(
-            f"error: resources.infra is {spec.resources.infra!r}",
-            [
-                "cloud jobs need the SkyPilot backend, which this version does not have yet; run with --infra local"
-            ],
-        )
     secrets = {n: provided.get(n) or os.environ[n] for n in spec.secrets}
     secrets.update(provided)
+    if spec.resources.infra != "local":
+        _train_in_cloud(store, spec, secrets, source, managed, dry_run, detach)
+        return
     if dry_run:
         for label, value in summarize(spec):
             out.print(f"{label:10} {value}", markup=False)
@@ -381,6 +397,58 @@ def train(
         out.print(f"follow: r1cloud logs -f {job.name}    stop: r1cloud stop {job.name}", markup=False)
         return
     raise typer.Exit(_follow_with_progress(store, job.name, log_start))
+
+
+def _train_in_cloud(store, spec, secrets: dict, blueprint: Path, managed: bool, dry_run: bool, detach: bool):
+    from .jobs.cloud import CloudError
+    from .jobs.sky_task import TaskError
+    from .jobs.store import JobExists, home
+
+    kind = "a managed job" if managed else "a cluster (autostop, down at the end)"
+    try:
+        if dry_run:
+            from .jobs.remote import prepare
+            from .jobs.sky_task import to_yaml
+
+            folder = home() / "dry-run" / spec.name
+            folder.mkdir(parents=True, exist_ok=True)
+            config, _ = prepare(spec, blueprint, folder, managed)
+            err.print(f"# {spec.name} as {kind}; the nodes read {folder / 'node-spec.yaml'}", markup=False)
+            print(to_yaml(config), end="")
+            return
+        from .jobs.remote import submit
+
+        err.print(f"launching {spec.name} on {spec.resources.infra} as {kind}…", markup=False)
+        job = submit(store, spec, secrets, blueprint, managed)
+    except (TaskError, CloudError) as e:
+        _fail(f"error: {e}", getattr(e, "hints", []))
+    except JobExists:
+        _fail(
+            f"error: a job named {spec.name!r} already exists",
+            [f"pick another name with --name {spec.name}-2"],
+        )
+    ident = f"managed job {job.cloud['job_id']}" if managed else f"cluster {job.cloud['cluster']}"
+    where = spec.resources.bucket or "on the cluster"
+    out.print(f"started {job.name} · {ident} · checkpoints {where}", markup=False)
+    if detach:
+        out.print(f"follow: r1cloud logs -f {job.name}    stop: r1cloud stop {job.name}", markup=False)
+        return
+    raise typer.Exit(_cloud_logs(job, follow=True))
+
+
+def _cloud_logs(job, follow: bool) -> int:
+    from .jobs.cloud import CloudError, tail_logs
+
+    try:
+        code = tail_logs(job.cloud, follow)
+    except CloudError as e:
+        _fail(f"error: {e}", e.hints)
+    except KeyboardInterrupt:
+        err.print(
+            f"\ndetached: {job.name} keeps running.  reattach: r1cloud logs -f {job.name}", markup=False
+        )
+        return 0
+    return int(code or 0)
 
 
 def _follow_with_progress(store, name: str, log_start: int) -> int:
@@ -454,6 +522,8 @@ def logs(
     from .jobs import follow as f
 
     store, record = _job(job)
+    if record.cloud:
+        raise typer.Exit(_cloud_logs(record, follow_))
     log = store.path(record.name) / record.log.name
     for line in f.tail_lines(log, tail):
         print(line)
@@ -491,11 +561,25 @@ STATUS_STYLE = {
 }
 
 
+def _refreshed(store, jobs: list) -> list:
+    """Cloud jobs' state from SkyPilot; if it cannot be reached, the last known state and a warning."""
+    if not any(j.cloud for j in jobs):
+        return jobs
+    from .jobs.cloud import CloudError
+    from .jobs.remote import refresh
+
+    try:
+        return refresh(store, jobs)
+    except CloudError as e:
+        err.print(f"warning: cloud jobs show their last known state: {e}", markup=False)
+        return jobs
+
+
 def _jobs_table() -> None:
     from .jobs import follow as f
 
     store = _store()
-    jobs = store.list()
+    jobs = _refreshed(store, store.list())
     if not jobs:
         out.print("no jobs yet — start one with: r1cloud train blueprints/quickstart.yaml")
         return
@@ -544,6 +628,7 @@ def status(
     from .spec import load_resolved, summarize
 
     store, record = _job(job)
+    record = _refreshed(store, [record])[0]
     run = store.path(record.name)
     out.print(
         f"{record.name}  [{STATUS_STYLE.get(record.status, '')}]{record.status}[/]  {_duration(record)}  (started {_when(record.started_at)})"
@@ -574,7 +659,12 @@ def status(
         )
     from .checkpoints import job_checkpoint_root, list_checkpoints
 
-    ckpts = list_checkpoints(job_checkpoint_root(run), record.name)  # honours save_checkpoint_path
+    root = job_checkpoint_root(run)  # honours save_checkpoint_path (a cloud job's bucket)
+    try:
+        ckpts = list_checkpoints(root, record.name)
+    except Exception as e:  # a bucket without credentials or network: say so, show the rest
+        out.print(f"checkpoints cannot read {root}: {type(e).__name__}: {e}", markup=False)
+        ckpts = []
     if ckpts:
         out.print(
             "checkpoints " + ", ".join(str(c.step) for c in ckpts),
@@ -602,6 +692,20 @@ def stop(
     store, record = _job(job)
     if record.status not in ACTIVE:
         out.print(f"{record.name} is not running ({record.status})", markup=False)
+        return
+    if record.cloud:
+        from .jobs.cloud import CloudError, cancel
+
+        try:
+            how = cancel(record.cloud)
+        except CloudError as e:
+            _fail(f"error: {e}", e.hints)
+        with store.locked(record.name) as j:
+            j.status, j.stop_requested, j.ended_at = "STOPPED", True, time.time()
+        out.print(
+            f"{record.name} STOPPED ({how}); its checkpoints stay in the bucket: r1cloud checkpoints {record.name}",
+            markup=False,
+        )
         return
     if record.kind == "serve":
         out.print(f"stopping {record.name}…", markup=False)

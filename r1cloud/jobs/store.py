@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -54,6 +55,7 @@ class Job:
     command: list[str] = field(default_factory=list)  # what the supervisor runs (default: the trainer)
     url: str = ""  # a server's base URL
     model: str = ""  # a server's model: served name and where it comes from
+    cloud: dict = field(default_factory=dict)  # a cloud job: {"managed", "job_id", "cluster"}
 
     @property
     def dir(self) -> Path:
@@ -118,6 +120,10 @@ class JobStore:
                 continue
         raise JobExists(base)
 
+    def remove(self, name: str) -> None:
+        """Forget a job that never started (a launch that failed): nothing half-created is left."""
+        shutil.rmtree(self.path(name), ignore_errors=True)
+
     def _write(self, job: Job) -> None:
         target = self.path(job.name) / "job.json"
         tmp = target.with_name(f".job.json.{os.getpid()}")
@@ -146,6 +152,7 @@ class JobStore:
         job = self._read(name)
         if (
             job.status in ACTIVE
+            and not job.cloud  # a cloud job's state comes from SkyPilot (jobs/remote.py)
             and not alive(job)
             and (job.pid is not None or time.time() - job.created_at > 60)
         ):

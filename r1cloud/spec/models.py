@@ -326,6 +326,8 @@ class Resources(Model):
     disk_size: int | None = Field(None, ge=1)
     image: str | None = None
     region: str | None = None
+    # Cloud jobs: checkpoints go to <bucket>/<job name>/checkpoints (s3://, gs://, r2://, …)
+    bucket: str | None = None
 
     @field_validator("infra")
     @classmethod
@@ -336,6 +338,15 @@ class Resources(Model):
                 f"unknown infra {cloud!r}; use local or a SkyPilot infra ({', '.join(KNOWN_INFRA[1:8])}, …)"
             )
         return v.strip()
+
+    @field_validator("bucket")
+    @classmethod
+    def _bucket(cls, v: str | None) -> str | None:
+        if v is not None and not _is_url(v):
+            raise ValueError(
+                f"{v!r} is not a bucket URL: write s3://BUCKET[/PREFIX] (or gs://, r2://, az://)"
+            )
+        return v
 
     @field_validator("disk_size", mode="before")
     @classmethod

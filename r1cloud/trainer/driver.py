@@ -208,16 +208,14 @@ class Trainer:
         print(text, flush=True)
 
     def call(self, method: str, *args, per_rank: list | None = None, **kwargs) -> list:
-        import ray
-
         if per_rank is not None:
-            return ray.get(
+            return gather(
                 [
                     getattr(w, method).remote(a, *args, **kwargs)
                     for w, a in zip(self.workers, per_rank, strict=True)
                 ]
             )
-        return ray.get([getattr(w, method).remote(*args, **kwargs) for w in self.workers])
+        return gather([getattr(w, method).remote(*args, **kwargs) for w in self.workers])
 
     def start_workers(self) -> str:
         import ray
@@ -233,8 +231,10 @@ class Trainer:
                 "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"),
                 "RAY_DEDUP_LOGS": "0",
             }
+            cluster = os.environ.get("RAY_ADDRESS")  # a multi-node job's cluster (jobs/node.py)
             ray.init(
-                num_cpus=max(self.world + 1, os.cpu_count() or 1) if not cuda else None,
+                address=cluster,
+                num_cpus=None if cuda or cluster else max(self.world + 1, os.cpu_count() or 1),
                 runtime_env={"env_vars": env},
                 include_dashboard=False,
                 log_to_driver=True,
@@ -289,9 +289,7 @@ class Trainer:
             chunk = chunks[rank // tp]
             per_rank.append([prompt_set.prompts[i].prompt_ids for i in chunk])
             seeds.append({**sampling, "seed": sampling["seed"] * 1009 + rank // tp})
-        import ray
-
-        results = ray.get(
+        results = gather(
             [w.generate.remote(p, s) for w, p, s in zip(self.workers, per_rank, seeds, strict=True)]
         )
         uids = {i: uuid.uuid4().hex for i in indices}
@@ -788,6 +786,18 @@ class Trainer:
             ray.shutdown()
 
 
+def gather(refs: list) -> list:
+    """ray.get, failing as soon as any worker fails: the others may be blocked in a collective
+    with the dead one, and a plain ray.get in order would wait on them first (a hang, not an error)."""
+    import ray
+
+    pending = list(refs)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        ray.get(ready)  # raises at once when that worker died or raised
+    return ray.get(refs)
+
+
 def _free_address() -> str:
     import socket
 
@@ -805,10 +815,21 @@ def main(run_dir: str) -> int:
     except (ValueError, FileNotFoundError) as e:  # bad data or files: say which, no traceback
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 2
+    from ray.exceptions import ActorDiedError, ActorUnavailableError
+
     try:
         trainer.fit()
     except RunError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
+        return 1
+    except (ActorDiedError, ActorUnavailableError) as e:  # a worker process or its node is gone
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(
+            f"error: a trainer worker died ({first}); the job stops here and resumes from its last "
+            "checkpoint when started again",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     finally:
         trainer.shutdown()

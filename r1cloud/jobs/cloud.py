@@ -1,0 +1,195 @@
+"""The SkyPilot backend: the one module that imports `sky` (SkyPilot's request-based SDK, 0.14).
+
+Training runs as a managed job by default (`sky.jobs.launch`: spot preemptions and failures are
+recovered on a new cluster, and the trainer resumes from the bucket), or with `managed=False` on
+a plain cluster that stops itself when idle and is torn down at the end (`sky.launch`). SkyPilot's
+errors become `CloudError`s that say what to do; an empty queue or a cluster that is already gone
+is an empty state, not an error.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+
+AUTOSTOP_MINUTES = 10
+
+
+@dataclass
+class CloudError(Exception):
+    title: str
+    hints: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return self.title
+
+
+def _sky():
+    try:
+        import sky
+    except ImportError:
+        raise CloudError(
+            "SkyPilot is not installed, and cloud jobs run through it",
+            ["pip install 'r1cloud[cloud]'  (then `sky check` to enable your clouds)"],
+        ) from None
+    return sky
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text).strip()
+
+
+def translate(e: Exception) -> CloudError | None:
+    """SkyPilot's failures as one line and what to do; None for anything else."""
+    from sky import exceptions as sx
+
+    text = _plain(str(e))
+    if isinstance(e, sx.NoCloudAccessError):
+        return CloudError(
+            "no cloud is set up for SkyPilot (no credentials found)",
+            ["run `sky check` to see which clouds are enabled and how to add credentials"],
+        )
+    if isinstance(e, sx.ApiServerConnectionError):
+        return CloudError(f"cannot reach the SkyPilot API server: {text}", ["check it with `sky api info`"])
+    if isinstance(e, RuntimeError) and "API server" in text:
+        return CloudError(
+            f"SkyPilot has no API server to talk to: {text.splitlines()[0]}",
+            ["log in to one with `sky api login -e URL`, or let SkyPilot start a local one "
+             "(unset SKYPILOT_DISABLE_LOCAL_API_SERVER); then `sky check`"],
+        )  # fmt: skip
+    if isinstance(e, sx.ResourcesUnavailableError):
+        return CloudError(
+            f"no matching machines are available: {text.splitlines()[0] if text else 'all options failed'}",
+            ["offer alternatives (resources.accelerators: {H100: 8, A100-80GB: 8}), another infra or "
+             "region, or drop --spot; `sky show-gpus` lists what each cloud has"],
+        )  # fmt: skip
+    if isinstance(e, sx.InvalidSkyPilotConfigError):
+        return CloudError(f"SkyPilot refused the task: {text}", ["r1cloud train --dry-run prints it"])
+    return None
+
+
+def _call(fn, *args, **kwargs):
+    """Run one SDK call; SkyPilot's failures come out as CloudError."""
+    sky = _sky()
+    try:
+        return fn(sky, *args, **kwargs)
+    except CloudError:
+        raise
+    except Exception as e:
+        known = translate(e)
+        if known is None:
+            raise
+        raise known from None
+
+
+def make_task(config: dict, secrets: dict[str, str]):
+    """The task, with secret values passed as overrides, never written into the config."""
+
+    def build(sky):
+        return sky.Task.from_yaml_config(
+            copy.deepcopy(config), secrets_overrides=list(secrets.items()) or None
+        )
+
+    return _call(build)
+
+
+def launch(config: dict, secrets: dict[str, str], managed: bool) -> dict:
+    """Start the job; returns what later calls need to find it again."""
+    task = make_task(config, secrets)
+    name = config["name"]
+
+    def go(sky):
+        if managed:
+            job_ids, _ = sky.stream_and_get(sky.jobs.launch(task, name=name))
+            return {"managed": True, "job_id": job_ids[0] if job_ids else None, "cluster": ""}
+        job_id, _ = sky.stream_and_get(
+            sky.launch(task, cluster_name=name, idle_minutes_to_autostop=AUTOSTOP_MINUTES, down=True)
+        )
+        return {"managed": False, "job_id": job_id, "cluster": name}
+
+    return _call(go)
+
+
+# Managed-job and cluster statuses onto the job store's.
+STATUS = {
+    "PENDING": "PENDING",
+    "DEPRECATED_SUBMITTED": "PENDING",
+    "STARTING": "PENDING",
+    "RUNNING": "RUNNING",
+    "RECOVERING": "RUNNING",
+    "WINDING_DOWN": "RUNNING",
+    "CANCELLING": "RUNNING",
+    "SUCCEEDED": "SUCCEEDED",
+    "CANCELLED": "STOPPED",
+    "FAILED": "FAILED",
+    "FAILED_SETUP": "FAILED",
+    "FAILED_PRECHECKS": "FAILED",
+    "FAILED_NO_RESOURCE": "FAILED",
+    "FAILED_CONTROLLER": "FAILED",
+}
+
+
+def managed_jobs(job_ids: list[int]) -> dict[int, dict]:
+    """{job id: {"status", "recoveries", "reason"}} for these managed jobs; {} when there are none."""
+    if not job_ids:
+        return {}
+
+    def query(sky):
+        try:
+            records = sky.get(sky.jobs.queue_v2(refresh=False, job_ids=job_ids))[0]
+        except sky.exceptions.ClusterNotUpError:  # "No in-progress managed jobs": nothing to show
+            return {}
+        out = {}
+        for rec in records:
+            status = getattr(rec.get("status"), "value", rec.get("status"))
+            out[rec.get("job_id")] = {
+                "status": STATUS.get(str(status), "RUNNING"),
+                "recoveries": rec.get("recovery_count") or 0,
+                "reason": rec.get("failure_reason") or "",
+            }
+        return out
+
+    return _call(query)
+
+
+def tail_logs(record: dict, follow: bool) -> int | None:
+    """Stream the job's output to stdout; the exit code when it ended, None otherwise."""
+
+    def tail(sky):
+        try:
+            if record["managed"]:
+                return sky.jobs.tail_logs(job_id=record["job_id"], follow=follow)
+            return sky.tail_logs(record["cluster"], record["job_id"], follow)
+        except (sky.exceptions.ClusterNotUpError, sky.exceptions.ClusterDoesNotExist) as e:
+            print(f"(no logs: {_plain(str(e))})")
+            return None
+
+    return _call(tail)
+
+
+def cancel(record: dict) -> str:
+    """Stop the job: cancel the managed job, or take its cluster down."""
+
+    def go(sky):
+        try:
+            if record["managed"]:
+                sky.get(sky.jobs.cancel(job_ids=[record["job_id"]]))
+            else:
+                sky.get(sky.down(record["cluster"]))
+        except (sky.exceptions.ClusterNotUpError, sky.exceptions.ClusterDoesNotExist):
+            return "already gone"
+        return "cancelled" if record["managed"] else "cluster down"
+
+    return _call(go)
+
+
+def serve_up(config: dict, secrets: dict[str, str], service: str) -> str:
+    """A SkyServe service; returns its endpoint."""
+    task = make_task(config, secrets)
+
+    def go(sky):
+        _, endpoint = sky.stream_and_get(sky.serve.up(task, service_name=service))
+        return endpoint
+
+    return _call(go)

@@ -1,0 +1,77 @@
+"""Cloud jobs in the job store: submit a spec through SkyPilot, keep its record, refresh its state.
+
+A cloud job's folder holds its record, the resolved spec (with `trainer.save_checkpoint_path` set
+to the bucket, so `checkpoints`, `merge` and `serve --checkpoint JOB` read the bucket) and the
+spec its nodes run. A launch that fails leaves no folder behind.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import yaml
+
+from ..spec import Spec, dump_spec
+from . import cloud
+from .sky_task import check_cloud, checkpoint_url, node_spec, task_config
+from .store import ACTIVE, Job, JobStore
+
+NODE_SPEC = "node-spec.yaml"
+
+
+def prepare(spec: Spec, blueprint: Path, folder: Path, managed: bool) -> tuple[dict, Spec]:
+    """Write the node spec into `folder`; return the SkyPilot task config and the spec as this
+    machine keeps it (checkpoints in the bucket)."""
+    check_cloud(spec, managed)
+    data, _ = node_spec(spec, blueprint)
+    (folder / NODE_SPEC).write_text(yaml.safe_dump(data, sort_keys=False))
+    config = task_config(spec, blueprint, folder / NODE_SPEC, managed=managed)
+    local = spec.model_copy(deep=True)
+    if spec.resources.bucket:
+        local.trainer.save_checkpoint_path = checkpoint_url(spec)
+    return config, local
+
+
+def submit(store: JobStore, spec: Spec, secrets: dict[str, str], blueprint: Path, managed: bool) -> Job:
+    """Claim the job name, launch, record what SkyPilot returned. Raises JobExists, CloudError
+    or TaskError; on any failure the job's folder is removed."""
+    job = Job(
+        spec.name,
+        infra=spec.resources.infra,
+        accelerators=str(spec.resources.accelerators or ""),
+        nodes=spec.trainer.nnodes,
+        blueprint=str(blueprint),
+    )
+    store.create(job)
+    try:
+        config, local = prepare(spec, blueprint, job.dir, managed)
+        (job.dir / "spec.yaml").write_text(dump_spec(local))
+        record = cloud.launch(config, secrets, managed)
+    except BaseException:
+        store.remove(spec.name)
+        raise
+    with store.locked(spec.name) as j:
+        j.cloud, j.started_at = record, time.time()
+    return store.get(spec.name)
+
+
+def refresh(store: JobStore, jobs: list[Job]) -> list[Job]:
+    """Bring the managed jobs among `jobs` up to date from SkyPilot's queue (one call)."""
+    ids = [j.cloud["job_id"] for j in jobs if j.cloud.get("managed") and j.status in ACTIVE]
+    if not ids:
+        return jobs
+    states = cloud.managed_jobs(ids)
+    out = []
+    for j in jobs:
+        state = states.get(j.cloud.get("job_id")) if j.cloud.get("managed") else None
+        if state and state["status"] != j.status:
+            with store.locked(j.name) as rec:
+                rec.status = state["status"]
+                rec.attempts = 1 + state["recoveries"]
+                rec.reason = state["reason"]
+                if rec.status not in ACTIVE:
+                    rec.ended_at = rec.ended_at or time.time()
+            j = store.get(j.name)
+        out.append(j)
+    return out

@@ -1,0 +1,188 @@
+"""A spec as a SkyPilot task: plain data (no `sky` import), so `train --dry-run` prints it fast and
+the tests validate it with SkyPilot's own parser.
+
+What the task carries:
+- resources: the accelerator (alternatives as `any_of` for a dict, `ordered` for a list), spot,
+  infra, disk, `image_id: docker:…`, nodes; managed jobs add `job_recovery`.
+- the user's folder as `workdir` (every local file the blueprint names must lie under it; the
+  resolved spec names them relative to it), the resolved spec and, from a source checkout,
+  r1cloud's own source as file mounts;
+- `envs`, and `secrets` as null references filled at launch (`secrets_overrides`), never values;
+- `setup`: r1cloud with its training extras, vLLM, and the folder's `requirements.txt`;
+- `run`: `python -m r1cloud.jobs.node RUN_DIR`, the entrypoint that starts Ray across the nodes and
+  the trainer on the first.
+
+Checkpoints go straight to `resources.bucket` (fsspec), keyed by the job name, so a recovered
+managed job resumes from the last complete one.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..spec import Spec
+from ..spec.models import accelerator_options
+
+SPEC_ON_NODE = "~/.r1cloud/spec.yaml"
+SOURCE_ON_NODE = "~/.r1cloud/src"
+VLLM_GPU = "vllm==0.32.0"  # the release whose weight-sync API the trainer uses (its CPU build here)
+RECOVERIES = 3  # managed jobs: restarts after a user-code failure (preemptions are always recovered)
+
+
+class TaskError(ValueError):
+    """A spec that cannot become a cloud task; the message names the field and the fix."""
+
+
+def local_paths(value, found: list[str] | None = None) -> list[str]:
+    """Every absolute path in the resolved spec that exists on this machine (files the blueprint
+    names: data, prompts, reward functions, local models)."""
+    found = [] if found is None else found
+    if isinstance(value, dict):
+        for v in value.values():
+            local_paths(v, found)
+    elif isinstance(value, list):
+        for v in value:
+            local_paths(v, found)
+    elif isinstance(value, str) and value.startswith("/") and os.path.exists(value):
+        found.append(value)
+    return found
+
+
+def workdir_for(spec_data: dict, blueprint: Path) -> Path:
+    """The folder to upload: the blueprint's folder, widened to hold every local file it names."""
+    paths = [str(blueprint.resolve().parent), *local_paths(spec_data)]
+    root = Path(os.path.commonpath(paths))
+    if Path.home().is_relative_to(root) or root == Path("/"):
+        raise TaskError(
+            f"the blueprint's files span {root}, too wide to upload as the job's folder: keep the "
+            "blueprint, prompts, reward functions and data under one project folder"
+        )
+    return root
+
+
+def relative_to(value, root: Path):
+    """The spec with local paths under `root` rewritten relative to it (the node runs in its copy)."""
+    if isinstance(value, dict):
+        return {k: relative_to(v, root) for k, v in value.items()}
+    if isinstance(value, list):
+        return [relative_to(v, root) for v in value]
+    if isinstance(value, str) and value.startswith("/") and os.path.exists(value):
+        return os.path.relpath(value, root)
+    return value
+
+
+def node_spec(spec: Spec, blueprint: Path) -> tuple[dict, Path]:
+    """The resolved spec as the nodes read it, and the workdir it is relative to."""
+    data = spec.model_dump(mode="json")
+    root = workdir_for(data, blueprint)
+    data = relative_to(data, root)
+    if spec.resources.bucket:
+        data["trainer"]["save_checkpoint_path"] = checkpoint_url(spec)
+        data["trainer"]["find_last_checkpoint"] = True
+    return data, root
+
+
+def checkpoint_url(spec: Spec) -> str:
+    return f"{spec.resources.bucket.rstrip('/')}/{spec.name}/checkpoints"
+
+
+def resources(spec: Spec, managed: bool) -> dict:
+    r = spec.resources
+    out: dict = {"infra": r.infra}
+    if r.accelerators is not None:
+        options = [f"{name}:{count}" for name, count in accelerator_options(r.accelerators)]
+        if len(options) == 1:
+            out["accelerators"] = options[0]
+        else:
+            key = "any_of" if isinstance(r.accelerators, dict) else "ordered"
+            out[key] = [{"accelerators": o} for o in options]
+    if r.use_spot:
+        out["use_spot"] = True
+    if r.disk_size:
+        out["disk_size"] = r.disk_size
+    if r.image:
+        out["image_id"] = r.image if r.image.startswith("docker:") else f"docker:{r.image}"
+    if r.region:
+        out["infra"] = f"{r.infra.split('/', 1)[0]}/{r.region}"
+    if managed:
+        out["job_recovery"] = {"max_restarts_on_errors": RECOVERIES}
+    return out
+
+
+def source_checkout() -> Path | None:
+    """r1cloud's source folder when it runs from a checkout (then the nodes install that)."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "pyproject.toml").is_file() and (root / "r1cloud").is_dir() else None
+
+
+def setup_script(source: Path | None) -> str:
+    from .. import __version__
+
+    on_node = SOURCE_ON_NODE.replace("~", "$HOME")  # quoted, so the shell would not expand ~
+    package = f'"{on_node}[train]"' if source else f'"r1cloud[train]=={__version__}"'
+    return "\n".join(
+        [
+            "set -euo pipefail",
+            f"python -m pip install -q {package} {VLLM_GPU}",
+            "if [ -f requirements.txt ]; then python -m pip install -q -r requirements.txt; fi",
+        ]
+    )
+
+
+RUN = """set -euo pipefail
+run_dir=~/r1cloud-run/{name}
+mkdir -p "$run_dir"
+cp {spec} "$run_dir/spec.yaml"
+exec python -m r1cloud.jobs.node "$run_dir"
+"""
+
+
+def check_cloud(spec: Spec, managed: bool) -> None:
+    if spec.resources.infra == "local":
+        raise TaskError("resources.infra is local: a SkyPilot task needs a cloud infra (aws, gcp, k8s, …)")
+    if managed and not spec.resources.bucket:
+        raise TaskError(
+            "resources.bucket is not set: a managed job keeps its checkpoints in a bucket so it can "
+            "resume after a preemption; set resources.bucket: s3://BUCKET (or gs://, r2://…), or run "
+            "with --no-managed"
+        )
+
+
+def task_config(spec: Spec, blueprint: Path, spec_file: Path, managed: bool = True) -> dict:
+    """The SkyPilot task for `spec`. `spec_file` is where the node spec (`node_spec`) was written
+    on this machine; it is mounted on every node."""
+    check_cloud(spec, managed)
+    _, root = node_spec(spec, blueprint)
+    source = source_checkout()
+    mounts = {SPEC_ON_NODE: str(spec_file)}
+    if source:
+        mounts[SOURCE_ON_NODE] = str(source)
+    config = {
+        "name": spec.name,
+        "num_nodes": spec.trainer.nnodes,
+        "resources": resources(spec, managed),
+        "workdir": str(root),
+        "file_mounts": mounts,
+        "envs": {**spec.envs, "R1CLOUD_JOB": spec.name},
+        "setup": setup_script(source),
+        "run": RUN.format(name=spec.name, spec=SPEC_ON_NODE),
+    }
+    if spec.secrets:
+        config["secrets"] = {name: None for name in spec.secrets}
+    return config
+
+
+def to_yaml(config: dict) -> str:
+    """The task as YAML, scripts as literal blocks (readable, and what `sky launch` reads)."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper, value: str):
+        style = "|" if "\n" in value else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, text)
+    return yaml.dump(config, Dumper=Dumper, sort_keys=False)

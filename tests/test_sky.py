@@ -1,0 +1,310 @@
+"""The SkyPilot backend without a cloud: generated tasks checked by SkyPilot's own parser and
+validator; the SDK boundary (launch, jobs.launch, queue_v2, tail_logs, cancel) exercised with the
+request functions of the real `sky` module replaced — the only fake, since no cloud account
+exists here — raising SkyPilot's real exception types; and the real SDK path with no API server
+and no credentials."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from spec_helpers import ROOT
+
+sky = pytest.importorskip("sky")
+
+R1CLOUD = str(Path(sys.executable).parent / "r1cloud")
+BLUEPRINTS = sorted((ROOT / "blueprints").glob("*.yaml"))
+CATALOG = """AcceleratorName,Clouds
+A100,"['AWS', 'Azure', 'GCP', 'Lambda']"
+A100-80GB,"['AWS', 'Azure', 'GCP', 'Lambda', 'RunPod']"
+H100,"['AWS', 'Azure', 'GCP', 'Lambda', 'RunPod', 'nebius']"
+H200,"['AWS', 'GCP', 'nebius']"
+"""
+VALIDATE = """
+import sys, yaml, sky
+from sky.utils import annotations
+annotations.is_on_api_server = False  # else validate() prints request payload lines
+for path in sys.argv[1:]:
+    task = sky.Task.from_yaml(path)
+    task.validate()
+    print("ok", path, flush=True)
+"""
+
+
+@pytest.fixture
+def sky_home(tmp_path_factory):
+    """A HOME with SkyPilot's accelerator catalog seeded (validate() reads it; nothing is fetched)."""
+    home = tmp_path_factory.mktemp("home")
+    catalog = home / ".sky" / "catalogs" / "v8" / "common"
+    catalog.mkdir(parents=True)
+    (catalog / "accelerators.csv").write_text(CATALOG)
+    return home
+
+
+def validate_with_sky(paths: list[Path], home: Path) -> subprocess.CompletedProcess:
+    """SkyPilot's own parser and validator on task files, in a process whose HOME holds the
+    seeded catalog (SkyPilot fixes its paths at import)."""
+    r = subprocess.run(
+        [sys.executable, "-c", VALIDATE, *map(str, paths)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HOME": str(home), "SKYPILOT_DISABLE_LOCAL_API_SERVER": "1"},
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    return r
+
+
+def dry_run(blueprint: Path, *args: str, home: Path, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [R1CLOUD, "train", str(blueprint), "--dry-run", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "R1CLOUD_HOME": str(home / ".r1cloud"), "HF_TOKEN": "hf_dry_run_secret_value"},
+        timeout=120,
+    )
+
+
+def test_every_library_blueprint_becomes_a_task_skypilot_validates(tmp_path, sky_home):
+    tasks = []
+    for bp in BLUEPRINTS:
+        r = dry_run(bp, "--infra", "aws", "--bucket", "s3://r1-ckpts", "--spot", home=sky_home, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        path = tmp_path / f"{bp.stem}.task.yaml"
+        path.write_text(r.stdout)
+        tasks.append(path)
+        config = yaml.safe_load(r.stdout)
+        spec = yaml.safe_load((ROOT / "blueprints" / bp.name).read_text())
+        assert config["name"] == bp.stem.replace("_", "-")
+        assert config["resources"]["use_spot"] is True and config["resources"]["infra"] == "aws"
+        assert config["resources"]["job_recovery"] == {"max_restarts_on_errors": 3}
+        assert config["num_nodes"] == (spec.get("trainer") or {}).get("nnodes", 1)
+        assert config["envs"]["R1CLOUD_JOB"] == config["name"]
+        node_spec = Path(config["file_mounts"]["~/.r1cloud/spec.yaml"])
+        assert yaml.safe_load(node_spec.read_text())["trainer"]["save_checkpoint_path"] == (
+            f"s3://r1-ckpts/{config['name']}/checkpoints"
+        )
+        assert "python -m r1cloud.jobs.node" in config["run"]
+        assert "hf_dry_run_secret_value" not in r.stdout + node_spec.read_text()
+        if "secrets" in (spec or {}):
+            assert config["secrets"] == {name: None for name in spec["secrets"]}
+    r = validate_with_sky(tasks, sky_home)
+    assert r.stdout.count("ok ") == len(BLUEPRINTS)
+
+
+def test_alternatives_nodes_image_and_paths_in_the_task(tmp_path, sky_home):
+    """A dict of accelerators is `any_of`, a list `ordered`; nodes, the docker image, secrets as
+    null references; the blueprint's own files are named relative to the uploaded folder."""
+    from r1cloud.jobs.remote import prepare
+    from r1cloud.jobs.sky_task import to_yaml
+    from r1cloud.spec import load_spec
+
+    project = tmp_path / "project"
+    (project / "rewards").mkdir(parents=True)
+    (project / "rewards" / "r.py").write_text("def compute_score(reward_inputs):\n    return []\n")
+    (project / "prompt.jinja").write_text("{{ content }}")
+    bp = project / "jobs" / "bp.yaml"
+    bp.parent.mkdir()
+    bp.write_text(
+        textwrap.dedent(
+            """
+            name: multi-node
+            resources: {infra: gcp, accelerators: {H100: 8, A100-80GB: 8}, image: verlai/verl:latest,
+                        bucket: "gs://ckpts/team"}
+            secrets: [HF_TOKEN, WANDB_API_KEY]
+            envs: {HF_HUB_ENABLE_HF_TRANSFER: 1}
+            data: {train_files: hiyouga/math12k@train, val_files: hiyouga/math12k@test,
+                   format_prompt: ../prompt.jinja, rollout_batch_size: 16}
+            worker:
+              actor: {global_batch_size: 8, micro_batch_size_per_device_for_update: 2,
+                      micro_batch_size_per_device_for_experience: 2,
+                      model: {model_path: Qwen/Qwen2.5-0.5B-Instruct}}
+              rollout: {n: 4, tensor_parallel_size: 2}
+              reward: {reward_function: ../rewards/r.py:compute_score}
+            trainer: {nnodes: 2, n_gpus_per_node: 8}
+            """
+        )
+    )
+    spec = load_spec(bp, check_files=True).spec
+    folder = tmp_path / "job"
+    folder.mkdir()
+    config, local = prepare(spec, bp, folder, managed=True)
+    assert config["num_nodes"] == 2
+    assert config["resources"]["any_of"] == [{"accelerators": "H100:8"}, {"accelerators": "A100-80GB:8"}]
+    assert config["resources"]["image_id"] == "docker:verlai/verl:latest"
+    assert config["secrets"] == {"HF_TOKEN": None, "WANDB_API_KEY": None}
+    assert config["envs"]["HF_HUB_ENABLE_HF_TRANSFER"] == "1"
+    assert config["workdir"] == str(project)
+    node = yaml.safe_load((folder / "node-spec.yaml").read_text())
+    assert node["data"]["format_prompt"] == "prompt.jinja"
+    assert node["worker"]["reward"]["reward_function"] == "rewards/r.py"
+    assert local.trainer.save_checkpoint_path == "gs://ckpts/team/multi-node/checkpoints"
+    task = sky.Task.from_yaml_config(
+        dict(config), secrets_overrides=[("HF_TOKEN", "x"), ("WANDB_API_KEY", "y")]
+    )
+    assert task.num_nodes == 2 and len(task.resources) == 2
+    (tmp_path / "task.yaml").write_text(to_yaml(config))
+    validate_with_sky([tmp_path / "task.yaml"], sky_home)
+
+
+@pytest.fixture
+def fake_sdk(monkeypatch, tmp_path):
+    """The request functions of the real `sky` module, replaced: each records its call and
+    answers as the API server would. Task parsing and exception types stay SkyPilot's own."""
+    monkeypatch.setenv("R1CLOUD_HOME", str(tmp_path / "r1home"))
+    calls: list[tuple] = []
+    state = {"queue": [], "launch_error": None, "logs": ["step 1/2 | reward 0.1", "step 2/2 | reward 0.3"]}
+
+    def request(name, result):
+        def fn(*args, **kwargs):
+            calls.append((name, args, kwargs))
+            if name in ("jobs.launch", "launch") and state["launch_error"]:
+                return ("raise", state["launch_error"])
+            return ("ok", result(*args, **kwargs) if callable(result) else result)
+
+        return fn
+
+    def get(req):
+        kind, value = req
+        if kind == "raise":
+            raise value
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    def queue(refresh, job_ids=None, **kw):
+        if not state["queue"]:
+            return sky.exceptions.ClusterNotUpError("No in-progress managed jobs.")
+        return (state["queue"], len(state["queue"]), {}, len(state["queue"]))
+
+    def tail(*args, **kwargs):
+        calls.append(("tail_logs", args, kwargs))
+        for line in state["logs"]:
+            print(line)
+        return 0
+
+    monkeypatch.setattr(sky.jobs, "launch", request("jobs.launch", ([7], None)))
+    monkeypatch.setattr(sky, "launch", request("launch", (1, None)))
+    monkeypatch.setattr(sky.jobs, "queue_v2", request("jobs.queue_v2", queue))
+    monkeypatch.setattr(sky.jobs, "cancel", request("jobs.cancel", None))
+    monkeypatch.setattr(sky, "down", request("down", sky.exceptions.ClusterDoesNotExist("gone")))
+    monkeypatch.setattr(sky.jobs, "tail_logs", tail)
+    monkeypatch.setattr(sky, "get", get)
+    monkeypatch.setattr(sky, "stream_and_get", get)
+    return calls, state
+
+
+def cloud_blueprint(blueprint, extra: str = "") -> Path:
+    """MINIMAL as a cloud job, its reward function beside it (the folder that gets uploaded)."""
+    from spec_helpers import MINIMAL, REWARD
+
+    text = MINIMAL.replace(str(REWARD), "reward.py").replace("trainer:", "secrets: [HF_TOKEN]\ntrainer:")
+    return blueprint(
+        text + "resources: {infra: aws, accelerators: H100:2, bucket: s3://ckpts}\n" + extra,
+        files={"reward.py": REWARD.read_text()},
+    )
+
+
+def test_cloud_job_lifecycle_through_the_sdk(blueprint, cli, fake_sdk, tmp_path):
+    calls, state = fake_sdk
+    bp = cloud_blueprint(blueprint)
+    r = cli("train", bp, "--secret", "HF_TOKEN=hf_top_secret", "--detach")
+    assert r.exit_code == 0, r.stderr
+    assert "managed job 7" in r.stdout
+    name, args, kwargs = next(c for c in calls if c[0] == "jobs.launch")
+    task = args[0]
+    assert kwargs["name"] == "job" and task.num_nodes == 1
+    assert task.secrets["HF_TOKEN"].get_secret_value() == "hf_top_secret"  # passed as an override
+    job_dir = tmp_path / "r1home" / "jobs" / "job"
+    written = "".join(p.read_text() for p in job_dir.iterdir() if p.is_file())
+    assert "hf_top_secret" not in written  # the value is in no file
+    record = json.loads((job_dir / "job.json").read_text())
+    assert record["cloud"] == {"managed": True, "job_id": 7, "cluster": ""}
+    assert "save_checkpoint_path: s3://ckpts/job/checkpoints" in (job_dir / "spec.yaml").read_text()
+
+    # no managed jobs in the queue yet: an empty state, not an error
+    r = cli("jobs")
+    assert r.exit_code == 0 and "PENDING" in r.stdout, r.stdout + r.stderr
+    state["queue"] = [{"job_id": 7, "status": sky.jobs.ManagedJobStatus.RECOVERING, "recovery_count": 1}]
+    r = cli("jobs")
+    assert "RUNNING" in r.stdout
+    assert json.loads((job_dir / "job.json").read_text())["attempts"] == 2  # one recovery
+
+    r = cli("logs", "job")
+    assert r.exit_code == 0 and "step 2/2" in r.stdout
+    assert next(c for c in calls if c[0] == "tail_logs")[2] == {"job_id": 7, "follow": False}
+
+    r = cli("stop", "job")
+    assert r.exit_code == 0 and "STOPPED" in r.stdout
+    assert next(c for c in calls if c[0] == "jobs.cancel")[2] == {"job_ids": [7]}
+
+    state["queue"] = [{"job_id": 7, "status": sky.jobs.ManagedJobStatus.CANCELLED}]
+    r = cli("status", "job")
+    assert "STOPPED" in r.stdout and "s3://ckpts" in r.stdout
+
+
+def test_unmanaged_cluster_launch_autostops_and_goes_down(blueprint, cli, fake_sdk):
+    calls, _ = fake_sdk
+    r = cli("train", cloud_blueprint(blueprint), "--secret", "HF_TOKEN=x", "--no-managed", "--detach")
+    assert r.exit_code == 0, r.stderr
+    _, _, kwargs = next(c for c in calls if c[0] == "launch")
+    assert (
+        kwargs["cluster_name"] == "job" and kwargs["down"] is True and kwargs["idle_minutes_to_autostop"] > 0
+    )
+    r = cli("stop", "job")  # the cluster is already gone: said, not an error
+    assert r.exit_code == 0 and "already gone" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "error,says",
+    [
+        (
+            lambda: sky.exceptions.NoCloudAccessError("Cloud access is not set up. Run: sky check"),
+            "sky check",
+        ),
+        (lambda: sky.exceptions.ResourcesUnavailableError("Failed to acquire resources"), "sky show-gpus"),
+    ],
+    ids=["no-credentials", "no-capacity"],
+)
+def test_launch_failures_are_one_message_and_leave_nothing(blueprint, cli, fake_sdk, tmp_path, error, says):
+    _, state = fake_sdk
+    state["launch_error"] = error()
+    r = cli("train", cloud_blueprint(blueprint), "--secret", "HF_TOKEN=x", "--detach")
+    assert r.exit_code == 2 and says in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "r1home" / "jobs" / "job").exists()  # nothing half-created
+
+
+def test_managed_job_without_a_bucket_is_refused_before_anything_runs(blueprint, cli, fake_sdk):
+    calls, _ = fake_sdk
+    text = cloud_blueprint(blueprint).read_text().replace(", bucket: s3://ckpts", "")
+    r = cli("train", blueprint(text, name="nobucket.yaml"), "--secret", "HF_TOKEN=x", "--detach")
+    assert r.exit_code == 2 and "resources.bucket" in r.stderr and "--no-managed" in r.stderr
+    assert not calls
+
+
+def test_the_real_sdk_with_no_api_server_gives_the_clear_message(blueprint, tmp_path, sky_home):
+    bp = cloud_blueprint(blueprint)
+    r = subprocess.run(
+        [R1CLOUD, "train", str(bp), "--secret", "HF_TOKEN=x", "--detach"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={
+            **os.environ,
+            "HOME": str(sky_home),
+            "R1CLOUD_HOME": str(tmp_path / "r1home"),
+            "SKYPILOT_DISABLE_LOCAL_API_SERVER": "1",
+        },
+        timeout=120,
+    )
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "no API server" in r.stderr and "sky check" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "r1home" / "jobs" / "job").exists()
