@@ -118,3 +118,58 @@ class Checkpoints:
         for s in removed:
             remove(self.root / f"global_step_{s}")
         return removed
+
+
+class Bucket:
+    """A copy of the checkpoints in a bucket (any fsspec URL: s3://, gs://, …), for jobs whose
+    machine can vanish (spot, managed jobs). Each published checkpoint is uploaded with its
+    `trainer_state.json` last, so a checkpoint counts as complete in the bucket only once all its
+    files are there (object stores have no atomic rename); a deletion removes that file first.
+    A new machine resumes by downloading the newest complete one."""
+
+    def __init__(self, url: str):
+        import fsspec
+
+        self.url = url.rstrip("/")
+        self.fs, self.root = fsspec.core.url_to_fs(self.url)
+
+    def complete_steps(self) -> list[int]:
+        try:
+            names = [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(self.root, detail=False)]
+        except FileNotFoundError:
+            return []
+        steps = [int(m.group(1)) for n in names if (m := STEP_RE.match(n))]
+        return sorted(s for s in steps if self.fs.exists(f"{self.root}/global_step_{s}/{STATE}"))
+
+    def upload(self, local: Path, tracker: dict) -> None:
+        dest = f"{self.root}/{local.name}"
+        if self.fs.exists(dest):
+            self.remove_path(dest)
+        files = sorted(p for p in local.rglob("*") if p.is_file())
+        files.sort(key=lambda p: p.name == STATE)  # the completeness marker last
+        for p in files:
+            self.fs.put_file(str(p), f"{dest}/{p.relative_to(local).as_posix()}")
+        self.fs.pipe_file(f"{self.root}/{TRACKER}", json.dumps(tracker, indent=2).encode())
+
+    def download(self, step: int, checkpoints: Checkpoints) -> Path:
+        """Fetch a complete checkpoint into the local folder (staged, then renamed into place)."""
+        staging = checkpoints.staging(step)
+        src = f"{self.root}/global_step_{step}"
+        for path in self.fs.find(src):
+            target = staging / path[len(src) + 1 :]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self.fs.get_file(path, str(target))
+        final = checkpoints.root / f"global_step_{step}"
+        if final.exists():
+            remove(final)
+        os.replace(staging, final)
+        return final
+
+    def remove_path(self, path: str) -> None:
+        if self.fs.exists(f"{path}/{STATE}"):
+            self.fs.rm_file(f"{path}/{STATE}")  # no longer complete before anything else goes
+        self.fs.rm(path, recursive=True)
+
+    def remove(self, steps: list[int]) -> None:
+        for s in steps:
+            self.remove_path(f"{self.root}/global_step_{s}")

@@ -25,7 +25,7 @@ import torch
 from ..spec import Spec, load_resolved
 from . import algorithms as alg
 from . import rewards
-from .checkpoint import Checkpoints
+from .checkpoint import Bucket, Checkpoints
 from .data import Loader, Prompt, PromptSet, chunk_evenly, total_steps
 from .model import pad
 from .rollout import pick_engine
@@ -197,7 +197,9 @@ class Trainer:
             s.trainer.max_steps, s.trainer.total_epochs, self.loader.batches_per_epoch if self.loader else 0
         )
         ckpt_root = s.trainer.save_checkpoint_path or str(self.run_dir / "checkpoints")
-        self.checkpoints = Checkpoints(ckpt_root)
+        # A bucket: checkpoints are written here first, then copied there (see Bucket).
+        self.bucket = Bucket(ckpt_root) if "://" in ckpt_root else None
+        self.checkpoints = Checkpoints(self.run_dir / "checkpoints" if self.bucket else ckpt_root)
         self.world = s.world_size
         self.kl_coef = s.algorithm.kl_coef
         self.workers: list = []
@@ -644,8 +646,13 @@ class Trainer:
             "metrics": metrics,
             "world_size": self.world,
         }
-        self.checkpoints.publish(staging, step, state, metrics.get("val/reward_score"))
-        self.checkpoints.prune(self.spec.trainer.save_limit)
+        final = self.checkpoints.publish(staging, step, state, metrics.get("val/reward_score"))
+        removed = self.checkpoints.prune(self.spec.trainer.save_limit)
+        if self.bucket:
+            tick_upload = time.perf_counter()
+            self.bucket.upload(final, self.checkpoints.tracker())
+            self.bucket.remove(removed)
+            metrics["timing_s/upload_checkpoint"] = time.perf_counter() - tick_upload
         metrics["timing_s/save_checkpoint"] = time.perf_counter() - tick
 
     def save_hf_files(self, hf: Path, merged: bool) -> None:
@@ -678,6 +685,10 @@ class Trainer:
             found = (json.loads((path / "trainer_state.json").read_text())["step"], path)
         elif s.find_last_checkpoint:
             found = self.checkpoints.latest()
+            remote = self.bucket.complete_steps() if self.bucket else []
+            if remote and (not found or remote[-1] > found[0]):  # a new machine: fetch it
+                self.log(f"[resume] downloading step {remote[-1]} from {self.bucket.url}")
+                found = (remote[-1], self.bucket.download(remote[-1], self.checkpoints))
         if not found:
             return 0
         step, path = found
