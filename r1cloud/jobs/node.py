@@ -35,7 +35,8 @@ def cluster_env() -> tuple[int, int, list[str], int]:
 
 
 def ray_command(rank: int, head: str, ip: str, gpus: int, slots: int) -> list[str]:
-    cmd = ["ray", "start", "--block", "--disable-usage-stats", f"--node-ip-address={ip}"]
+    cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats"]
+    cmd += [f"--node-ip-address={ip}"]
     cmd += [f"--dashboard-agent-listen-port={DASHBOARD_AGENT_PORT}"]
     if rank == 0:
         cmd += ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"]
@@ -44,6 +45,21 @@ def ray_command(rank: int, head: str, ip: str, gpus: int, slots: int) -> list[st
     # GPUs where there are any; on CPU nodes, one slot per trainer worker plus one for the driver.
     cmd += [f"--num-gpus={gpus}"] if gpus else [f"--num-cpus={slots + (1 if rank == 0 else 0)}"]
     return cmd
+
+
+def wait_for_head(head: str) -> bool:
+    """Workers start after the head: wait until its Ray port accepts connections."""
+    import socket
+
+    deadline = time.monotonic() + JOIN_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((head, RAY_PORT), timeout=2).close()
+            time.sleep(3)  # the port opens a moment before the head is ready for members
+            return True
+        except OSError:
+            time.sleep(1)
+    return False
 
 
 def alive_nodes(address: str) -> int | None:
@@ -68,7 +84,13 @@ def main(run_dir: str) -> int:
         say(f"SKYPILOT_NODE_IPS lists {len(ips)} addresses for {nodes} nodes")
         return 2
     head, address = ips[0], f"{ips[0]}:{RAY_PORT}"
+    # The cluster's token (a per-launch secret r1cloud passes to every node); without one, Ray
+    # must be told plainly, or a node that finds a stale ~/.ray/auth_token turns auth on alone.
+    os.environ["RAY_AUTH_MODE"] = "token" if os.environ.get("RAY_AUTH_TOKEN") else "disabled"
     slots = int(os.environ.get("R1CLOUD_SLOTS_PER_NODE", str(gpus or 1)))
+    if rank > 0 and not wait_for_head(head):
+        say(f"the head node {head}:{RAY_PORT} did not come up within {JOIN_TIMEOUT:.0f}s")
+        return 1
     ray = subprocess.Popen(ray_command(rank, head, ips[rank], gpus, slots))
     try:
         if rank == 0:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from secrets import token_hex
 
 import yaml
 
 from ..spec import Spec, dump_spec
 from . import cloud
-from .sky_task import check_cloud, checkpoint_url, node_spec, task_config
+from .sky_task import RAY_TOKEN, check_cloud, checkpoint_url, node_spec, task_config
 from .store import ACTIVE, Job, JobStore
 
 NODE_SPEC = "node-spec.yaml"
@@ -47,6 +48,8 @@ def submit(store: JobStore, spec: Spec, secrets: dict[str, str], blueprint: Path
     try:
         config, local = prepare(spec, blueprint, job.dir, managed)
         (job.dir / "spec.yaml").write_text(dump_spec(local))
+        if RAY_TOKEN in config.get("secrets", {}):
+            secrets = {**secrets, RAY_TOKEN: token_hex(32)}
         record = cloud.launch(config, secrets, managed)
     except BaseException:
         store.remove(spec.name)

@@ -27,6 +27,7 @@ from ..spec.models import accelerator_options
 SPEC_ON_NODE = "~/.r1cloud/spec.yaml"
 SOURCE_ON_NODE = "~/.r1cloud/src"
 VLLM_GPU = "vllm==0.32.0"  # the release whose weight-sync API the trainer uses (its CPU build here)
+RAY_TOKEN = "RAY_AUTH_TOKEN"  # multi-node: the Ray cluster's token, drawn at each launch
 RECOVERIES = 3  # managed jobs: restarts after a user-code failure (preemptions are always recovered)
 
 
@@ -168,8 +169,9 @@ def task_config(spec: Spec, blueprint: Path, spec_file: Path, managed: bool = Tr
         "setup": setup_script(source),
         "run": RUN.format(name=spec.name, spec=SPEC_ON_NODE),
     }
-    if spec.secrets:
-        config["secrets"] = {name: None for name in spec.secrets}
+    secrets = [*spec.secrets, *([RAY_TOKEN] if spec.trainer.nnodes > 1 else [])]
+    if secrets:
+        config["secrets"] = {name: None for name in secrets}
     return config
 
 

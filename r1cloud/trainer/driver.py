@@ -242,8 +242,14 @@ class Trainer:
                 log_to_driver=True,
                 configure_logging=False,
             )
-        bundle = {"GPU": 1, "CPU": 1} if cuda else {"CPU": 1}
-        pg = placement_group([bundle] * self.world, strategy="PACK")
+        per_node, nnodes = self.spec.trainer.n_gpus_per_node, self.spec.trainer.nnodes
+        if nnodes > 1:  # one bundle per node, each holding that node's devices
+            bundle = {"GPU": per_node, "CPU": per_node} if cuda else {"CPU": per_node}
+            pg = placement_group([bundle] * nnodes, strategy="STRICT_SPREAD")
+        else:
+            bundle = {"GPU": 1, "CPU": 1} if cuda else {"CPU": 1}
+            pg = placement_group([bundle] * self.world, strategy="PACK")
+        slot = (lambda rank: rank // per_node) if nnodes > 1 else (lambda rank: rank)
         ray.get(pg.ready())
         master = ray.get(
             ray.remote(num_cpus=0)(_free_address)
@@ -255,7 +261,7 @@ class Trainer:
         spec = self.spec.model_dump(mode="json")
         self.workers = [
             actor.options(
-                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=r)
+                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=slot(r))
             ).remote(spec, r, self.world, master, threads)
             for r in range(self.world)
         ]
@@ -752,6 +758,9 @@ class Trainer:
         stop = []  # after ray.init, which installs its own SIGTERM handler
         signal.signal(signal.SIGTERM, lambda *_: stop.append(True))  # finish the step, save, exit
         self.log(f"[start] {self.world} workers, rollout engine {self.engine}, {self.steps} steps")
+        nodes = sorted(set(ips := self.call("node_ip")))
+        if len(nodes) > 1:
+            self.log("[start] workers on " + ", ".join(f"{ip} ×{ips.count(ip)}" for ip in nodes))
         start = self.resume() if self.loader else 0
         self.forget_after(start)
         (self.run_dir / "trainer.json").write_text(
@@ -797,6 +806,22 @@ class Trainer:
             ray.shutdown()
 
 
+# What a worker's collective raises when its peer process or node is gone.
+PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "Socket Timeout")
+
+
+def worker_lost(e: Exception) -> str | None:
+    """A one-line reason when `e` means a worker (or its node) is gone, else None."""
+    from ray.exceptions import RayTaskError
+
+    text = str(e)
+    if isinstance(e, RayTaskError) and not any(p in text for p in PEER_LOST):
+        return None
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    hit = next((ln for ln in lines if any(p in ln for p in PEER_LOST)), None)
+    return (hit or (lines[0] if lines else type(e).__name__))[:300]
+
+
 def gather(refs: list) -> list:
     """ray.get, failing as soon as any worker fails: the others may be blocked in a collective
     with the dead one, and a plain ray.get in order would wait on them first (a hang, not an error)."""
@@ -826,17 +851,19 @@ def main(run_dir: str) -> int:
     except (ValueError, FileNotFoundError) as e:  # bad data or files: say which, no traceback
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 2
-    from ray.exceptions import ActorDiedError, ActorUnavailableError
+    from ray.exceptions import ActorDiedError, ActorUnavailableError, RayTaskError
 
     try:
         trainer.fit()
     except RunError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 1
-    except (ActorDiedError, ActorUnavailableError) as e:  # a worker process or its node is gone
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    except (ActorDiedError, ActorUnavailableError, RayTaskError) as e:
+        lost = worker_lost(e)
+        if lost is None:  # a worker raised: a bug, worth its traceback
+            raise
         print(
-            f"error: a trainer worker died ({first}); the job stops here and resumes from its last "
+            f"error: a trainer worker died ({lost}); the job stops here and resumes from its last "
             "checkpoint when started again",
             file=sys.stderr,
             flush=True,

@@ -71,6 +71,11 @@ class HybridWorker:
         self.engine = None
         self._temperature = self.spec.worker.rollout.temperature
 
+    def node_ip(self) -> str:
+        import ray
+
+        return ray.util.get_node_ip_address()
+
     # ------------------------------------------------------------------ setup
     def _model_dtype(self, fsdp_cfg, train: bool) -> torch.dtype:
         if fsdp_cfg.torch_dtype:

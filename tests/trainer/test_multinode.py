@@ -1,0 +1,144 @@
+"""The cloud job's node entrypoint run for real as two hosts: two network namespaces joined by a
+veth pair, each running `python -m r1cloud.jobs.node RUN_DIR` with the environment SkyPilot
+gives a node (SKYPILOT_NODE_RANK, SKYPILOT_NODE_IPS, SKYPILOT_NUM_NODES,
+SKYPILOT_NUM_GPUS_PER_NODE). They form a 2-node Ray cluster and train with one worker on each;
+killing the worker node fails the job fast with a clear error, and a relaunch resumes from the
+last checkpoint. Needs root and iproute2 (skipped otherwise)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tinyrun import ROOT
+
+IPS = ("10.77.0.1", "10.77.0.2")
+
+
+def sh(*args: str) -> None:
+    subprocess.run(args, check=True, capture_output=True, text=True)
+
+
+@pytest.fixture
+def hosts():
+    """Two network namespaces on one link: two hosts as far as Ray and gloo can tell."""
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("needs root and iproute2 for network namespaces")
+    tag = f"{os.getpid() % 10000}"
+    names = (f"r1a{tag}", f"r1b{tag}")
+    try:
+        for n in names:
+            sh("ip", "netns", "add", n)
+        sh("ip", "link", "add", f"v{names[0]}", "type", "veth", "peer", "name", f"v{names[1]}")
+        for n, ip in zip(names, IPS, strict=True):
+            sh("ip", "link", "set", f"v{n}", "netns", n)
+            sh("ip", "netns", "exec", n, "ip", "addr", "add", f"{ip}/24", "dev", f"v{n}")
+            sh("ip", "netns", "exec", n, "ip", "link", "set", f"v{n}", "up")
+            sh("ip", "netns", "exec", n, "ip", "link", "set", "lo", "up")
+    except subprocess.CalledProcessError as e:
+        for n in names:
+            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+        pytest.skip(f"network namespaces are not available here: {e.stderr.strip()}")
+    yield names
+    for n in names:
+        kill_host(n)
+        subprocess.run(["ip", "netns", "del", n], capture_output=True)
+
+
+def kill_host(ns: str) -> None:
+    """Everything running on that host, at once (a node lost, not shut down)."""
+    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+    for pid in pids:
+        subprocess.run(["kill", "-9", pid], capture_output=True)
+
+
+def start_node(ns: str, rank: int, run: Path, tmp: Path, label: str) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "SKYPILOT_NODE_RANK": str(rank),
+        "SKYPILOT_NODE_IPS": "\n".join(IPS),
+        "SKYPILOT_NUM_NODES": "2",
+        "SKYPILOT_NUM_GPUS_PER_NODE": "0",
+        "RAY_TMPDIR": str(tmp / f"ray{rank}"),  # each host has its own /tmp
+        "GLOO_SOCKET_IFNAME": f"v{ns}",
+        "RAY_AUTH_TOKEN": "0123456789abcdef" * 4,  # the per-launch secret r1cloud passes
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": str(ROOT),
+    }
+    (tmp / f"ray{rank}").mkdir(exist_ok=True)
+    log = open(tmp / f"{label}{rank}.log", "wb")  # noqa: SIM115 - handed to the child
+    return subprocess.Popen(
+        ["ip", "netns", "exec", ns, sys.executable, "-m", "r1cloud.jobs.node", str(run)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def steps_done(run: Path) -> list[int]:
+    path = run / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(x)["step"] for x in path.read_text().splitlines() if x.strip()]
+
+
+def test_two_hosts_train_fail_fast_when_one_dies_and_resume(hosts, make_run, tmp_path):
+    head_ns, worker_ns = hosts
+    short = Path(f"/tmp/r1mn{os.getpid()}")  # Ray's socket paths must stay short
+    short.mkdir(exist_ok=True)
+    run = make_run(
+        "trainer.nnodes=2",
+        "trainer.n_gpus_per_node=1",
+        "trainer.max_steps=2",
+        "trainer.save_freq=1",
+        name="twohosts",
+    )
+    try:
+
+        def launch(label: str) -> subprocess.Popen:
+            start_node(worker_ns, 1, run, short, label)
+            return start_node(head_ns, 0, run, short, label)
+
+        def log(label: str, rank: int = 0) -> str:
+            return (short / f"{label}{rank}.log").read_text()
+
+        head = launch("first")
+        assert head.wait(timeout=600) == 0, log("first")[-4000:]
+        assert "all 2 nodes joined" in log("first")
+        assert f"workers on {IPS[0]} ×1, {IPS[1]} ×1" in log("first")  # one worker per host
+        assert steps_done(run) == [1, 2]
+        # the worker host stays attached until the head's cluster is gone, then leaves
+        deadline = time.time() + 180
+        while "left the cluster" not in log("first", 1) and time.time() < deadline:
+            time.sleep(1)
+        assert "left the cluster" in log("first", 1)
+
+        # a longer run; the worker host dies after a checkpoint: the head fails fast and says why
+        spec = run / "spec.yaml"
+        spec.write_text(spec.read_text().replace("max_steps: 2", "max_steps: 5"))
+        head = launch("killed")
+        deadline = time.time() + 600
+        while max(steps_done(run), default=0) < 3 and time.time() < deadline:
+            assert head.poll() is None, log("killed")[-4000:]
+            time.sleep(0.5)
+        kill_host(worker_ns)
+        killed = time.time()
+        code = head.wait(timeout=300)
+        assert code != 0 and "a trainer worker died" in log("killed"), log("killed")[-4000:]
+        assert time.time() - killed < 120  # fast, not a collective's 30-minute timeout
+        assert "Traceback" not in log("killed")
+
+        # relaunched: resumes from the last complete checkpoint and finishes
+        saved = max(steps_done(run))
+        head = launch("again")
+        assert head.wait(timeout=600) == 0, log("again")[-4000:]
+        assert f"[resume] from step {saved}" in log("again"), log("again")[-3000:]
+        assert steps_done(run)[-1] == 5
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
