@@ -694,18 +694,20 @@ def stop(
         out.print(f"{record.name} is not running ({record.status})", markup=False)
         return
     if record.cloud:
-        from .jobs.cloud import CloudError, cancel
+        from .jobs.cloud import CloudError, cancel, serve_down
 
         try:
-            how = cancel(record.cloud)
+            how = serve_down(record.cloud["service"]) if record.kind == "serve" else cancel(record.cloud)
         except CloudError as e:
             _fail(f"error: {e}", e.hints)
         with store.locked(record.name) as j:
             j.status, j.stop_requested, j.ended_at = "STOPPED", True, time.time()
-        out.print(
-            f"{record.name} STOPPED ({how}); its checkpoints stay in the bucket: r1cloud checkpoints {record.name}",
-            markup=False,
+        kept = (
+            ""
+            if record.kind == "serve"
+            else f"; its checkpoints stay in the bucket: r1cloud checkpoints {record.name}"
         )
+        out.print(f"{record.name} STOPPED ({how}){kept}", markup=False)
         return
     if record.kind == "serve":
         out.print(f"stopping {record.name}…", markup=False)
@@ -904,9 +906,13 @@ def serve(
         str, typer.Option("--engine", help="auto (vLLM when installed), vllm, or transformers.")
     ] = "auto",
     infra: Annotated[
-        str, typer.Option("--infra", help="local; cloud serving (SkyServe) comes with the SkyPilot backend.")
+        str,
+        typer.Option("--infra", help="local, or a SkyPilot infra (aws, gcp, k8s, …) for a SkyServe service."),
     ] = "local",
-    replicas: Annotated[int, typer.Option("--replicas", help="Replicas (cloud serving).")] = 1,
+    replicas: Annotated[
+        str, typer.Option("--replicas", help="Cloud: a replica count (2) or an autoscaling range (1-4).")
+    ] = "1",
+    gpu: Annotated[str, typer.Option("--gpu", help="Cloud: each replica's accelerator.")] = "L4:1",
     name: Annotated[
         str | None, typer.Option("--name", help="Job name (default: serve-MODEL).", show_default=False)
     ] = None,
@@ -928,11 +934,11 @@ def serve(
     from .jobs.local import stop as stop_local
     from .jobs.store import ACTIVE, Job
 
-    if infra != "local" or replicas != 1:
-        _fail(
-            f"error: --infra {infra} --replicas {replicas}: cloud serving is not available yet",
-            ["SkyServe comes with the SkyPilot backend; serve on this machine with --infra local"],
-        )
+    if infra != "local":
+        _serve_in_cloud(checkpoint, infra, gpu, replicas, api_key, served_model_name, max_model_len, name)
+        return
+    if replicas != "1":
+        _fail(f"error: --replicas {replicas} needs a cloud --infra", ["locally, one server runs"])
     try:
         chosen_engine = sv.pick_engine(engine)
         sv.check_port(host, port)
@@ -990,6 +996,38 @@ def serve(
         stop_local(store, job.name, 30)
         raise typer.Exit(0) from None
     raise typer.Exit(_report_end(record))
+
+
+def _serve_in_cloud(checkpoint, infra, gpu, replicas, api_key, served_model_name, max_model_len, name):
+    from . import serve as sv
+    from .jobs.cloud import CloudError, serve_up
+    from .jobs.sky_task import TaskError, service_config
+    from .jobs.store import Job
+
+    try:
+        model = sv.resolve_for_cloud(checkpoint)
+        served = served_model_name or model.name
+        service = name or f"serve-{served}".replace("/", "-").lower()
+        config = service_config(
+            service, model.path, served, infra, gpu, replicas, bool(api_key), max_model_len
+        )
+        err.print(f"starting SkyServe service {service} on {infra} ({replicas} × {gpu})…", markup=False)
+        endpoint = serve_up(config, {"R1CLOUD_API_KEY": api_key} if api_key else {}, service)
+    except sv.ServeError as e:
+        _fail(e.args[0], e.args[1])
+    except (TaskError, CloudError) as e:
+        _fail(f"error: {e}", getattr(e, "hints", []))
+    url = f"{endpoint if '://' in endpoint else 'http://' + endpoint}/v1"
+    store = _store()
+    store.create_unique(
+        Job(service, kind="serve", infra=infra, accelerators=gpu, blueprint=checkpoint, url=url,
+            model=f"{served} ← {model.origin}", cloud={"service": service}, status="RUNNING")
+    )  # fmt: skip
+    out.print(
+        f"ready: {url}  (model {served!r}, SkyServe service {service})", style="bold green", markup=False
+    )
+    out.print(sv.snippets(url, served, bool(api_key)), markup=False)
+    out.print(f"stop: r1cloud stop {service}    status: sky serve status {service}", markup=False)
 
 
 @app.command()

@@ -39,9 +39,9 @@ def is_hf_folder(path: Path) -> bool:
     return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
 
 
-def resolve(target: str, merge_fn: Callable, cache: Path) -> Model:
-    """`target` -> a model an engine can load. `merge_fn(checkpoint, out)` merges a checkpoint that
-    is not INFERENCE READY (into its own huggingface/ folder when `out` is None)."""
+def _lookup(target: str):
+    """`target` -> a Model (a model folder or a Hub id, used as it is) or the checkpoint it names
+    with the model's default name: (Checkpoint, name)."""
     from .checkpoints import NotFound, job_checkpoint_root, locate, parse_ref, select
     from .jobs.store import JobStore
 
@@ -68,7 +68,16 @@ def resolve(target: str, merge_fn: Callable, cache: Path) -> Model:
         chosen = select(root, label, step)
     except NotFound as e:
         raise ServeError(*e.args) from None
-    name = f"{name_base}-step-{chosen.step}"
+    return chosen, f"{name_base}-step-{chosen.step}"
+
+
+def resolve(target: str, merge_fn: Callable, cache: Path) -> Model:
+    """`target` -> a model an engine here can load. `merge_fn(checkpoint, out)` merges a checkpoint
+    that is not INFERENCE READY (into its own huggingface/ folder when `out` is None)."""
+    found = _lookup(target)
+    if isinstance(found, Model):
+        return found
+    chosen, name = found
     if "://" in chosen.path:  # engines load local folders: merge (or copy) the bucket's model here
         out = cache / re.sub(r"[^\w.-]+", "_", chosen.path.split("://", 1)[1])
         if not is_hf_folder(out):
@@ -77,6 +86,31 @@ def resolve(target: str, merge_fn: Callable, cache: Path) -> Model:
     if not chosen.inference_ready:
         merge_fn(chosen, None)
         return Model(chosen.hf_dir, name, f"{chosen.id} (merged into {chosen.hf_dir})")
+    return Model(chosen.hf_dir, name, f"{chosen.id} ({chosen.hf_dir})")
+
+
+def resolve_for_cloud(target: str) -> Model:
+    """`target` -> a model a cloud replica can load: a Hub id, or a merged model in a bucket
+    (`path` is then its URL, mounted on the replica)."""
+    found = _lookup(target)
+    if isinstance(found, Model):
+        if "/" in found.path and Path(found.path).exists():
+            raise ServeError(
+                f"error: a cloud replica cannot read {found.path} on this machine",
+                ["push it to the Hub (r1cloud merge … --push-to-hub ORG/NAME) or put it in a bucket"],
+            )
+        return found
+    chosen, name = found
+    if "://" not in chosen.path:
+        raise ServeError(
+            f"error: {chosen.id} is on this machine, where a cloud replica cannot read it",
+            [f"push it: r1cloud merge {chosen.id} --push-to-hub ORG/NAME, then serve ORG/NAME"],
+        )
+    if not chosen.inference_ready:
+        raise ServeError(
+            f"error: {chosen.id} is not merged in its bucket yet",
+            [f"r1cloud merge {chosen.id}  (writes the merged model next to it in the bucket)"],
+        )
     return Model(chosen.hf_dir, name, f"{chosen.id} ({chosen.hf_dir})")
 
 

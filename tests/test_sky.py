@@ -139,7 +139,8 @@ def test_alternatives_nodes_image_and_paths_in_the_task(tmp_path, sky_home):
     assert config["num_nodes"] == 2
     assert config["resources"]["any_of"] == [{"accelerators": "H100:8"}, {"accelerators": "A100-80GB:8"}]
     assert config["resources"]["image_id"] == "docker:verlai/verl:latest"
-    assert config["secrets"] == {"HF_TOKEN": None, "WANDB_API_KEY": None}
+    # and the Ray cluster's token, drawn at each launch (two nodes)
+    assert config["secrets"] == {"HF_TOKEN": None, "WANDB_API_KEY": None, "RAY_AUTH_TOKEN": None}
     assert config["envs"]["HF_HUB_ENABLE_HF_TRANSFER"] == "1"
     assert config["workdir"] == str(project)
     node = yaml.safe_load((folder / "node-spec.yaml").read_text())
@@ -147,7 +148,7 @@ def test_alternatives_nodes_image_and_paths_in_the_task(tmp_path, sky_home):
     assert node["worker"]["reward"]["reward_function"] == "rewards/r.py"
     assert local.trainer.save_checkpoint_path == "gs://ckpts/team/multi-node/checkpoints"
     task = sky.Task.from_yaml_config(
-        dict(config), secrets_overrides=[("HF_TOKEN", "x"), ("WANDB_API_KEY", "y")]
+        dict(config), secrets_overrides=[("HF_TOKEN", "x"), ("WANDB_API_KEY", "y"), ("RAY_AUTH_TOKEN", "z")]
     )
     assert task.num_nodes == 2 and len(task.resources) == 2
     (tmp_path / "task.yaml").write_text(to_yaml(config))
@@ -308,3 +309,76 @@ def test_the_real_sdk_with_no_api_server_gives_the_clear_message(blueprint, tmp_
     assert r.returncode == 2, r.stdout + r.stderr
     assert "no API server" in r.stderr and "sky check" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "r1home" / "jobs" / "job").exists()
+
+
+def test_skyserve_service_for_a_model(cli, fake_sdk, monkeypatch, tmp_path, sky_home):
+    """serve --infra: a SkyServe service with an autoscaling range, a readiness probe, the key as
+    a secret reference (its value only in secrets_overrides); stop takes the service down."""
+    calls, _ = fake_sdk
+    ups = []
+
+    def up(task, service_name):
+        ups.append((task, service_name))
+        return ("ok", (service_name, "3.4.5.6:30001"))
+
+    monkeypatch.setattr(sky.serve, "up", up)
+    monkeypatch.setattr(
+        sky.serve, "down", lambda name, **kw: calls.append(("serve.down", name)) or ("ok", None)
+    )
+    r = cli(
+        "serve",
+        "-c",
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        "--infra",
+        "aws",
+        "--replicas",
+        "1-3",
+        "--api-key",
+        "sk-123",
+    )
+    assert r.exit_code == 0, r.stderr
+    assert "http://3.4.5.6:30001/v1" in r.stdout
+    ((task, service),) = ups
+    assert service == "serve-qwen-qwen2.5-0.5b-instruct"
+    assert task.service.min_replicas == 1 and task.service.max_replicas == 3
+    assert task.service.readiness_path == "/health"  # /v1 wants the key; the probe would need it
+    assert task.secrets["R1CLOUD_API_KEY"].get_secret_value() == "sk-123"
+    assert "--api-key" in task.run and "sk-123" not in task.run
+    job = json.loads((tmp_path / "r1home" / "jobs" / service / "job.json").read_text())
+    assert (
+        job["kind"] == "serve" and job["url"] == "http://3.4.5.6:30001/v1" and "sk-123" not in json.dumps(job)
+    )
+    r = cli("stop", service)
+    assert r.exit_code == 0 and ("serve.down", service) in calls
+
+
+def test_skyserve_refuses_a_model_that_lives_on_this_machine(cli, fake_sdk, tmp_path):
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"")
+    r = cli("serve", "-c", str(model), "--infra", "aws")
+    assert r.exit_code == 2 and "cannot read" in r.stderr and "--push-to-hub" in r.stderr
+
+
+def test_skyserve_task_from_a_bucket_validates(tmp_path, sky_home):
+    from r1cloud.jobs.sky_task import service_config, to_yaml
+
+    config = service_config(
+        "serve-job",
+        "s3://ckpts/job/checkpoints/global_step_9/huggingface",
+        "job-step-9",
+        "aws",
+        "L4:1",
+        "2",
+        False,
+    )
+    assert config["file_mounts"] == {
+        "/r1cloud-model": {
+            "source": "s3://ckpts/job/checkpoints/global_step_9/huggingface",
+            "mode": "MOUNT_CACHED",
+        }
+    }
+    assert config["service"] == {"readiness_probe": {"path": "/v1/models"}, "replicas": 2}
+    (tmp_path / "svc.yaml").write_text(to_yaml(config))
+    validate_with_sky([tmp_path / "svc.yaml"], sky_home)

@@ -158,6 +158,8 @@ def tail_logs(record: dict, follow: bool) -> int | None:
 
     def tail(sky):
         try:
+            if "service" in record:  # a SkyServe service: its first replica's server output
+                return sky.serve.tail_logs(record["service"], target="replica", replica_id=1, follow=follow)
             if record["managed"]:
                 return sky.jobs.tail_logs(job_id=record["job_id"], follow=follow)
             return sky.tail_logs(record["cluster"], record["job_id"], follow)
@@ -191,5 +193,16 @@ def serve_up(config: dict, secrets: dict[str, str], service: str) -> str:
     def go(sky):
         _, endpoint = sky.stream_and_get(sky.serve.up(task, service_name=service))
         return endpoint
+
+    return _call(go)
+
+
+def serve_down(service: str) -> str:
+    def go(sky):
+        try:
+            sky.get(sky.serve.down(service))
+        except (sky.exceptions.ClusterNotUpError, sky.exceptions.ClusterDoesNotExist):
+            return "already gone"
+        return "service down"
 
     return _call(go)

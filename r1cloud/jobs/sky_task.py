@@ -188,3 +188,68 @@ def to_yaml(config: dict) -> str:
 
     Dumper.add_representer(str, text)
     return yaml.dump(config, Dumper=Dumper, sort_keys=False)
+
+
+SERVE_PORT = 8000
+MODEL_ON_REPLICA = "/r1cloud-model"
+TARGET_QPS = 4.0  # autoscaling: requests per second one replica is sized for
+
+
+def parse_replicas(text: str) -> tuple[int, int | None]:
+    """`2` -> (2, None) fixed; `1-4` -> (1, 4) autoscaling."""
+    low, sep, high = text.partition("-")
+    try:
+        lo, hi = int(low), int(high) if sep else None
+    except ValueError:
+        raise TaskError(f"--replicas {text!r}: write a count (2) or a range (1-4)") from None
+    if lo < (0 if sep else 1) or (hi is not None and hi < max(lo, 1)):
+        raise TaskError(f"--replicas {text!r}: a count of at least 1, or a range LOW-HIGH with HIGH ≥ 1")
+    return lo, hi
+
+
+def service_config(
+    name: str,
+    model_path: str,
+    served: str,
+    infra: str,
+    accelerators: str,
+    replicas: str,
+    api_key: bool,
+    max_model_len: int | None = None,
+) -> dict:
+    """A SkyServe service running vLLM's OpenAI server on the model (a Hub id, or a bucket URL
+    mounted on each replica). Ready once /v1/models answers (/health when a key guards /v1: the
+    probe would need the key written into the task). The key itself is a null secret."""
+    low, high = parse_replicas(replicas)
+    service: dict = {"readiness_probe": {"path": "/health" if api_key else "/v1/models"}}
+    if high is None:
+        service["replicas"] = low
+    else:
+        service["replica_policy"] = {
+            "min_replicas": low,
+            "max_replicas": high,
+            "target_qps_per_replica": TARGET_QPS,
+        }
+    model_arg, mounts = model_path, {}
+    if "://" in model_path:
+        mounts[MODEL_ON_REPLICA] = {"source": model_path, "mode": "MOUNT_CACHED"}
+        model_arg = MODEL_ON_REPLICA
+    run = [
+        "python -m vllm.entrypoints.openai.api_server",
+        f"--model {model_arg} --served-model-name {served}",
+        f"--host 0.0.0.0 --port {SERVE_PORT}",
+    ]
+    run += ['--api-key "$R1CLOUD_API_KEY"'] if api_key else []
+    run += [f"--max-model-len {max_model_len}"] if max_model_len else []
+    config = {
+        "name": name,
+        "resources": {"infra": infra, "accelerators": accelerators, "ports": SERVE_PORT},
+        "service": service,
+        "setup": f"python -m pip install -q {VLLM_GPU}",
+        "run": " \\\n  ".join(run) + "\n",
+    }
+    if mounts:
+        config["file_mounts"] = mounts
+    if api_key:
+        config["secrets"] = {"R1CLOUD_API_KEY": None}
+    return config

@@ -204,7 +204,7 @@ def test_same_name_at_once_only_one_wins(home, blueprint):
         (["train", "{bp}", "worker.rollout.n=one"], "worker.rollout.n: 'one' is not valid"),
         (["train", "{bp}"], "secrets.HF_TOKEN: is not set"),
         (["train", "{bp}", "--secret", "HF_TOKEN"], "HF_TOKEN is not set in the environment"),
-        (["train", "{bp}", "--infra", "aws", "--secret", "HF_TOKEN=x"], "SkyPilot backend"),
+        (["train", "{bp}", "--infra", "aws", "--secret", "HF_TOKEN=x"], "resources.bucket is not set"),
         (["train", "{bp}", "--env", "NOEQUALS", "--secret", "HF_TOKEN=x"], "write KEY=VALUE"),
     ],
 )

@@ -162,7 +162,8 @@ def test_serve_ctrl_c_stops_the_server(job):
         (["-c", "no-such-thing"], "not a job, a folder or a Hub model id"),
         (["-c", "tiny:step-7"], "steps there: 1, 2"),
         (["-c", "tiny", "--engine", "tgi"], "use auto, vllm or transformers"),
-        (["-c", "tiny", "--infra", "aws"], "cloud serving is not available yet"),
+        (["-c", "tiny", "--infra", "aws"], "where a cloud replica cannot read it"),
+        (["-c", "tiny", "--replicas", "2"], "needs a cloud --infra"),
     ],
 )
 def test_serve_bad_input_is_one_clear_line(job, args, message):
