@@ -37,10 +37,13 @@ class Checkpoint:
         return f"{self.path}/huggingface" if self.format == "r1cloud" else f"{self.path}/actor/huggingface"
 
 
-def _fs(url: str):
+def filesystem(url: str):
+    """(filesystem, path) for a path or URL. A fresh filesystem each time: fsspec caches them by
+    their arguments, and a cached S3 client keeps the endpoint and credentials it was made with
+    even after the environment that chose them has changed."""
     import fsspec
 
-    return fsspec.core.url_to_fs(url)
+    return fsspec.core.url_to_fs(url, skip_instance_cache=True)
 
 
 def _read_json(fs, path: str) -> dict | None:
@@ -85,7 +88,7 @@ def _easyr1_metrics(fs, root: str) -> dict[int, dict]:
 def list_checkpoints(root: str, label: str | None = None) -> list[Checkpoint]:
     """Complete checkpoints under `root`, oldest first. Half-written ones never appear: r1cloud's
     need their trainer_state.json (written last, before the atomic rename), EasyR1's their shards."""
-    fs, base = _fs(root)
+    fs, base = filesystem(root)
     base = base.rstrip("/")
     proto = root.split("://", 1)[0] + "://" if "://" in root else ""
     try:

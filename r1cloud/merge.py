@@ -283,9 +283,9 @@ def merge(
 
 def _download(checkpoint, into: Path):
     """The files a merge reads (weights, config, tokenizer — not optimizer states), copied locally."""
-    import fsspec
+    from .checkpoints import filesystem
 
-    fs, base = fsspec.core.url_to_fs(checkpoint.path)
+    fs, base = filesystem(checkpoint.path)
     base = base.rstrip("/")
     local = into / Path(base).name
     hf = "huggingface/" if checkpoint.format == "r1cloud" else "actor/huggingface/"
@@ -304,9 +304,9 @@ def _download(checkpoint, into: Path):
 
 
 def _upload(folder: Path, url: str) -> None:
-    import fsspec
+    from .checkpoints import filesystem
 
-    fs, base = fsspec.core.url_to_fs(url)
+    fs, base = filesystem(url)
     base = base.rstrip("/")
     if fs.exists(f"{base}/config.json"):
         fs.rm(f"{base}/config.json")  # no longer INFERENCE READY while the weights are replaced

