@@ -428,8 +428,7 @@ def _train_in_cloud(store, spec, secrets: dict, blueprint: Path, managed: bool, 
             [f"pick another name with --name {spec.name}-2"],
         )
     ident = f"managed job {job.cloud['job_id']}" if managed else f"cluster {job.cloud['cluster']}"
-    where = spec.resources.bucket or "on the cluster"
-    out.print(f"started {job.name} · {ident} · checkpoints {where}", markup=False)
+    out.print(f"started {job.name} · {ident} · checkpoints {spec.resources.bucket}", markup=False)
     if detach:
         out.print(f"follow: r1cloud logs -f {job.name}    stop: r1cloud stop {job.name}", markup=False)
         return

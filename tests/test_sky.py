@@ -287,7 +287,7 @@ def test_managed_job_without_a_bucket_is_refused_before_anything_runs(blueprint,
     calls, _ = fake_sdk
     text = cloud_blueprint(blueprint).read_text().replace(", bucket: s3://ckpts", "")
     r = cli("train", blueprint(text, name="nobucket.yaml"), "--secret", "HF_TOKEN=x", "--detach")
-    assert r.exit_code == 2 and "resources.bucket" in r.stderr and "--no-managed" in r.stderr
+    assert r.exit_code == 2 and "resources.bucket" in r.stderr and "--bucket" in r.stderr
     assert not calls
 
 

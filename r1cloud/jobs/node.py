@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 RAY_PORT = int(os.environ.get("R1CLOUD_RAY_PORT", "6379"))
 DASHBOARD_AGENT_PORT = int(os.environ.get("R1CLOUD_RAY_AGENT_PORT", "52366"))
@@ -45,6 +46,14 @@ def ray_command(rank: int, head: str, ip: str, gpus: int, slots: int) -> list[st
     # GPUs where there are any; on CPU nodes, one slot per trainer worker plus one for the driver.
     cmd += [f"--num-gpus={gpus}"] if gpus else [f"--num-cpus={slots + (1 if rank == 0 else 0)}"]
     return cmd
+
+
+def slots_in_spec(run_dir: str) -> int:
+    """Worker slots per node on CPU nodes: the spec's trainer.n_gpus_per_node."""
+    import yaml
+
+    spec = yaml.safe_load((Path(run_dir) / "spec.yaml").read_text())
+    return int(spec["trainer"]["n_gpus_per_node"])
 
 
 def wait_for_head(head: str) -> bool:
@@ -87,7 +96,7 @@ def main(run_dir: str) -> int:
     # The cluster's token (a per-launch secret r1cloud passes to every node); without one, Ray
     # must be told plainly, or a node that finds a stale ~/.ray/auth_token turns auth on alone.
     os.environ["RAY_AUTH_MODE"] = "token" if os.environ.get("RAY_AUTH_TOKEN") else "disabled"
-    slots = int(os.environ.get("R1CLOUD_SLOTS_PER_NODE", str(gpus or 1)))
+    slots = gpus or slots_in_spec(run_dir)
     if rank > 0 and not wait_for_head(head):
         say(f"the head node {head}:{RAY_PORT} did not come up within {JOIN_TIMEOUT:.0f}s")
         return 1

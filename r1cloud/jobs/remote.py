@@ -51,7 +51,15 @@ def submit(store: JobStore, spec: Spec, secrets: dict[str, str], blueprint: Path
         if RAY_TOKEN in config.get("secrets", {}):
             secrets = {**secrets, RAY_TOKEN: token_hex(32)}
         record = cloud.launch(config, secrets, managed)
-    except BaseException:
+    except KeyboardInterrupt:  # SkyPilot's request goes on without us: keep the record, say so
+        with store.locked(spec.name) as j:
+            j.status = "FAILED"
+            j.reason = (
+                "interrupted before SkyPilot answered; the launch may still go on: check "
+                f"`sky jobs queue` / `sky status`, and cancel it there (`sky jobs cancel -n {spec.name}`)"
+            )
+        raise
+    except BaseException:  # refused before anything started: leave nothing behind
         store.remove(spec.name)
         raise
     with store.locked(spec.name) as j:

@@ -142,11 +142,11 @@ exec python -m r1cloud.jobs.node "$run_dir"
 def check_cloud(spec: Spec, managed: bool) -> None:
     if spec.resources.infra == "local":
         raise TaskError("resources.infra is local: a SkyPilot task needs a cloud infra (aws, gcp, k8s, …)")
-    if managed and not spec.resources.bucket:
+    if not spec.resources.bucket:
+        how = "resume after a preemption" if managed else "outlive its cluster, which is torn down at the end"
         raise TaskError(
-            "resources.bucket is not set: a managed job keeps its checkpoints in a bucket so it can "
-            "resume after a preemption; set resources.bucket: s3://BUCKET (or gs://, r2://…), or run "
-            "with --no-managed"
+            f"resources.bucket is not set: a cloud job keeps its checkpoints in a bucket to {how}; "
+            "set resources.bucket: s3://BUCKET (or gs://, r2://…) or pass --bucket"
         )
 
 

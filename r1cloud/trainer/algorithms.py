@@ -121,9 +121,13 @@ def reinforce_plus_plus_baseline_advantages(
     return masked_whiten(tiled, mask) * mask
 
 
-def remax_advantages(scores: torch.Tensor, baselines: torch.Tensor) -> torch.Tensor:
-    """ReMax: the sample's reward minus the greedy rollout's reward for the same prompt. (B,)"""
-    return scores - baselines
+def remax_advantages(
+    token_rewards: torch.Tensor, baselines: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """ReMax: the reward still to come at each token (undiscounted) minus the greedy rollout's
+    reward for the same prompt. (B, T)"""
+    returns = discounted_returns(token_rewards, mask, 1.0)
+    return (returns - baselines.to(returns.dtype)[:, None]) * mask
 
 
 def gae_advantages(

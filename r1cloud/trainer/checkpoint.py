@@ -103,21 +103,25 @@ class Checkpoints:
 
     def prune(self, limit: int) -> list[int]:
         """Keep at most `limit` complete checkpoints, never deleting the newest or the best."""
-        if limit is None or limit <= 0:
-            return []
-        steps = self.complete_steps()
-        keep = {steps[-1]} if steps else set()
-        best = self.tracker().get("best_global_step")
-        if best in steps:
-            keep.add(best)
-        for s in reversed(steps):
-            if len(keep) >= limit:
-                break
-            keep.add(s)
-        removed = [s for s in steps if s not in keep]
+        removed = beyond_limit(self.complete_steps(), self.tracker().get("best_global_step"), limit)
         for s in removed:
             remove(self.root / f"global_step_{s}")
         return removed
+
+
+def beyond_limit(steps: list[int], best: int | None, limit: int | None) -> list[int]:
+    """The steps `save_limit` drops: all but the newest, the best, and the newest others up to
+    `limit` in all. (A limit of 0 or less keeps everything.)"""
+    if limit is None or limit <= 0:
+        return []
+    keep = {steps[-1]} if steps else set()
+    if best in steps:
+        keep.add(best)
+    for s in reversed(steps):
+        if len(keep) >= limit:
+            break
+        keep.add(s)
+    return [s for s in steps if s not in keep]
 
 
 class Bucket:
@@ -151,8 +155,21 @@ class Bucket:
             self.fs.put_file(str(p), f"{dest}/{p.relative_to(local).as_posix()}")
         self.fs.pipe_file(f"{self.root}/{TRACKER}", json.dumps(tracker, indent=2).encode())
 
+    def tracker(self) -> dict:
+        try:
+            return json.loads(self.fs.cat_file(f"{self.root}/{TRACKER}"))
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def prune(self, limit: int, best: int | None) -> list[int]:
+        """`save_limit` over what the bucket holds (a fresh machine has only the newest locally)."""
+        removed = beyond_limit(self.complete_steps(), best, limit)
+        self.remove(removed)
+        return removed
+
     def download(self, step: int, checkpoints: Checkpoints) -> Path:
-        """Fetch a complete checkpoint into the local folder (staged, then renamed into place)."""
+        """Fetch a complete checkpoint into the local folder (staged, then renamed into place),
+        and the bucket's tracker with it, so the best step is still known."""
         staging = checkpoints.staging(step)
         src = f"{self.root}/global_step_{step}"
         for path in self.fs.find(src):
@@ -163,6 +180,9 @@ class Bucket:
         if final.exists():
             remove(final)
         os.replace(staging, final)
+        tracker = self.tracker()
+        if tracker:
+            write_json_atomic(checkpoints.root / TRACKER, tracker)
         return final
 
     def remove_path(self, path: str) -> None:

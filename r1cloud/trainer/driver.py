@@ -136,12 +136,12 @@ def advantages(
         return alg.grpo_passk_advantages(rewards, uids, norm_by_std=a.norm_adv_by_std_in_grpo).tolist(), None
     if a.adv_estimator == "rloo":
         return alg.rloo_advantages(rewards, uids).tolist(), None
-    if a.adv_estimator == "remax":
-        return alg.remax_advantages(rewards, baselines).tolist(), None
     if a.adv_estimator == "reinforce_plus_plus":
         tok, _ = alg.reinforce_plus_plus_advantages(token_rewards, mask, a.gamma)
     elif a.adv_estimator == "reinforce_plus_plus_baseline":
         tok = alg.reinforce_plus_plus_baseline_advantages(rewards.float(), uids, mask)
+    elif a.adv_estimator == "remax":  # the reward still to come, minus the greedy baseline
+        tok = alg.remax_advantages(token_rewards, baselines, mask)
     elif a.adv_estimator == "gae":
         tok, ret = alg.gae_advantages(token_rewards, values, mask, a.gamma, a.lam)
         returns = [ret[i, : len(r.response)].tolist() for i, r in enumerate(rollouts)]
@@ -243,14 +243,21 @@ class Trainer:
                 configure_logging=False,
             )
         per_node, nnodes = self.spec.trainer.n_gpus_per_node, self.spec.trainer.nnodes
-        if nnodes > 1:  # one bundle per node, each holding that node's devices
+        spread = nnodes > 1 and bool(os.environ.get("RAY_ADDRESS"))
+        if spread:  # a multi-node cluster (jobs/node.py): one bundle per node, holding its devices
             bundle = {"GPU": per_node, "CPU": per_node} if cuda else {"CPU": per_node}
             pg = placement_group([bundle] * nnodes, strategy="STRICT_SPREAD")
         else:
             bundle = {"GPU": 1, "CPU": 1} if cuda else {"CPU": 1}
             pg = placement_group([bundle] * self.world, strategy="PACK")
-        slot = (lambda rank: rank // per_node) if nnodes > 1 else (lambda rank: rank)
-        ray.get(pg.ready())
+        slot = (lambda rank: rank // per_node) if spread else (lambda rank: rank)
+        try:
+            ray.get(pg.ready(), timeout=float(os.environ.get("R1CLOUD_PLACEMENT_TIMEOUT", "600")))
+        except ray.exceptions.GetTimeoutError:
+            raise RunError(
+                f"Ray cannot place {self.world} workers ({nnodes} node(s) × {per_node}); the cluster has "
+                f"{ray.cluster_resources()}: lower trainer.n_gpus_per_node or nnodes, or add machines"
+            ) from None
         master = ray.get(
             ray.remote(num_cpus=0)(_free_address)
             .options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0))
@@ -385,18 +392,14 @@ class Trainer:
             errors += self.score(batch)
             seen += batch
             if a.online_filtering:
-                missing = [k for k in (a.filter_key,) if k not in batch[0].scores]
-                if missing:
+                keys = {k for r in batch for k in r.scores}
+                if a.filter_key not in keys:
                     raise RunError(
                         f"algorithm.filter_key is {a.filter_key!r}, but the reward function returns "
-                        f"{', '.join(sorted(batch[0].scores))}; set filter_key to one of them"
+                        f"{', '.join(sorted(keys))}; set filter_key to one of them"
                     )
-                keep = alg.groups_to_keep(
-                    [r.uid for r in batch],
-                    [r.scores[a.filter_key] for r in batch],
-                    a.filter_low,
-                    a.filter_high,
-                )
+                values = [r.scores.get(a.filter_key, 0.0) for r in batch]  # a failed sample scores 0
+                keep = alg.groups_to_keep([r.uid for r in batch], values, a.filter_low, a.filter_high)
                 batch = [r for r in batch if r.uid in keep]
             kept += batch
             groups = len({r.uid for r in kept})
@@ -653,11 +656,12 @@ class Trainer:
             "world_size": self.world,
         }
         final = self.checkpoints.publish(staging, step, state, metrics.get("val/reward_score"))
-        removed = self.checkpoints.prune(self.spec.trainer.save_limit)
+        self.checkpoints.prune(self.spec.trainer.save_limit)
         if self.bucket:
             tick_upload = time.perf_counter()
-            self.bucket.upload(final, self.checkpoints.tracker())
-            self.bucket.remove(removed)
+            tracker = self.checkpoints.tracker()
+            self.bucket.upload(final, tracker)
+            self.bucket.prune(self.spec.trainer.save_limit, tracker.get("best_global_step"))
             metrics["timing_s/upload_checkpoint"] = time.perf_counter() - tick_upload
         metrics["timing_s/save_checkpoint"] = time.perf_counter() - tick
 
@@ -800,8 +804,11 @@ class Trainer:
 
         self.reward.close()
         if self.workers:
-            with contextlib.suppress(Exception):  # the process group may already be gone
-                self.call("shutdown")
+            # no collective wait: after a failure, peers may sit in a collective with a dead one
+            with contextlib.suppress(Exception):
+                ray.wait(
+                    [w.shutdown.remote() for w in self.workers], num_returns=len(self.workers), timeout=30
+                )
         if ray.is_initialized():
             ray.shutdown()
 

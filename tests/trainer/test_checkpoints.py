@@ -5,6 +5,7 @@ resumed half-written, whenever a save is killed."""
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -307,7 +308,20 @@ def test_trainer_saves_to_a_bucket_and_a_new_machine_resumes_from_it(make_run, m
         assert f"[resume] downloading step 2 from {url}" in r.stdout and "[resume] from step 2" in r.stdout
         lines = [json.loads(x) for x in (second / "metrics.jsonl").read_text().splitlines()]
         assert [m["step"] for m in lines] == [3]
+        # save_limit=1 in the bucket keeps the newest and the best by validation reward; the best
+        # is still known on the new machine because the tracker came down with the checkpoint
+        vals = {
+            m["step"]: m["val/reward_score"]
+            for run in (first, second)
+            for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+            if "val/reward_score" in m
+        }
+        best = max(vals, key=vals.get)
+        assert (
+            json.loads(fs.cat("ckpts/tiny/checkpoints/checkpoint_tracker.json"))["best_global_step"] == best
+        )
         r = r1("checkpoints", url)  # a fresh process: no listing cached from above
-        assert r.returncode == 0 and f"{url}:step-3" in r.stdout and "step-2" not in r.stdout, r.stdout
+        listed = {int(x) for x in re.findall(r":step-(\d+)", r.stdout)}
+        assert r.returncode == 0 and listed == {3, best}, r.stdout
     finally:
         s3.close()
