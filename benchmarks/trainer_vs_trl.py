@@ -302,11 +302,15 @@ def trl_worker(model: str, steps: int, out: str) -> None:
             record.append({**current, "step_s": step_s})
 
     trainer.add_callback(Steps())
-    prompt_tokens = None
     trainer.train()
     # prompt + response tokens per step: the prompts' token counts from the same chat template
     prompt_tokens = statistics.mean(
-        len(tok.apply_chat_template(data[i]["prompt"], add_generation_prompt=True)) for i in range(len(data))
+        len(
+            tok.apply_chat_template(
+                data[i]["prompt"], add_generation_prompt=True, tokenize=True, return_dict=True
+            )["input_ids"]
+        )
+        for i in range(len(data))
     )
     for r in record:
         r["tokens"] = r["response_tokens"] + prompt_tokens * s["prompts_per_step"] * s["group"]
