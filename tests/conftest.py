@@ -50,5 +50,20 @@ def cli(monkeypatch):
     return run
 
 
+@pytest.fixture
+def s3(monkeypatch):
+    """moto's S3 server with the AWS_* environment pointing at it and a bucket `ckpts`."""
+    from s3_server import S3Server
+
+    server = S3Server()
+    try:
+        for k, v in server.env.items():
+            monkeypatch.setenv(k, v)
+        server.fs().mkdir("ckpts")
+        yield server
+    finally:
+        server.close()
+
+
 def pytest_configure(config):
     os.environ.setdefault("COLUMNS", "200")

@@ -384,41 +384,32 @@ def test_skyserve_task_from_a_bucket_validates(tmp_path, sky_home):
     validate_with_sky([tmp_path / "svc.yaml"], sky_home)
 
 
-def test_a_cloud_jobs_checkpoints_are_read_from_its_bucket(blueprint, cli, fake_sdk, monkeypatch, tmp_path):
+def test_a_cloud_jobs_checkpoints_are_read_from_its_bucket(blueprint, cli, fake_sdk, monkeypatch, s3):
     """`checkpoints JOB` and `serve -c JOB --infra` on a cloud job go to its bucket (moto's S3
     server here): the listing, and a service whose replicas mount the merged model from there."""
-    from s3_server import S3Server
-
-    s3 = S3Server()
-    try:
-        for k, v in s3.env.items():
-            monkeypatch.setenv(k, v)
-        fs = s3.fs()
-        fs.mkdir("ckpts")
-        step = "ckpts/job/checkpoints/global_step_3"
-        fs.pipe_file(
-            f"{step}/trainer_state.json", json.dumps({"step": 3, "metrics": {"reward/overall": 0.5}}).encode()
-        )
-        fs.pipe_file(
-            f"{step}/huggingface/config.json", json.dumps({"architectures": ["Qwen2ForCausalLM"]}).encode()
-        )
-        fs.pipe_file(f"{step}/huggingface/model.safetensors", b"\0" * 16)
-        r = cli("train", cloud_blueprint(blueprint), "--secret", "HF_TOKEN=x", "--detach")
-        assert r.exit_code == 0, r.stderr
-        r = cli("checkpoints", "job")
-        assert r.exit_code == 0, r.stderr
-        assert "job:step-3" in r.stdout and "0.500" in r.stdout and "yes" in r.stdout  # from the bucket
-        ups = []
-        monkeypatch.setattr(
-            sky.serve,
-            "up",
-            lambda task, service_name: ups.append(task) or ("ok", (service_name, "1.2.3.4:80")),
-        )
-        r = cli("serve", "-c", "job", "--infra", "aws")
-        assert r.exit_code == 0, r.stderr
-        (task,) = ups
-        assert "/r1cloud-model" in task.run and "--served-model-name job-step-3" in task.run
-        (mount,) = task.storage_mounts.values()
-        assert mount.source == "s3://ckpts/job/checkpoints/global_step_3/huggingface"
-    finally:
-        s3.close()
+    fs = s3.fs()
+    step = "ckpts/job/checkpoints/global_step_3"
+    fs.pipe_file(
+        f"{step}/trainer_state.json", json.dumps({"step": 3, "metrics": {"reward/overall": 0.5}}).encode()
+    )
+    fs.pipe_file(
+        f"{step}/huggingface/config.json", json.dumps({"architectures": ["Qwen2ForCausalLM"]}).encode()
+    )
+    fs.pipe_file(f"{step}/huggingface/model.safetensors", b"\0" * 16)
+    r = cli("train", cloud_blueprint(blueprint), "--secret", "HF_TOKEN=x", "--detach")
+    assert r.exit_code == 0, r.stderr
+    r = cli("checkpoints", "job")
+    assert r.exit_code == 0, r.stderr
+    assert "job:step-3" in r.stdout and "0.500" in r.stdout and "yes" in r.stdout  # from the bucket
+    ups = []
+    monkeypatch.setattr(
+        sky.serve,
+        "up",
+        lambda task, service_name: ups.append(task) or ("ok", (service_name, "1.2.3.4:80")),
+    )
+    r = cli("serve", "-c", "job", "--infra", "aws")
+    assert r.exit_code == 0, r.stderr
+    (task,) = ups
+    assert "/r1cloud-model" in task.run and "--served-model-name job-step-3" in task.run
+    (mount,) = task.storage_mounts.values()
+    assert mount.source == "s3://ckpts/job/checkpoints/global_step_3/huggingface"

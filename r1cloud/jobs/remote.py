@@ -25,9 +25,9 @@ def prepare(spec: Spec, blueprint: Path, folder: Path, managed: bool) -> tuple[d
     """Write the node spec into `folder`; return the SkyPilot task config and the spec as this
     machine keeps it (checkpoints in the bucket)."""
     check_cloud(spec, managed)
-    data, _ = node_spec(spec, blueprint)
+    data, root = node_spec(spec, blueprint)
     (folder / NODE_SPEC).write_text(yaml.safe_dump(data, sort_keys=False))
-    config = task_config(spec, blueprint, folder / NODE_SPEC, managed=managed)
+    config = task_config(spec, root, folder / NODE_SPEC, managed=managed)
     local = spec.model_copy(deep=True)
     if spec.resources.bucket:
         local.trainer.save_checkpoint_path = checkpoint_url(spec)

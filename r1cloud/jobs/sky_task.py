@@ -150,11 +150,10 @@ def check_cloud(spec: Spec, managed: bool) -> None:
         )
 
 
-def task_config(spec: Spec, blueprint: Path, spec_file: Path, managed: bool = True) -> dict:
-    """The SkyPilot task for `spec`. `spec_file` is where the node spec (`node_spec`) was written
-    on this machine; it is mounted on every node."""
+def task_config(spec: Spec, root: Path, spec_file: Path, managed: bool = True) -> dict:
+    """The SkyPilot task for `spec`, uploading `root` (`node_spec`'s workdir). `spec_file` is where
+    the node spec was written on this machine; it is mounted on every node."""
     check_cloud(spec, managed)
-    _, root = node_spec(spec, blueprint)
     source = source_checkout()
     mounts = {SPEC_ON_NODE: str(spec_file)}
     if source:

@@ -279,49 +279,40 @@ def test_bucket_checkpoints_list_and_merge_through_s3(trained, tmp_path):
         s3.close()
 
 
-def test_trainer_saves_to_a_bucket_and_a_new_machine_resumes_from_it(make_run, monkeypatch):
+def test_trainer_saves_to_a_bucket_and_a_new_machine_resumes_from_it(make_run, s3):
     """trainer.save_checkpoint_path as an S3 URL (moto's server): each checkpoint is uploaded with
     its trainer_state.json last and save_limit applies in the bucket; a run on "another machine"
     (a fresh run folder, nothing local) downloads the newest complete checkpoint and goes on."""
-    s3 = S3Server()
-    try:
-        for k, v in s3.env.items():
-            monkeypatch.setenv(k, v)
-        fs = s3.fs()
-        fs.mkdir("ckpts")
-        url = "s3://ckpts/tiny/checkpoints"
-        common = (f"trainer.save_checkpoint_path={url}", "trainer.save_freq=1", "trainer.save_limit=1")
-        first = make_run(*common, "trainer.max_steps=2", name="first")
-        r = run_trainer(first)
-        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-        assert fs.exists("ckpts/tiny/checkpoints/global_step_2/trainer_state.json")
-        assert not fs.exists("ckpts/tiny/checkpoints/global_step_1")  # save_limit, in the bucket too
-        tracker = json.loads(fs.cat("ckpts/tiny/checkpoints/checkpoint_tracker.json"))
-        assert tracker["last_global_step"] == 2
-        (step,) = list_checkpoints(url)
-        assert step.step == 2 and step.inference_ready  # the last one is merged at save time
+    fs = s3.fs()
+    url = "s3://ckpts/tiny/checkpoints"
+    common = (f"trainer.save_checkpoint_path={url}", "trainer.save_freq=1", "trainer.save_limit=1")
+    first = make_run(*common, "trainer.max_steps=2", name="first")
+    r = run_trainer(first)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert fs.exists("ckpts/tiny/checkpoints/global_step_2/trainer_state.json")
+    assert not fs.exists("ckpts/tiny/checkpoints/global_step_1")  # save_limit, in the bucket too
+    tracker = json.loads(fs.cat("ckpts/tiny/checkpoints/checkpoint_tracker.json"))
+    assert tracker["last_global_step"] == 2
+    (step,) = list_checkpoints(url)
+    assert step.step == 2 and step.inference_ready  # the last one is merged at save time
 
-        second = make_run(*common, "trainer.max_steps=3", name="second")
-        assert not (second / "checkpoints").exists()
-        r = run_trainer(second)
-        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-        assert f"[resume] downloading step 2 from {url}" in r.stdout and "[resume] from step 2" in r.stdout
-        lines = [json.loads(x) for x in (second / "metrics.jsonl").read_text().splitlines()]
-        assert [m["step"] for m in lines] == [3]
-        # save_limit=1 in the bucket keeps the newest and the best by validation reward; the best
-        # is still known on the new machine because the tracker came down with the checkpoint
-        vals = {
-            m["step"]: m["val/reward_score"]
-            for run in (first, second)
-            for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
-            if "val/reward_score" in m
-        }
-        best = max(vals, key=vals.get)
-        assert (
-            json.loads(fs.cat("ckpts/tiny/checkpoints/checkpoint_tracker.json"))["best_global_step"] == best
-        )
-        r = r1("checkpoints", url)  # a fresh process: no listing cached from above
-        listed = {int(x) for x in re.findall(r":step-(\d+)", r.stdout)}
-        assert r.returncode == 0 and listed == {3, best}, r.stdout
-    finally:
-        s3.close()
+    second = make_run(*common, "trainer.max_steps=3", name="second")
+    assert not (second / "checkpoints").exists()
+    r = run_trainer(second)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert f"[resume] downloading step 2 from {url}" in r.stdout and "[resume] from step 2" in r.stdout
+    lines = [json.loads(x) for x in (second / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [3]
+    # save_limit=1 in the bucket keeps the newest and the best by validation reward; the best
+    # is still known on the new machine because the tracker came down with the checkpoint
+    vals = {
+        m["step"]: m["val/reward_score"]
+        for run in (first, second)
+        for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+        if "val/reward_score" in m
+    }
+    best = max(vals, key=vals.get)
+    assert json.loads(fs.cat("ckpts/tiny/checkpoints/checkpoint_tracker.json"))["best_global_step"] == best
+    r = r1("checkpoints", url)  # a fresh process: no listing cached from above
+    listed = {int(x) for x in re.findall(r":step-(\d+)", r.stdout)}
+    assert r.returncode == 0 and listed == {3, best}, r.stdout
