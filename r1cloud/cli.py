@@ -500,7 +500,7 @@ def _follow_with_progress(store, name: str, log_start: int) -> int:
 def _report_end(job) -> int:
     from .jobs.follow import exit_code
 
-    style = {"SUCCEEDED": "green", "STOPPED": "yellow"}.get(job.status, "bold red")
+    style = {"SUCCEEDED": "green", "STOPPED": "yellow", "ENDED": "yellow"}.get(job.status, "bold red")
     tail = f": {job.reason}" if job.reason else ""
     (out if job.status != "FAILED" else err).print(
         f"{job.name} {job.status}{tail}", style=style, markup=False
@@ -557,6 +557,7 @@ STATUS_STYLE = {
     "SUCCEEDED": "green",
     "FAILED": "red",
     "STOPPED": "yellow",
+    "ENDED": "yellow",
 }
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from .trainer.checkpoint import remove
+from .trainer.checkpoint import dcp_storage, remove
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 HF_FILES = (
@@ -115,9 +115,10 @@ def _skip_tied(names: list[str], config: dict) -> list[str]:
 
 
 def _dcp_reader(path: str):
+    """DCP's reader for a local folder or a bucket URL (read in place, one tensor at a time)."""
     from torch.distributed.checkpoint import FileSystemReader
 
-    return FileSystemReader(path)
+    return dcp_storage(path, write=False).get("storage_reader") or FileSystemReader(path)
 
 
 def merge_dcp(

@@ -11,16 +11,16 @@ import time
 from pathlib import Path
 
 
-def _free_port() -> int:
+def _free_port(host: str) -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
 class S3Server:
-    def __init__(self):
-        port = _free_port()
-        self.url = f"http://127.0.0.1:{port}"
+    def __init__(self, host: str = "127.0.0.1"):
+        port = _free_port(host)
+        self.url = f"http://{host}:{port}"
         self.env = {
             "AWS_ENDPOINT_URL": self.url,
             "AWS_ACCESS_KEY_ID": "testing",
@@ -29,14 +29,14 @@ class S3Server:
         }
         moto = Path(sys.executable).parent / "moto_server"
         self.proc = subprocess.Popen(
-            [str(moto), "-H", "127.0.0.1", "-p", str(port)],
+            [str(moto), "-H", host, "-p", str(port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
         deadline = time.time() + 60
         while True:
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                socket.create_connection((host, port), timeout=1).close()
                 break
             except OSError:
                 if time.time() > deadline or self.proc.poll() is not None:

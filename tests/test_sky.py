@@ -161,7 +161,13 @@ def fake_sdk(monkeypatch, tmp_path):
     answers as the API server would. Task parsing and exception types stay SkyPilot's own."""
     monkeypatch.setenv("R1CLOUD_HOME", str(tmp_path / "r1home"))
     calls: list[tuple] = []
-    state = {"queue": [], "launch_error": None, "logs": ["step 1/2 | reward 0.1", "step 2/2 | reward 0.3"]}
+    state = {
+        "queue": [],
+        "launch_error": None,
+        "logs": ["step 1/2 | reward 0.1", "step 2/2 | reward 0.3"],
+        "cluster_job": sky.exceptions.ClusterDoesNotExist("Cluster 'job' does not exist."),
+        "services": [],
+    }
 
     def request(name, result):
         def fn(*args, **kwargs):
@@ -197,6 +203,8 @@ def fake_sdk(monkeypatch, tmp_path):
     monkeypatch.setattr(sky.jobs, "cancel", request("jobs.cancel", None))
     monkeypatch.setattr(sky, "down", request("down", sky.exceptions.ClusterDoesNotExist("gone")))
     monkeypatch.setattr(sky.jobs, "tail_logs", tail)
+    monkeypatch.setattr(sky, "job_status", request("job_status", lambda *a, **k: state["cluster_job"]))
+    monkeypatch.setattr(sky.serve, "status", request("serve.status", lambda *a, **k: state["services"]))
     monkeypatch.setattr(sky, "get", get)
     monkeypatch.setattr(sky, "stream_and_get", get)
     return calls, state
@@ -252,15 +260,33 @@ def test_cloud_job_lifecycle_through_the_sdk(blueprint, cli, fake_sdk, tmp_path)
 
 
 def test_unmanaged_cluster_launch_autostops_and_goes_down(blueprint, cli, fake_sdk):
-    calls, _ = fake_sdk
+    """--no-managed: a cluster that stops when idle and goes down; its job's state comes from
+    sky.job_status while the cluster lives, and a cluster that is gone ends the job (ENDED)."""
+    calls, state = fake_sdk
     r = cli("train", cloud_blueprint(blueprint), "--secret", "HF_TOKEN=x", "--no-managed", "--detach")
     assert r.exit_code == 0, r.stderr
     _, _, kwargs = next(c for c in calls if c[0] == "launch")
     assert (
         kwargs["cluster_name"] == "job" and kwargs["down"] is True and kwargs["idle_minutes_to_autostop"] > 0
     )
-    r = cli("stop", "job")  # the cluster is already gone: said, not an error
-    assert r.exit_code == 0 and "already gone" in r.stdout
+    state["cluster_job"] = {1: sky.JobStatus.SETTING_UP}
+    assert "PENDING" in cli("jobs").stdout
+    assert next(c for c in calls if c[0] == "job_status")[1] == ("job", [1])
+    state["cluster_job"] = {1: sky.JobStatus.RUNNING}
+    assert "RUNNING" in cli("status", "job").stdout
+    state["cluster_job"] = sky.exceptions.ClusterDoesNotExist("Cluster 'job' does not exist.")
+    r = cli("status", "job")
+    assert "ENDED" in r.stdout and "cluster is gone" in r.stdout, r.stdout
+    r = cli("stop", "job")  # already ended: said, not an error
+    assert r.exit_code == 0 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_cluster_jobs_failure_is_read_from_its_cluster(blueprint, cli, fake_sdk):
+    _, state = fake_sdk
+    cli("train", cloud_blueprint(blueprint), "--secret", "HF_TOKEN=x", "--no-managed", "--detach")
+    state["cluster_job"] = {1: sky.JobStatus.FAILED_SETUP}
+    r = cli("status", "job")
+    assert "FAILED" in r.stdout and "FAILED_SETUP" in r.stdout, r.stdout
 
 
 @pytest.mark.parametrize(
@@ -348,6 +374,13 @@ def test_skyserve_service_for_a_model(cli, fake_sdk, monkeypatch, tmp_path, sky_
     assert (
         job["kind"] == "serve" and job["url"] == "http://3.4.5.6:30001/v1" and "sk-123" not in json.dumps(job)
     )
+    _, state = fake_sdk
+    state["services"] = [{"name": service, "status": sky.serve.ServiceStatus.REPLICA_INIT}]
+    assert "PENDING" in cli("jobs").stdout
+    state["services"] = [{"name": service, "status": sky.serve.ServiceStatus.READY}]
+    assert "RUNNING" in cli("jobs").stdout
+    state["services"] = [{"name": service, "status": sky.serve.ServiceStatus.NO_REPLICA}]
+    assert "no replica is ready" in cli("status", service).stdout
     r = cli("stop", service)
     assert r.exit_code == 0 and ("serve.down", service) in calls
 

@@ -153,6 +153,70 @@ def managed_jobs(job_ids: list[int]) -> dict[int, dict]:
     return _call(query)
 
 
+# A plain cluster's job statuses (sky.skylet.job_lib.JobStatus) onto the job store's.
+CLUSTER_STATUS = {
+    "INIT": "PENDING",
+    "PENDING": "PENDING",
+    "SETTING_UP": "PENDING",
+    "RUNNING": "RUNNING",
+    "SUCCEEDED": "SUCCEEDED",
+    "CANCELLED": "STOPPED",
+}
+CLUSTER_GONE = (
+    "its cluster is gone (taken down after the job ended, before r1cloud saw how it ended); "
+    "its checkpoints are in the bucket"
+)
+
+
+def cluster_job(record: dict) -> dict:
+    """{"status", "reason"} of a job on a plain cluster (`--no-managed`). The cluster goes down
+    after its job, so a cluster that is gone means the job has ended (ENDED: outcome unknown)."""
+
+    def query(sky):
+        try:
+            states = sky.get(sky.job_status(record["cluster"], [record["job_id"]]))
+        except (sky.exceptions.ClusterDoesNotExist, sky.exceptions.ClusterNotUpError):
+            return {"status": "ENDED", "reason": CLUSTER_GONE}
+        status = states.get(record["job_id"])
+        status = str(getattr(status, "value", status))
+        return {
+            "status": CLUSTER_STATUS.get(status, "FAILED"),
+            "reason": "" if status in CLUSTER_STATUS else status,
+        }
+
+    return _call(query)
+
+
+# SkyServe service statuses (sky.serve.ServiceStatus) onto the job store's.
+SERVICE_STATUS = {
+    "CONTROLLER_INIT": "PENDING",
+    "REPLICA_INIT": "PENDING",
+    "READY": "RUNNING",
+    "NO_REPLICA": "RUNNING",
+    "SHUTTING_DOWN": "STOPPED",
+}
+
+
+def services(names: list[str]) -> dict[str, dict]:
+    """{service: {"status", "reason"}}; a service SkyServe no longer knows is STOPPED."""
+
+    def query(sky):
+        try:
+            records = sky.get(sky.serve.status(names))
+        except sky.exceptions.ClusterNotUpError:  # no serve controller: no services at all
+            records = []
+        out = {n: {"status": "STOPPED", "reason": "the service is gone (sky serve down)"} for n in names}
+        for rec in records:
+            status = str(getattr(rec.get("status"), "value", rec.get("status")))
+            reason = "no replica is ready" if status == "NO_REPLICA" else ""
+            if status not in SERVICE_STATUS:
+                reason = f"SkyServe says {status}"
+            out[rec["name"]] = {"status": SERVICE_STATUS.get(status, "FAILED"), "reason": reason}
+        return out
+
+    return _call(query)
+
+
 def tail_logs(record: dict, follow: bool) -> int | None:
     """Stream the job's output to stdout; the exit code when it ended, None otherwise."""
 

@@ -68,18 +68,23 @@ def submit(store: JobStore, spec: Spec, secrets: dict[str, str], blueprint: Path
 
 
 def refresh(store: JobStore, jobs: list[Job]) -> list[Job]:
-    """Bring the managed jobs among `jobs` up to date from SkyPilot's queue (one call)."""
-    ids = [j.cloud["job_id"] for j in jobs if j.cloud.get("managed") and j.status in ACTIVE]
-    if not ids:
-        return jobs
-    states = cloud.managed_jobs(ids)
+    """Bring the cloud jobs among `jobs` up to date from SkyPilot: managed jobs from their queue
+    (one call), services from SkyServe (one call), plain-cluster jobs from their cluster."""
+    active = [j for j in jobs if j.cloud and j.status in ACTIVE]
+    managed = {j.cloud["job_id"]: j.name for j in active if j.cloud.get("managed")}
+    served = [j.cloud["service"] for j in active if "service" in j.cloud]
+    states = {managed[i]: s for i, s in cloud.managed_jobs(list(managed)).items() if i in managed}
+    states.update(cloud.services(served) if served else {})
+    for j in active:
+        if j.cloud.get("cluster") and not j.cloud.get("managed"):
+            states[j.name] = cloud.cluster_job(j.cloud)
     out = []
     for j in jobs:
-        state = states.get(j.cloud.get("job_id")) if j.cloud.get("managed") else None
-        if state and state["status"] != j.status:
+        state = states.get(j.name)
+        if state and (state["status"], state["reason"]) != (j.status, j.reason):
             with store.locked(j.name) as rec:
                 rec.status = state["status"]
-                rec.attempts = 1 + state["recoveries"]
+                rec.attempts = 1 + state.get("recoveries", 0)
                 rec.reason = state["reason"]
                 if rec.status not in ACTIVE:
                     rec.ended_at = rec.ended_at or time.time()

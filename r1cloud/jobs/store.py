@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 ACTIVE = ("PENDING", "RUNNING")
-TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED", "ENDED")  # ENDED: a cloud job whose outcome is unknown
 DIED = "its process ended without a word (killed, or the machine restarted)"
 
 

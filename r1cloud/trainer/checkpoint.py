@@ -8,10 +8,12 @@
     trainer_state.json           step, data loader position, LR scheduler, metrics at that step
 ```
 
-A checkpoint is written under a temporary name, renamed into place when complete, and only then
-named in the tracker (written atomically too). A crash at any moment leaves either the previous
-checkpoint or the new one as the last complete one — never a half-written one. Resume takes the
-newest complete folder; the tracker (EasyR1's format, for tools that read it) may lag it by one.
+A checkpoint is complete once its `trainer_state.json` is there, written last. In a local folder
+it is written under a temporary name, renamed into place when complete, and only then named in the
+tracker (written atomically too). A crash at any moment leaves either the previous checkpoint or
+the new one as the last complete one — never a half-written one. Resume takes the newest complete
+folder; the tracker (EasyR1's format, for tools that read it) may lag it by one. In a bucket
+(`Bucket`) every worker writes its shards in place and the state file still comes last.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def remove(path: Path) -> None:
 
 
 class Checkpoints:
+    """Checkpoints in a local folder: each written under a temporary name, renamed into place."""
+
     def __init__(self, root: str | Path):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -66,40 +70,29 @@ class Checkpoints:
                 steps.append(int(m.group(1)))
         return sorted(steps)
 
-    def latest(self) -> tuple[int, Path] | None:
+    def latest(self) -> tuple[int, str] | None:
         """The checkpoint to resume from: the newest complete one. A complete checkpoint is one
         that was renamed into place; the tracker, written after the rename, may lag it by one."""
         steps = self.complete_steps()
-        return (steps[-1], self.root / f"global_step_{steps[-1]}") if steps else None
+        return (steps[-1], str(self.root / f"global_step_{steps[-1]}")) if steps else None
 
-    def staging(self, step: int) -> Path:
+    def begin(self, step: int) -> str:
         """A fresh temporary folder for step `step` (leftovers of a crashed save are removed)."""
         for p in [*self.root.glob(f".global_step_{step}.tmp*"), *self.root.glob(".global_step_*.deleting")]:
             shutil.rmtree(p, ignore_errors=True)  # leftovers of a crashed save or deletion
         path = self.root / f".global_step_{step}.tmp"
         path.mkdir()
-        return path
+        return str(path)
 
-    def publish(self, staging: Path, step: int, state: dict, val_score: float | None) -> Path:
-        write_json_atomic(staging / STATE, state)
+    def publish(self, staging: str, step: int, state: dict, val_score: float | None) -> str:
+        write_json_atomic(Path(staging) / STATE, state)
         final = self.root / f"global_step_{step}"
         if final.exists():
             remove(final)
         os.replace(staging, final)
-        t = self.tracker()
-        best_step, best = t.get("best_global_step"), t.get("best_val_reward_score")
-        if val_score is not None and (best is None or val_score > best):
-            best_step, best = step, round(val_score, 4)
-        write_json_atomic(
-            self.root / TRACKER,
-            {
-                "last_global_step": step,
-                "last_actor_path": str(final / "actor"),
-                "best_global_step": best_step,
-                "best_val_reward_score": best,
-            },
-        )
-        return final
+        tracker = next_tracker(self.tracker(), step, final, val_score)
+        write_json_atomic(self.root / TRACKER, tracker)
+        return str(final)
 
     def prune(self, limit: int) -> list[int]:
         """Keep at most `limit` complete checkpoints, never deleting the newest or the best."""
@@ -107,6 +100,19 @@ class Checkpoints:
         for s in removed:
             remove(self.root / f"global_step_{s}")
         return removed
+
+
+def next_tracker(tracker: dict, step: int, final: str | Path, val_score: float | None) -> dict:
+    """EasyR1's tracker after publishing `step`: the last step, and the best by validation reward."""
+    best_step, best = tracker.get("best_global_step"), tracker.get("best_val_reward_score")
+    if val_score is not None and (best is None or val_score > best):
+        best_step, best = step, round(val_score, 4)
+    return {
+        "last_global_step": step,
+        "last_actor_path": f"{final}/actor",
+        "best_global_step": best_step,
+        "best_val_reward_score": best,
+    }
 
 
 def beyond_limit(steps: list[int], best: int | None, limit: int | None) -> list[int]:
@@ -125,11 +131,11 @@ def beyond_limit(steps: list[int], best: int | None, limit: int | None) -> list[
 
 
 class Bucket:
-    """A copy of the checkpoints in a bucket (any fsspec URL: s3://, gs://, …), for jobs whose
-    machine can vanish (spot, managed jobs). Each published checkpoint is uploaded with its
-    `trainer_state.json` last, so a checkpoint counts as complete in the bucket only once all its
-    files are there (object stores have no atomic rename); a deletion removes that file first.
-    A new machine resumes by downloading the newest complete one."""
+    """Checkpoints in a bucket (any fsspec URL: s3://, gs://, …), for jobs whose machines can
+    vanish (spot, managed jobs) or that span several machines: every worker writes its own shards
+    there directly, so no machine holds a checkpoint alone. Object stores have no atomic rename,
+    so a checkpoint is written in place and counts as complete only once its `trainer_state.json`
+    is there, written last; a deletion removes that file first."""
 
     def __init__(self, url: str):
         from ..checkpoints import filesystem
@@ -145,15 +151,9 @@ class Bucket:
         steps = [int(m.group(1)) for n in names if (m := STEP_RE.match(n))]
         return sorted(s for s in steps if self.fs.exists(f"{self.root}/global_step_{s}/{STATE}"))
 
-    def upload(self, local: Path, tracker: dict) -> None:
-        dest = f"{self.root}/{local.name}"
-        if self.fs.exists(dest):
-            self.remove_path(dest)
-        files = sorted(p for p in local.rglob("*") if p.is_file())
-        files.sort(key=lambda p: p.name == STATE)  # the completeness marker last
-        for p in files:
-            self.fs.put_file(str(p), f"{dest}/{p.relative_to(local).as_posix()}")
-        self.fs.pipe_file(f"{self.root}/{TRACKER}", json.dumps(tracker, indent=2).encode())
+    def latest(self) -> tuple[int, str] | None:
+        steps = self.complete_steps()
+        return (steps[-1], f"{self.url}/global_step_{steps[-1]}") if steps else None
 
     def tracker(self) -> dict:
         try:
@@ -161,35 +161,54 @@ class Bucket:
         except (FileNotFoundError, ValueError):
             return {}
 
-    def prune(self, limit: int, best: int | None) -> list[int]:
-        """`save_limit` over what the bucket holds (a fresh machine has only the newest locally)."""
-        removed = beyond_limit(self.complete_steps(), best, limit)
-        self.remove(removed)
-        return removed
+    def begin(self, step: int) -> str:
+        """Where step `step` is written: its final place, emptied of an earlier save of that step."""
+        path = f"{self.root}/global_step_{step}"
+        if self.fs.exists(path):
+            self.remove_path(path)
+        return f"{self.url}/global_step_{step}"
 
-    def download(self, step: int, checkpoints: Checkpoints) -> Path:
-        """Fetch a complete checkpoint into the local folder (staged, then renamed into place),
-        and the bucket's tracker with it, so the best step is still known."""
-        staging = checkpoints.staging(step)
-        src = f"{self.root}/global_step_{step}"
-        for path in self.fs.find(src):
-            target = staging / path[len(src) + 1 :]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            self.fs.get_file(path, str(target))
-        final = checkpoints.root / f"global_step_{step}"
-        if final.exists():
-            remove(final)
-        os.replace(staging, final)
-        tracker = self.tracker()
-        if tracker:
-            write_json_atomic(checkpoints.root / TRACKER, tracker)
-        return final
+    def put(self, local: Path, url: str) -> None:
+        """A local folder's files into `url` (the merged model and its config, written locally)."""
+        base = url.split("://", 1)[-1]
+        for p in sorted(p for p in local.rglob("*") if p.is_file()):
+            self.fs.put_file(str(p), f"{base}/{p.relative_to(local).as_posix()}")
+
+    def publish(self, where: str, step: int, state: dict, val_score: float | None) -> str:
+        self.fs.pipe_file(f"{where.split('://', 1)[-1]}/{STATE}", json.dumps(state, indent=2).encode())
+        tracker = next_tracker(self.tracker(), step, where, val_score)
+        self.fs.pipe_file(f"{self.root}/{TRACKER}", json.dumps(tracker, indent=2).encode())
+        return where
+
+    def prune(self, limit: int) -> list[int]:
+        """Keep at most `limit` complete checkpoints, never deleting the newest or the best."""
+        removed = beyond_limit(self.complete_steps(), self.tracker().get("best_global_step"), limit)
+        for s in removed:
+            self.remove_path(f"{self.root}/global_step_{s}")
+        return removed
 
     def remove_path(self, path: str) -> None:
         if self.fs.exists(f"{path}/{STATE}"):
             self.fs.rm_file(f"{path}/{STATE}")  # no longer complete before anything else goes
         self.fs.rm(path, recursive=True)
 
-    def remove(self, steps: list[int]) -> None:
-        for s in steps:
-            self.remove_path(f"{self.root}/global_step_{s}")
+
+def read_state(checkpoint: str) -> dict:
+    """A checkpoint's trainer_state.json, from a local folder or a bucket."""
+    from ..checkpoints import filesystem
+
+    fs, path = filesystem(checkpoint)
+    return json.loads(fs.cat_file(f"{path.rstrip('/')}/{STATE}"))
+
+
+def dcp_storage(path: str, write: bool) -> dict:
+    """DCP's arguments for a local folder or a bucket URL: each rank writes its own shards straight
+    to the bucket, so a checkpoint of workers on several machines is whole in one place."""
+    if "://" not in path:
+        return {"checkpoint_id": path}
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+
+    # a fresh filesystem: a cached S3 client keeps the endpoint and credentials it was made with
+    if write:
+        return {"storage_writer": FsspecWriter(path, skip_instance_cache=True)}
+    return {"storage_reader": FsspecReader(path, skip_instance_cache=True)}

@@ -14,6 +14,7 @@ import math
 import os
 import signal
 import sys
+import tempfile
 import time
 import uuid
 from collections import defaultdict
@@ -25,7 +26,7 @@ import torch
 from ..spec import Spec, load_resolved
 from . import algorithms as alg
 from . import rewards
-from .checkpoint import Bucket, Checkpoints
+from .checkpoint import Bucket, Checkpoints, read_state
 from .data import Loader, Prompt, PromptSet, chunk_evenly, total_steps
 from .model import pad
 from .rollout import pick_engine
@@ -197,9 +198,8 @@ class Trainer:
             s.trainer.max_steps, s.trainer.total_epochs, self.loader.batches_per_epoch if self.loader else 0
         )
         ckpt_root = s.trainer.save_checkpoint_path or str(self.run_dir / "checkpoints")
-        # A bucket: checkpoints are written here first, then copied there (see Bucket).
-        self.bucket = Bucket(ckpt_root) if "://" in ckpt_root else None
-        self.checkpoints = Checkpoints(self.run_dir / "checkpoints" if self.bucket else ckpt_root)
+        # a bucket URL: every worker writes its shards there directly (see Bucket)
+        self.checkpoints = Bucket(ckpt_root) if "://" in ckpt_root else Checkpoints(ckpt_root)
         self.world = s.world_size
         self.kl_coef = s.algorithm.kl_coef
         self.workers: list = []
@@ -641,11 +641,11 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoints
     def save(self, step: int, metrics: dict, last: bool = False) -> None:
         tick = time.perf_counter()
-        staging = self.checkpoints.staging(step)
-        self.call("save", str(staging / "actor"))
+        where = self.checkpoints.begin(step)
+        self.call("save", f"{where}/actor")
         if self.spec.algorithm.adv_estimator == "gae":
-            self.call("save", str(staging / "critic"), role="critic")
-        self.save_hf_files(staging / "huggingface", merged=last and self.spec.trainer.save_hf)
+            self.call("save", f"{where}/critic", role="critic")
+        self.save_hf_files(where, merged=last and self.spec.trainer.save_hf)
         state = {
             "step": step,
             "loader": self.loader.state_dict(),
@@ -655,57 +655,53 @@ class Trainer:
             "metrics": metrics,
             "world_size": self.world,
         }
-        final = self.checkpoints.publish(staging, step, state, metrics.get("val/reward_score"))
+        self.checkpoints.publish(where, step, state, metrics.get("val/reward_score"))
         self.checkpoints.prune(self.spec.trainer.save_limit)
-        if self.bucket:
-            tick_upload = time.perf_counter()
-            tracker = self.checkpoints.tracker()
-            self.bucket.upload(final, tracker)
-            self.bucket.prune(self.spec.trainer.save_limit, tracker.get("best_global_step"))
-            metrics["timing_s/upload_checkpoint"] = time.perf_counter() - tick_upload
         metrics["timing_s/save_checkpoint"] = time.perf_counter() - tick
 
-    def save_hf_files(self, hf: Path, merged: bool) -> None:
+    def save_hf_files(self, where: str, merged: bool) -> None:
         """Config, generation config and tokenizer beside every checkpoint; merged safetensors
-        too for the last one (trainer.save_hf), so it is INFERENCE READY with no merge step."""
+        too for the last one (trainer.save_hf), so it is INFERENCE READY with no merge step.
+        Written locally, then put in the bucket when the checkpoints live in one."""
         from transformers import AutoConfig, GenerationConfig
 
         from ..merge import DTYPES, merge_dcp
 
         path = self.spec.worker.actor.model.model_path
-        hf.mkdir()
-        config = AutoConfig.from_pretrained(
-            path, trust_remote_code=self.spec.worker.actor.model.trust_remote_code
-        )
-        config.save_pretrained(hf)
-        with contextlib.suppress(OSError):
-            GenerationConfig.from_pretrained(path).save_pretrained(hf)
-        self.tokenizer.save_pretrained(hf)
-        if merged:
-            dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(
-                str(getattr(config, "dtype", "") or "").removeprefix("torch.")
+        bucket = isinstance(self.checkpoints, Bucket)
+        with tempfile.TemporaryDirectory(prefix=".hf-", dir=self.run_dir) as tmp:
+            hf = Path(tmp if bucket else where) / "huggingface"
+            hf.mkdir()
+            config = AutoConfig.from_pretrained(
+                path, trust_remote_code=self.spec.worker.actor.model.trust_remote_code
             )
-            merge_dcp(str(hf.parent / "actor"), hf, hf, DTYPES.get(dtype))
+            config.save_pretrained(hf)
+            with contextlib.suppress(OSError):
+                GenerationConfig.from_pretrained(path).save_pretrained(hf)
+            self.tokenizer.save_pretrained(hf)
+            if merged:
+                dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(
+                    str(getattr(config, "dtype", "") or "").removeprefix("torch.")
+                )
+                merge_dcp(f"{where}/actor", hf, hf, DTYPES.get(dtype))
+            if bucket:
+                self.checkpoints.put(hf, f"{where}/huggingface")
 
     def resume(self) -> int:
         s = self.spec.trainer
         found = None
         if s.load_checkpoint_path:
-            path = Path(s.load_checkpoint_path)
-            found = (json.loads((path / "trainer_state.json").read_text())["step"], path)
+            path = s.load_checkpoint_path.rstrip("/")
+            found = (read_state(path)["step"], path)
         elif s.find_last_checkpoint:
             found = self.checkpoints.latest()
-            remote = self.bucket.complete_steps() if self.bucket else []
-            if remote and (not found or remote[-1] > found[0]):  # a new machine: fetch it
-                self.log(f"[resume] downloading step {remote[-1]} from {self.bucket.url}")
-                found = (remote[-1], self.bucket.download(remote[-1], self.checkpoints))
         if not found:
             return 0
         step, path = found
-        state = json.loads((path / "trainer_state.json").read_text())
-        self.call("load", str(path / "actor"), state.get("scheduler"))
-        if self.spec.algorithm.adv_estimator == "gae" and (path / "critic").exists():
-            self.call("load", str(path / "critic"), state.get("critic_scheduler"), role="critic")
+        state = read_state(path)
+        self.call("load", f"{path}/actor", state.get("scheduler"))
+        if self.spec.algorithm.adv_estimator == "gae" and state.get("critic_scheduler") is not None:
+            self.call("load", f"{path}/critic", state.get("critic_scheduler"), role="critic")
         self.kl_coef = state.get("kl_coef", self.kl_coef)
         self.loader.load_state_dict(state["loader"])
         self.log(

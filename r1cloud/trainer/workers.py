@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from ..spec import Spec
 from . import algorithms as alg
+from .checkpoint import dcp_storage
 from .model import packed_log_probs, packed_values, pad
 from .rollout import Sampling
 
@@ -317,7 +318,7 @@ class HybridWorker:
 
         model, optim = self._role(role)
         state = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optim)}
-        dcp.save(state, checkpoint_id=path)
+        dcp.save(state, **dcp_storage(path, write=True))
         dist.barrier()
 
     def load(self, path: str, scheduler_state: dict | None, role: str = "actor") -> None:
@@ -331,7 +332,7 @@ class HybridWorker:
 
         model, optim = self._role(role)
         state = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optim)}
-        dcp.load(state, checkpoint_id=path)
+        dcp.load(state, **dcp_storage(path, write=False))
         set_model_state_dict(model, state["model"])
         set_optimizer_state_dict(model, optim, state["optim"])
         if scheduler_state is not None and role in self.schedulers:

@@ -1,12 +1,13 @@
 """Checkpoint publication and retention, on the files alone."""
 
 import json
+from pathlib import Path
 
 from r1cloud.trainer.checkpoint import Checkpoints
 
 
 def save(ck: Checkpoints, step: int, val=None):
-    staging = ck.staging(step)
+    staging = Path(ck.begin(step))
     (staging / "actor").mkdir()
     (staging / "actor" / "__0_0.distcp").write_bytes(b"x" * 10)
     return ck.publish(staging, step, {"step": step}, val)
@@ -16,7 +17,7 @@ def test_only_published_checkpoints_count(tmp_path):
     ck = Checkpoints(tmp_path)
     assert ck.latest() is None
     save(ck, 1)
-    half = ck.staging(2)  # a save that died before publishing
+    half = Path(ck.begin(2))  # a save that died before publishing
     (half / "actor").mkdir()
     assert ck.latest()[0] == 1 and ck.complete_steps() == [1]
     (tmp_path / "global_step_3").mkdir()  # a folder without its state file is not complete

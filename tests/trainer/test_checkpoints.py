@@ -158,6 +158,7 @@ def test_unsupported_mesh_is_a_clear_error(tiny_model, tmp_path):
 
 SAVER = """
 import sys, time, json
+from pathlib import Path
 import torch, torch.distributed.checkpoint as dcp
 from r1cloud.trainer.checkpoint import Checkpoints
 root = sys.argv[1]
@@ -166,7 +167,7 @@ state = {"model": {f"w{i}": torch.randn(256, 256) for i in range(24)}}
 step = (ck.latest() or (0, None))[0]
 while True:
     step += 1
-    staging = ck.staging(step)
+    staging = Path(ck.begin(step))
     dcp.save(state, checkpoint_id=str(staging / "actor"), no_dist=True)
     ck.publish(staging, step, {"step": step}, None)
     ck.prune(3)
@@ -280,9 +281,10 @@ def test_bucket_checkpoints_list_and_merge_through_s3(trained, tmp_path):
 
 
 def test_trainer_saves_to_a_bucket_and_a_new_machine_resumes_from_it(make_run, s3):
-    """trainer.save_checkpoint_path as an S3 URL (moto's server): each checkpoint is uploaded with
-    its trainer_state.json last and save_limit applies in the bucket; a run on "another machine"
-    (a fresh run folder, nothing local) downloads the newest complete checkpoint and goes on."""
+    """trainer.save_checkpoint_path as an S3 URL (moto's server): the workers write their shards
+    straight to the bucket, trainer_state.json comes last, nothing is kept on the machine, and
+    save_limit applies in the bucket; a run on "another machine" (a fresh run folder) resumes from
+    the bucket's newest complete checkpoint and goes on."""
     fs = s3.fs()
     url = "s3://ckpts/tiny/checkpoints"
     common = (f"trainer.save_checkpoint_path={url}", "trainer.save_freq=1", "trainer.save_limit=1")
@@ -290,6 +292,9 @@ def test_trainer_saves_to_a_bucket_and_a_new_machine_resumes_from_it(make_run, s
     r = run_trainer(first)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert fs.exists("ckpts/tiny/checkpoints/global_step_2/trainer_state.json")
+    shards = fs.ls("ckpts/tiny/checkpoints/global_step_2/actor", detail=False)
+    assert sum(p.endswith(".distcp") for p in shards) == 2  # one per worker, written by each
+    assert not list(first.rglob("*.distcp"))  # nothing on the machine
     assert not fs.exists("ckpts/tiny/checkpoints/global_step_1")  # save_limit, in the bucket too
     tracker = json.loads(fs.cat("ckpts/tiny/checkpoints/checkpoint_tracker.json"))
     assert tracker["last_global_step"] == 2
@@ -300,7 +305,7 @@ def test_trainer_saves_to_a_bucket_and_a_new_machine_resumes_from_it(make_run, s
     assert not (second / "checkpoints").exists()
     r = run_trainer(second)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert f"[resume] downloading step 2 from {url}" in r.stdout and "[resume] from step 2" in r.stdout
+    assert f"[resume] from step 2 ({url}/global_step_2)" in r.stdout
     lines = [json.loads(x) for x in (second / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [3]
     # save_limit=1 in the bucket keeps the newest and the best by validation reward; the best

@@ -1,9 +1,10 @@
-"""The cloud job's node entrypoint run for real as two hosts: two network namespaces joined by a
-veth pair, each running `python -m r1cloud.jobs.node RUN_DIR` with the environment SkyPilot
-gives a node (SKYPILOT_NODE_RANK, SKYPILOT_NODE_IPS, SKYPILOT_NUM_NODES,
-SKYPILOT_NUM_GPUS_PER_NODE). They form a 2-node Ray cluster and train with one worker on each;
+"""The cloud job's node entrypoint run for real as two hosts: two network namespaces on one
+bridge, each running `python -m r1cloud.jobs.node RUN_DIR` with the environment SkyPilot gives a
+node (SKYPILOT_NODE_RANK, SKYPILOT_NODE_IPS, SKYPILOT_NUM_NODES, SKYPILOT_NUM_GPUS_PER_NODE), and
+the job's bucket on a moto S3 server on the same network. They form a 2-node Ray cluster and
+train with one worker on each, each worker writing its own checkpoint shards to the bucket;
 killing the worker node fails the job fast with a clear error, and a relaunch resumes from the
-last checkpoint. Needs root and iproute2 (skipped otherwise)."""
+bucket's last checkpoint. Needs root and iproute2 (skipped otherwise)."""
 
 import json
 import os
@@ -15,9 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from s3_server import S3Server
 from tinyrun import ROOT
 
 IPS = ("10.77.0.1", "10.77.0.2")
+BRIDGE = "10.77.0.254"
+URL = "s3://ckpts/twohosts/checkpoints"
 
 
 def sh(*args: str) -> None:
@@ -26,28 +30,48 @@ def sh(*args: str) -> None:
 
 @pytest.fixture
 def hosts():
-    """Two network namespaces on one link: two hosts as far as Ray and gloo can tell."""
+    """Two network namespaces on one bridge, the bridge's own address (BRIDGE) reachable from
+    both: two hosts and a storage service on one network, as far as Ray, gloo and S3 can tell."""
     if os.geteuid() != 0 or not shutil.which("ip"):
         pytest.skip("needs root and iproute2 for network namespaces")
     tag = f"{os.getpid() % 10000}"
-    names = (f"r1a{tag}", f"r1b{tag}")
+    names, bridge = (f"r1a{tag}", f"r1b{tag}"), f"r1br{tag}"
     try:
-        for n in names:
-            sh("ip", "netns", "add", n)
-        sh("ip", "link", "add", f"v{names[0]}", "type", "veth", "peer", "name", f"v{names[1]}")
+        sh("ip", "link", "add", bridge, "type", "bridge")
+        sh("ip", "addr", "add", f"{BRIDGE}/24", "dev", bridge)
+        sh("ip", "link", "set", bridge, "up")
         for n, ip in zip(names, IPS, strict=True):
+            sh("ip", "netns", "add", n)
+            sh("ip", "link", "add", f"v{n}", "type", "veth", "peer", "name", f"b{n}")
+            sh("ip", "link", "set", f"b{n}", "master", bridge)
+            sh("ip", "link", "set", f"b{n}", "up")
             sh("ip", "link", "set", f"v{n}", "netns", n)
             sh("ip", "netns", "exec", n, "ip", "addr", "add", f"{ip}/24", "dev", f"v{n}")
             sh("ip", "netns", "exec", n, "ip", "link", "set", f"v{n}", "up")
             sh("ip", "netns", "exec", n, "ip", "link", "set", "lo", "up")
     except subprocess.CalledProcessError as e:
-        for n in names:
-            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+        remove_hosts(names, bridge)
         pytest.skip(f"network namespaces are not available here: {e.stderr.strip()}")
     yield names
+    remove_hosts(names, bridge)
+
+
+def remove_hosts(names: tuple[str, str], bridge: str) -> None:
     for n in names:
         kill_host(n)
         subprocess.run(["ip", "netns", "del", n], capture_output=True)
+    subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+
+
+@pytest.fixture
+def bucket():
+    """The job's bucket: moto's S3 server on the bridge, where both hosts reach it."""
+    server = S3Server(host=BRIDGE)
+    try:
+        server.fs().mkdir("ckpts")
+        yield server
+    finally:
+        server.close()
 
 
 def kill_host(ns: str) -> None:
@@ -57,9 +81,10 @@ def kill_host(ns: str) -> None:
         subprocess.run(["kill", "-9", pid], capture_output=True)
 
 
-def start_node(ns: str, rank: int, run: Path, tmp: Path, label: str) -> subprocess.Popen:
+def start_node(ns: str, rank: int, run: Path, tmp: Path, label: str, s3: S3Server) -> subprocess.Popen:
     env = {
         **os.environ,
+        **s3.env,
         "SKYPILOT_NODE_RANK": str(rank),
         "SKYPILOT_NODE_IPS": "\n".join(IPS),
         "SKYPILOT_NUM_NODES": "2",
@@ -88,7 +113,7 @@ def steps_done(run: Path) -> list[int]:
     return [json.loads(x)["step"] for x in path.read_text().splitlines() if x.strip()]
 
 
-def test_two_hosts_train_fail_fast_when_one_dies_and_resume(hosts, make_run, tmp_path):
+def test_two_hosts_train_fail_fast_when_one_dies_and_resume(hosts, bucket, make_run, tmp_path):
     head_ns, worker_ns = hosts
     short = Path(f"/tmp/r1mn{os.getpid()}")  # Ray's socket paths must stay short
     short.mkdir(exist_ok=True)
@@ -97,13 +122,14 @@ def test_two_hosts_train_fail_fast_when_one_dies_and_resume(hosts, make_run, tmp
         "trainer.n_gpus_per_node=1",
         "trainer.max_steps=2",
         "trainer.save_freq=1",
+        f"trainer.save_checkpoint_path={URL}",
         name="twohosts",
     )
     try:
 
         def launch(label: str) -> subprocess.Popen:
-            start_node(worker_ns, 1, run, short, label)
-            return start_node(head_ns, 0, run, short, label)
+            start_node(worker_ns, 1, run, short, label, bucket)
+            return start_node(head_ns, 0, run, short, label, bucket)
 
         def log(label: str, rank: int = 0) -> str:
             return (short / f"{label}{rank}.log").read_text()
@@ -113,6 +139,13 @@ def test_two_hosts_train_fail_fast_when_one_dies_and_resume(hosts, make_run, tmp
         assert "all 2 nodes joined" in log("first")
         assert f"workers on {IPS[0]} ×1, {IPS[1]} ×1" in log("first")  # one worker per host
         assert steps_done(run) == [1, 2]
+        # each host's worker wrote its own shard into the bucket; no host keeps a checkpoint
+        fs = bucket.fs()
+        shards = fs.ls("ckpts/twohosts/checkpoints/global_step_2/actor", detail=False)
+        assert sum(p.endswith(".distcp") for p in shards) == 2, shards
+        assert not list(run.rglob("*.distcp")) and not list(short.rglob("*.distcp"))
+        # the last one merged at save time from both hosts' shards, read from the bucket
+        assert fs.exists("ckpts/twohosts/checkpoints/global_step_2/huggingface/model.safetensors")
         # the worker host stays attached until the head's cluster is gone, then leaves
         deadline = time.time() + 180
         while "left the cluster" not in log("first", 1) and time.time() < deadline:
@@ -138,7 +171,7 @@ def test_two_hosts_train_fail_fast_when_one_dies_and_resume(hosts, make_run, tmp
         saved = max(steps_done(run))
         head = launch("again")
         assert head.wait(timeout=600) == 0, log("again")[-4000:]
-        assert f"[resume] from step {saved}" in log("again"), log("again")[-3000:]
+        assert f"[resume] from step {saved} ({URL}/global_step_{saved})" in log("again"), log("again")[-3000:]
         assert steps_done(run)[-1] == 5
     finally:
         shutil.rmtree(short, ignore_errors=True)
