@@ -6,6 +6,8 @@ and the trainer comparison's numbers into results.json as well.
 
 Usage: python benchmarks/run_all.py [--only cli,rewards,merge,serve,trainer] [--quick]
   --quick: fewer rounds and the tiny model only for the trainer (a smoke run, minutes)
+The trainer comparison runs the tiny model in fp32 and SmolLM2-135M-Instruct in fp32 and in bf16
+(fp32 weights, bf16 compute: EasyR1's and TRL's default).
 """
 
 from __future__ import annotations
@@ -37,13 +39,15 @@ def benchmarks(quick: bool, trainer_json: dict[str, Path]) -> dict[str, list[lis
                 *py,
                 str(HERE / "trainer_vs_trl.py"),
                 "--model",
-                model,
+                run.split("-")[0],
+                "--precision",
+                run.split("-")[1],
                 "--steps",
                 "3" if quick else "4",
                 "--json",
                 str(path),
             ]
-            for model, path in trainer_json.items()
+            for run, path in trainer_json.items()
         ],
     }
 
@@ -68,8 +72,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-all-"))
-    models = ["tiny"] if args.quick else ["tiny", "smollm2"]
-    trainer_json = {m: tmp / f"trainer-{m}.json" for m in models}
+    # the trainer runs: MODEL-PRECISION (bf16: fp32 weights, bf16 compute — both tools' default)
+    runs = ["tiny-fp32"] if args.quick else ["tiny-fp32", "smollm2-fp32", "smollm2-bf16"]
+    trainer_json = {r: tmp / f"trainer-{r}.json" for r in runs}
     chosen = args.only.split(",")
     outputs: dict[str, str] = {}
     for name, cmds in benchmarks(args.quick, trainer_json).items():

@@ -14,7 +14,7 @@ sync), wall seconds per step, peak RSS of the whole process tree, the mean rewar
 and r1cloud/TRL ratios.
 
 Usage: python benchmarks/trainer_vs_trl.py [--model tiny|smollm2|PATH] [--steps 4] [--repeats 1]
-       [--json out.json]
+       [--precision fp32|bf16] [--json out.json]
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ SETTINGS = {
     "temperature": 1.0,
     "seed": 1,
     "threads": 2,
+    "precision": "fp32",  # or bf16: fp32 weights, bf16 compute (EasyR1's and TRL's default)
 }
 
 
@@ -129,19 +130,18 @@ algorithm: {{adv_estimator: grpo, disable_kl: true}}
 worker:
   actor:
     global_batch_size: {s["prompts_per_step"]}
-    micro_batch_size_per_device_for_update: {s["prompts_per_step"] * s["group"] // s["threads"]}
     micro_batch_size_per_device_for_experience: {s["prompts_per_step"] * s["group"] // s["threads"]}
     clip_ratio_low: 0.2
     clip_ratio_high: 0.28
     model: {{model_path: {model}, trust_remote_code: false}}
     optim: {{lr: {s["lr"]}, weight_decay: 0.0}}
-    fsdp: {{torch_dtype: fp32, mp_param_dtype: fp32}}
+    fsdp: {{torch_dtype: fp32, mp_param_dtype: {s["precision"]}}}
   rollout:
     name: {engine}
     n: {s["group"]}
     temperature: {s["temperature"]}
     tensor_parallel_size: 1
-    dtype: fp32
+    dtype: {s["precision"]}
     max_num_batched_tokens: 2048
   reward:
     reward_function: {ROOT}/reward_functions/math.py:compute_score
@@ -199,7 +199,16 @@ def run_trl(model: Path, steps: int, work: Path) -> dict:
     """TRL in its own process (its memory and threads measured alone)."""
     out = work / f"trl-{time.time_ns()}.json"
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--trl-worker", str(model), str(steps), str(out)],
+        [
+            sys.executable,
+            __file__,
+            "--precision",
+            SETTINGS["precision"],
+            "--trl-worker",
+            str(model),
+            str(steps),
+            str(out),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -258,7 +267,7 @@ def trl_worker(model: str, steps: int, out: str) -> None:
     config = GRPOConfig(
         output_dir=str(Path(out).parent / "trl-out"),
         use_cpu=True,
-        bf16=False,
+        bf16=s["precision"] == "bf16",
         report_to=[],
         save_strategy="no",
         logging_steps=1,
@@ -339,8 +348,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--systems", default="r1cloud-hf,r1cloud-vllm,trl")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument(
+        "--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: fp32 weights, bf16 compute"
+    )
     parser.add_argument("--trl-worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    SETTINGS["precision"] = args.precision
     if args.trl_worker:
         trl_worker(args.trl_worker[0], int(args.trl_worker[1]), args.trl_worker[2])
         return

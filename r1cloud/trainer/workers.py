@@ -201,7 +201,8 @@ class HybridWorker:
                 "entropy": 0.0,
                 "is_weight": 0.0,
             }
-            for micro in mb["micro"]:
+            for i, micro in enumerate(mb["micro"]):
+                self._sync_gradients(self.actor, last=i == len(mb["micro"]) - 1)
                 logps, entropies = packed_log_probs(
                     self.actor,
                     [s["seq"] for s in micro],
@@ -258,6 +259,14 @@ class HybridWorker:
             results.append(stats)
         return self._after_update("actor", self.optim, results)
 
+    def _sync_gradients(self, model, last: bool) -> None:
+        """On CPU, gradients are reduced across workers once per mini-batch, after its last
+        micro-batch, instead of after every one: a gloo reduce-scatter of the whole model costs far
+        more there than holding unsharded gradients in host memory. On GPUs, where memory is the
+        scarce part, every micro-batch reduces (FSDP's default)."""
+        if not self.cuda:
+            model.set_requires_gradient_sync(last)
+
     def _after_update(self, role: str, optim, results: list[dict]) -> list[dict]:
         lr = optim.param_groups[0]["lr"]
         if role in self.schedulers:
@@ -281,7 +290,8 @@ class HybridWorker:
         results = []
         for mb in minibatches:
             stats = {"vf_loss": 0.0, "vf_clipfrac": 0.0, "vpred": 0.0, "tokens": 0.0}
-            for micro in mb["micro"]:
+            for i, micro in enumerate(mb["micro"]):
+                self._sync_gradients(self.critic, last=i == len(mb["micro"]) - 1)
                 vpred, mask = pad(packed_values(self.critic, [s["seq"] for s in micro], self.device))
                 old = pad([s["values"] for s in micro], width=mask.shape[1])[0]
                 returns = pad([s["returns"] for s in micro], width=mask.shape[1])[0]
