@@ -103,16 +103,16 @@ class HybridWorker:
         if train and m.enable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
+        # as EasyR1: weights stored in torch_dtype, computed in mp_param_dtype, reduced in mp_reduce_dtype
         mp = MixedPrecisionPolicy(
             param_dtype=DTYPES[fsdp_cfg.mp_param_dtype], reduce_dtype=DTYPES[fsdp_cfg.mp_reduce_dtype]
         )
-        if fsdp_cfg.torch_dtype:  # pure low precision: compute in the storage dtype
-            mp = MixedPrecisionPolicy(
-                param_dtype=DTYPES[fsdp_cfg.torch_dtype], reduce_dtype=DTYPES[fsdp_cfg.torch_dtype]
-            )
+        # On CPU, host memory is plentiful and a gloo all-gather is slow: parameters gathered for the
+        # forward pass stay gathered for the backward pass instead of being gathered twice.
+        reshard = fsdp_cfg.enable_full_shard and self.cuda
         for layer in model.model.layers:
-            fully_shard(layer, mesh=self.mesh, mp_policy=mp, reshard_after_forward=fsdp_cfg.enable_full_shard)
-        fully_shard(model, mesh=self.mesh, mp_policy=mp, reshard_after_forward=fsdp_cfg.enable_full_shard)
+            fully_shard(layer, mesh=self.mesh, mp_policy=mp, reshard_after_forward=reshard)
+        fully_shard(model, mesh=self.mesh, mp_policy=mp, reshard_after_forward=reshard)
         if not train:
             model.eval().requires_grad_(False)
         return model

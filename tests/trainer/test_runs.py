@@ -223,6 +223,7 @@ def test_algorithm_blueprints_run_on_the_tiny_model(make_run, tiny_model, name):
             f"worker.critic.model.model_path={tiny_model}",
             "worker.critic.global_batch_size=4",
             "worker.critic.fsdp.torch_dtype=fp32",
+            "worker.critic.fsdp.mp_param_dtype=fp32",
             f"worker.critic.cliprange_value={spec.worker.critic.cliprange_value}",
         ]
     run = make_run("trainer.max_steps=2", "trainer.save_freq=-1", *overrides, name=name)
@@ -250,6 +251,7 @@ def test_ppo_with_a_critic_warms_up_trains_and_resumes(make_run, tiny_model):
         "worker.critic.micro_batch_size_per_device_for_update=2",
         "worker.critic.micro_batch_size_per_device_for_experience=4",
         "worker.critic.fsdp.torch_dtype=fp32",
+        "worker.critic.fsdp.mp_param_dtype=fp32",
         "worker.critic.optim.lr=1e-3",
         "trainer.critic_warmup=1",
         "trainer.max_steps=3",

@@ -55,9 +55,11 @@ def tiny_blueprint(model: Path, reward: Path, **kw) -> str:
               lr: 1.0e-3
             fsdp:
               torch_dtype: fp32
+              mp_param_dtype: fp32
           ref:
             fsdp:
               torch_dtype: fp32
+              mp_param_dtype: fp32
           rollout:
             name: {kw.get("engine", "hf")}
             n: 4
