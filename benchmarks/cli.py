@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -83,6 +84,7 @@ def main() -> None:
     for name, ts in times.items():
         med = statistics.median(ts)
         print(f"{name:32} {med * 1000:10.1f} {med / base:17.2f}x")
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

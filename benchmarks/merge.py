@@ -151,6 +151,8 @@ def main() -> None:
         f"streaming merge peak RSS = {rss['stream'] / rss['load_everything']:.2f}x the load-everything merge's ({rss['stream']:.2f} vs {rss['load_everything']:.2f} GiB)"
     )
     print(f"streaming merge time = {stream_t / all_t:.2f}x the load-everything merge's")
+    if not args.dir:  # a folder of our own (several GiB): gone; one named with --dir is kept for reuse
+        shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":

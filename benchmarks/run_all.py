@@ -18,6 +18,7 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -121,6 +122,7 @@ def main() -> None:
         "trainer": {m: json.loads(p.read_text()) for m, p in trainer_json.items() if p.exists()},
     }
     (HERE / "results.json").write_text(json.dumps(results, indent=2))
+    shutil.rmtree(tmp, ignore_errors=True)
     print(f"wrote {HERE / 'RESULTS.md'} and {HERE / 'results.json'}")
 
 

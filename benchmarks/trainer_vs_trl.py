@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -339,6 +340,26 @@ def versions() -> dict[str, str]:
     return out
 
 
+def compare(args, work: Path) -> dict[str, list[dict]]:
+    model = resolve_model(args.model, work)
+    systems = args.systems.split(",")
+    print(
+        f"model {args.model} ({model}); {args.steps} steps × {args.repeats} repeats; {json.dumps(SETTINGS)}"
+    )
+    print("versions " + " ".join(f"{k}={v}" for k, v in versions().items()), flush=True)
+    results: dict[str, list[dict]] = {s: [] for s in systems}
+    for _ in range(args.repeats):
+        for system in systems:
+            t = time.perf_counter()
+            if system == "trl":
+                res = run_trl(model, args.steps, work)
+            else:
+                res = run_r1cloud(model, system.split("-", 1)[1], args.steps, work)
+            results[system].append(res)
+            print(f"  {system}: {time.perf_counter() - t:.0f}s wall, {res['step_s']:.2f} s/step", flush=True)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -358,22 +379,10 @@ def main() -> None:
         trl_worker(args.trl_worker[0], int(args.trl_worker[1]), args.trl_worker[2])
         return
     work = Path(tempfile.mkdtemp(prefix="bench-trainer-"))
-    model = resolve_model(args.model, work)
-    systems = args.systems.split(",")
-    print(
-        f"model {args.model} ({model}); {args.steps} steps × {args.repeats} repeats; {json.dumps(SETTINGS)}"
-    )
-    print("versions " + " ".join(f"{k}={v}" for k, v in versions().items()), flush=True)
-    results: dict[str, list[dict]] = {s: [] for s in systems}
-    for _ in range(args.repeats):
-        for system in systems:
-            t = time.perf_counter()
-            if system == "trl":
-                res = run_trl(model, args.steps, work)
-            else:
-                res = run_r1cloud(model, system.split("-", 1)[1], args.steps, work)
-            results[system].append(res)
-            print(f"  {system}: {time.perf_counter() - t:.0f}s wall, {res['step_s']:.2f} s/step", flush=True)
+    try:
+        results = compare(args, work)
+    finally:  # runs, checkpoints and the tiny model: GiBs, never needed again
+        shutil.rmtree(work, ignore_errors=True)
     table = report(results)
     if args.json:
         Path(args.json).write_text(
