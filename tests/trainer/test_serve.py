@@ -5,6 +5,7 @@ with the job's format prompt and --compare."""
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import urllib.error
@@ -139,13 +140,15 @@ def test_serve_ctrl_c_stops_the_server(job):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # as from a terminal: a shell's background job inherits SIGINT ignored, and so would this
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         for line in p.stdout:
             if line.startswith("ready:"):
                 break
         OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0).models.list()
-        p.send_signal(subprocess.signal.SIGINT)
+        p.send_signal(signal.SIGINT)
         # drain both pipes while it stops: the server's log is relayed to stdout, and a pipe
         # nobody reads would block the exit's final flush
         _, errs = p.communicate(timeout=60)
