@@ -111,7 +111,7 @@ def launch(config: dict, secrets: dict[str, str], managed: bool) -> dict:
     return _call(go)
 
 
-# Managed-job and cluster statuses onto the job store's.
+# Managed-job statuses (sky.jobs.ManagedJobStatus) onto the job store's.
 STATUS = {
     "PENDING": "PENDING",
     "DEPRECATED_SUBMITTED": "PENDING",
@@ -130,6 +130,11 @@ STATUS = {
 }
 
 
+def _name(status) -> str:
+    """A SkyPilot status enum's name (or the plain string a server may send instead)."""
+    return str(getattr(status, "value", status))
+
+
 def managed_jobs(job_ids: list[int]) -> dict[int, dict]:
     """{job id: {"status", "recoveries", "reason"}} for these managed jobs; {} when there are none."""
     if not job_ids:
@@ -142,9 +147,9 @@ def managed_jobs(job_ids: list[int]) -> dict[int, dict]:
             return {}
         out = {}
         for rec in records:
-            status = getattr(rec.get("status"), "value", rec.get("status"))
+            status = _name(rec.get("status"))
             out[rec.get("job_id")] = {
-                "status": STATUS.get(str(status), "RUNNING"),
+                "status": STATUS.get(status, "RUNNING"),
                 "recoveries": rec.get("recovery_count") or 0,
                 "reason": rec.get("failure_reason") or "",
             }
@@ -177,8 +182,7 @@ def cluster_job(record: dict) -> dict:
             states = sky.get(sky.job_status(record["cluster"], [record["job_id"]]))
         except (sky.exceptions.ClusterDoesNotExist, sky.exceptions.ClusterNotUpError):
             return {"status": "ENDED", "reason": CLUSTER_GONE}
-        status = states.get(record["job_id"])
-        status = str(getattr(status, "value", status))
+        status = _name(states.get(record["job_id"]))
         return {
             "status": CLUSTER_STATUS.get(status, "FAILED"),
             "reason": "" if status in CLUSTER_STATUS else status,
@@ -207,7 +211,7 @@ def services(names: list[str]) -> dict[str, dict]:
             records = []
         out = {n: {"status": "STOPPED", "reason": "the service is gone (sky serve down)"} for n in names}
         for rec in records:
-            status = str(getattr(rec.get("status"), "value", rec.get("status")))
+            status = _name(rec.get("status"))
             reason = "no replica is ready" if status == "NO_REPLICA" else ""
             if status not in SERVICE_STATUS:
                 reason = f"SkyServe says {status}"

@@ -170,12 +170,12 @@ class Bucket:
 
     def put(self, local: Path, url: str) -> None:
         """A local folder's files into `url` (the merged model and its config, written locally)."""
-        base = url.split("://", 1)[-1]
+        base = _key(url)
         for p in sorted(p for p in local.rglob("*") if p.is_file()):
             self.fs.put_file(str(p), f"{base}/{p.relative_to(local).as_posix()}")
 
     def publish(self, where: str, step: int, state: dict, val_score: float | None) -> str:
-        self.fs.pipe_file(f"{where.split('://', 1)[-1]}/{STATE}", json.dumps(state, indent=2).encode())
+        self.fs.pipe_file(f"{_key(where)}/{STATE}", json.dumps(state, indent=2).encode())
         tracker = next_tracker(self.tracker(), step, where, val_score)
         self.fs.pipe_file(f"{self.root}/{TRACKER}", json.dumps(tracker, indent=2).encode())
         return where
@@ -191,6 +191,11 @@ class Bucket:
         if self.fs.exists(f"{path}/{STATE}"):
             self.fs.rm_file(f"{path}/{STATE}")  # no longer complete before anything else goes
         self.fs.rm(path, recursive=True)
+
+
+def _key(url: str) -> str:
+    """A bucket URL's path as its fsspec filesystem names it (bucket/prefix…)."""
+    return url.split("://", 1)[-1]
 
 
 def read_state(checkpoint: str) -> dict:

@@ -669,8 +669,13 @@ class Trainer:
 
         path = self.spec.worker.actor.model.model_path
         bucket = isinstance(self.checkpoints, Bucket)
-        with tempfile.TemporaryDirectory(prefix=".hf-", dir=self.run_dir) as tmp:
-            hf = Path(tmp if bucket else where) / "huggingface"
+        local = (
+            tempfile.TemporaryDirectory(prefix=".hf-", dir=self.run_dir)
+            if bucket
+            else contextlib.nullcontext(where)
+        )
+        with local as folder:
+            hf = Path(folder) / "huggingface"
             hf.mkdir()
             config = AutoConfig.from_pretrained(
                 path, trust_remote_code=self.spec.worker.actor.model.trust_remote_code
