@@ -10,8 +10,8 @@ left out of the rates.
 
 Reported per system: rollout tokens/s (response tokens ÷ generation time), trained tokens/s
 (prompt + response tokens ÷ the rest of the step: log-probs, loss, backward, optimizer, weight
-sync), wall seconds per step, peak RSS of the whole process tree, the mean reward of the last step;
-and r1cloud/TRL ratios.
+sync), wall seconds per step, peak RSS of the whole process tree, the mean reward over all steps
+and of the last step; r1cloud's seconds per step by phase; and r1cloud/TRL ratios.
 
 Usage: python benchmarks/trainer_vs_trl.py [--model tiny|smollm2|PATH] [--steps 4] [--repeats 1]
        [--precision fp32|bf16] [--json out.json]
@@ -107,6 +107,12 @@ def summarize(steps: list[dict]) -> dict:
         "trained_tok_s": sum(s["tokens"] for s in timed) / rest,
         "step_s": statistics.mean(s["step_s"] for s in timed),
         "final_reward": steps[-1]["reward"],
+        "mean_reward": statistics.mean(s["reward"] for s in steps),
+        "phases": {
+            k: statistics.mean(s["timing"][k] for s in timed)
+            for k in (timed[0].get("timing") or {})
+            if k != "step"
+        },
         "steps": steps,
     }
 
@@ -150,7 +156,7 @@ worker:
 trainer:
   max_steps: {steps}
   logger: [console]
-  n_gpus_per_node: {s["threads"]}
+  n_gpus_per_node: {os.environ.get("R1_WORKERS", s["threads"])}
   val_freq: -1
   val_before_train: false
   save_freq: -1
@@ -394,20 +400,29 @@ def main() -> None:
 
 
 def report(results: dict[str, list[dict]]) -> dict:
-    cols = ("rollout_tok_s", "trained_tok_s", "step_s", "peak_rss", "final_reward")
+    cols = ("rollout_tok_s", "trained_tok_s", "step_s", "peak_rss", "mean_reward", "final_reward")
     table = {
         system: {c: statistics.median(r[c] for r in runs) for c in cols}
         for system, runs in results.items()
         if runs
     }
     print(
-        f"{'system':14} {'rollout tok/s':>14} {'trained tok/s':>14} {'s/step':>8} {'peak RSS GiB':>13} {'reward':>7}"
+        f"{'system':14} {'rollout tok/s':>14} {'trained tok/s':>14} {'s/step':>8} {'peak RSS GiB':>13}"
+        f" {'reward: mean':>12} {'last':>6}"
     )
     for system, row in table.items():
         print(
             f"{system:14} {row['rollout_tok_s']:14.1f} {row['trained_tok_s']:14.1f} {row['step_s']:8.2f} "
-            f"{row['peak_rss'] / 2**30:13.2f} {row['final_reward']:7.3f}"
+            f"{row['peak_rss'] / 2**30:13.2f} {row['mean_reward']:12.3f} {row['final_reward']:6.3f}"
         )
+    for system, runs in results.items():  # where r1cloud's step goes (its own timing_s/*)
+        phases = (
+            {k: statistics.median(r["phases"][k] for r in runs) for k in runs[0]["phases"]} if runs else {}
+        )
+        if phases:
+            table[system]["phases"] = phases
+            top = sorted(phases.items(), key=lambda kv: -kv[1])
+            print(f"{system} s/step by phase: " + ", ".join(f"{k} {v:.2f}" for k, v in top if v >= 0.01))
     if "trl" in table:
         base = table["trl"]
         for system, row in table.items():

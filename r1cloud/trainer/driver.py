@@ -68,26 +68,53 @@ def balance(items: list, weights: list[float], parts: int) -> list[list]:
     return groups
 
 
+def groups(rollouts: list[Rollout], share: bool) -> list[list[Rollout]]:
+    """The units a plan places: samples with the same prompt together when the workers pack that
+    prompt once (`share`), each sample alone otherwise."""
+    if not share:
+        return [[r] for r in rollouts]
+    by_prompt: dict[tuple, list[Rollout]] = {}
+    for r in rollouts:
+        by_prompt.setdefault(tuple(r.prompt_ids), []).append(r)
+    return list(by_prompt.values())
+
+
+def cost(group: list[Rollout]) -> int:
+    """Tokens a packed group takes: its prompt once (all share it, or it is alone), its responses."""
+    return len(group[0].prompt_ids) + sum(len(r.response) for r in group)
+
+
+def partition(rollouts: list[Rollout], parts: int, share: bool) -> list[list[Rollout]]:
+    """`parts` shares of near-equal token count. Groups stay whole where they can; while there are
+    fewer groups than parts, the largest is halved."""
+    units = groups(rollouts, share)
+    while len(units) < parts and max(len(u) for u in units) > 1:
+        big = max(units, key=len)
+        units.remove(big)
+        units += [big[: len(big) // 2], big[len(big) // 2 :]]
+    return [[r for u in part for r in u] for part in balance(units, [cost(u) for u in units], parts)]
+
+
 def micro_batches(
-    per_rank: list[list[Rollout]], per_micro: int, token_budget: int | None
+    per_rank: list[list[Rollout]], per_micro: int, token_budget: int | None, share: bool = False
 ) -> list[list[list[Rollout]]]:
     """Split each rank's samples into the same number of non-empty micro-batches (FSDP's collectives
     must pair up): by sample count, or by token budget (dynamic batching)."""
 
     def need(rs: list[Rollout]) -> int:
         if token_budget:
-            return math.ceil(sum(len(r.prompt_ids) + len(r.response) for r in rs) / token_budget)
+            return math.ceil(sum(cost(g) for g in groups(rs, share)) / token_budget)
         return math.ceil(len(rs) / per_micro)
 
     k = max(1, max(need(rs) for rs in per_rank))
     k = min(k, min(len(rs) for rs in per_rank))
-    return [balance(rs, [len(r.prompt_ids) + len(r.response) for r in rs], k) for rs in per_rank]
+    return [partition(rs, k, share) for rs in per_rank]
 
 
-def split_ranks(rollouts: list[Rollout], world: int) -> list[list[Rollout]]:
+def split_ranks(rollouts: list[Rollout], world: int, share: bool = False) -> list[list[Rollout]]:
     if len(rollouts) < world:
         raise ValueError(f"{len(rollouts)} samples cannot be spread over {world} workers")
-    return balance(rollouts, [len(r.prompt_ids) + len(r.response) for r in rollouts], world)
+    return partition(rollouts, world, share)
 
 
 def stats(prefix: str, values: list[float]) -> dict[str, float]:
@@ -203,6 +230,7 @@ class Trainer:
         self.world = s.world_size
         self.kl_coef = s.algorithm.kl_coef
         self.workers: list = []
+        self.share_prompts = False  # whether the workers pack a group's prompt once (start_workers)
         self.tb = None
 
     # ------------------------------------------------------------------ plumbing
@@ -273,6 +301,7 @@ class Trainer:
             for r in range(self.world)
         ]
         engine = pick_engine(self.spec.worker.rollout.name)
+        self.share_prompts = self.call("shares_prompts")[0]
         names = self.call("start_engine", engine)
         self.call("set_schedule", self.steps)
         return names[0]
@@ -352,9 +381,10 @@ class Trainer:
             self.spec.data.max_prompt_length + self.spec.data.max_response_length
         )
         plan = micro_batches(
-            split_ranks(rollouts, self.world),
+            split_ranks(rollouts, self.world, self.share_prompts),
             cfg.micro_batch_size_per_device_for_experience,
             budget if cfg.dynamic_batching else None,
+            self.share_prompts,
         )
         results = self.call(
             method, per_rank=[[[r.seq for r in micro] for micro in micros] for micros in plan], **kwargs
@@ -519,9 +549,10 @@ class Trainer:
                     else sum(1 for r in mini if r.response)
                 )
                 plan = micro_batches(
-                    split_ranks(mini, self.world),
+                    split_ranks(mini, self.world, self.share_prompts),
                     role.micro_batch_size_per_device_for_update,
                     budget if role.dynamic_batching else None,
+                    self.share_prompts,
                 )
                 plans.append((plan, max(total, 1)))
         per_rank = [

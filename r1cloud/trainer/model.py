@@ -5,6 +5,13 @@ per sequence and `attention_mask=None, use_cache=False`: transformers then build
 causal mask (sdpa/eager on CPU, varlen flash-attention on GPU). With a cache or a 2-D mask it
 silently lets sequences attend across boundaries (reference §4), hence both are forced here.
 Only the positions that predict response tokens go through the LM head (`logits_to_keep`).
+
+With `share_prompts`, sequences with the same prompt (a GRPO group) hold one copy of it: each
+response follows the shared prompt with positions continuing from its end, and a 4-D mask lets it
+attend to that prompt and to itself only. A causal model computes a prompt's states without
+looking past it, so every log-prob is the one the unshared pack gives, and the backward pass sums
+the group's gradients through the one copy: a group of n answers to a P-token prompt costs
+P + Σ len(answer) tokens instead of n·P + Σ len(answer). It needs sdpa (a boolean mask).
 """
 
 from __future__ import annotations
@@ -16,30 +23,64 @@ import torch
 
 @dataclass
 class Packed:
-    input_ids: torch.Tensor  # (1, Σ len)
-    position_ids: torch.Tensor  # (1, Σ len)
-    keep: torch.Tensor  # (Σ resp,) positions whose logits predict a response token
+    input_ids: torch.Tensor  # (1, N)
+    position_ids: torch.Tensor  # (1, N)
+    keep: torch.Tensor  # (Σ resp,) positions whose logits predict a response token, in input order
     targets: torch.Tensor  # (Σ resp,) those response tokens
     lengths: list[int]  # response length per sequence
+    mask: torch.Tensor | None  # (1, 1, N, N) boolean, only when a prompt is shared
 
 
-def pack(seqs: list[tuple[list[int], list[int]]], device: str | torch.device = "cpu") -> Packed:
-    ids, pos, keep, targets, lengths = [], [], [], [], []
-    offset = 0
-    for prompt, response in seqs:
-        seq = list(prompt) + list(response)
-        ids.extend(seq)
-        pos.extend(range(len(seq)))
-        start = offset + len(prompt) - 1
-        keep.extend(range(start, start + len(response)))
-        targets.extend(response)
-        lengths.append(len(response))
-        offset += len(seq)
+def pack(
+    seqs: list[tuple[list[int], list[int]]], device: str | torch.device = "cpu", share_prompts: bool = False
+) -> Packed:
+    families: dict[tuple, list[int]] = {}  # one laid-out prompt → the sequences that follow it
+    for i, (prompt, _) in enumerate(seqs):
+        families.setdefault(tuple(prompt) if share_prompts else (i,), []).append(i)
+    ids: list[int] = []
+    pos: list[int] = []
+    family: list[int] = []
+    branch: list[int] = []  # 0: the prompt; k: the family's k-th response
+    keep: list[list[int]] = [[] for _ in seqs]
+    for f, members in enumerate(families.values()):
+        prompt = seqs[members[0]][0]
+        last = len(ids) + len(prompt) - 1  # its logits predict every response's first token
+        ids += prompt
+        pos += range(len(prompt))
+        family += [f] * len(prompt)
+        branch += [0] * len(prompt)
+        for k, i in enumerate(members, start=1):
+            response = seqs[i][1]
+            keep[i] = [last, *range(len(ids), len(ids) + len(response) - 1)][: len(response)]
+            ids += response
+            pos += range(len(prompt), len(prompt) + len(response))
+            family += [f] * len(response)
+            branch += [k] * len(response)
 
     def t(x):
         return torch.tensor(x, dtype=torch.long, device=device)
 
-    return Packed(t(ids)[None], t(pos)[None], t(keep), t(targets), lengths)
+    mask = None
+    if len(families) < len(seqs):
+        p, f, b = t(pos), t(family), t(branch)
+        mask = (
+            (f[:, None] == f[None, :])
+            & ((b[None, :] == 0) | (b[:, None] == b[None, :]))
+            & (p[None, :] <= p[:, None])
+        )[None, None]
+    return Packed(
+        t(ids)[None],
+        t(pos)[None],
+        t([x for k in keep for x in k]),
+        t([x for _, r in seqs for x in r]),
+        [len(r) for _, r in seqs],
+        mask,
+    )
+
+
+def shares_prompts(model) -> bool:
+    """Whether `pack(..., share_prompts=True)`'s boolean mask suits the model's attention."""
+    return getattr(model.config, "_attn_implementation", None) == "sdpa"
 
 
 def token_log_probs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -69,16 +110,17 @@ def packed_log_probs(
     device="cpu",
     entropy: bool = False,
     entropy_grad: bool = False,
+    share_prompts: bool = False,
 ):
     """Per-sequence log-probs of the response tokens under `model` (grad flows if enabled); with
     `entropy`, also the per-token entropy of the sampling distribution: (log-probs, entropies).
     The entropy carries a gradient only with `entropy_grad` (an entropy bonus): otherwise its
     full-vocabulary softmax would be kept for the backward pass for nothing."""
-    p = pack(seqs, device)
+    p = pack(seqs, device, share_prompts)
     out = model(
         input_ids=p.input_ids,
         position_ids=p.position_ids,
-        attention_mask=None,
+        attention_mask=p.mask,
         use_cache=False,
         logits_to_keep=p.keep,
     )
@@ -90,11 +132,13 @@ def packed_log_probs(
     return logp, list(torch.split(ent, p.lengths))
 
 
-def packed_values(critic, seqs: list[tuple[list[int], list[int]]], device="cpu") -> list[torch.Tensor]:
+def packed_values(
+    critic, seqs: list[tuple[list[int], list[int]]], device="cpu", share_prompts: bool = False
+) -> list[torch.Tensor]:
     """A value head's (token classification, one label) estimate at each position that predicts a
     response token, per sequence: the same positions the actor's log-probs come from."""
-    p = pack(seqs, device)
-    out = critic(input_ids=p.input_ids, position_ids=p.position_ids, attention_mask=None, use_cache=False)
+    p = pack(seqs, device, share_prompts)
+    out = critic(input_ids=p.input_ids, position_ids=p.position_ids, attention_mask=p.mask, use_cache=False)
     return list(torch.split(out.logits[0, p.keep, 0].float(), p.lengths))
 
 

@@ -17,7 +17,7 @@ import torch.distributed as dist
 from ..spec import Spec
 from . import algorithms as alg
 from .checkpoint import dcp_storage
-from .model import packed_log_probs, packed_values, pad
+from .model import packed_log_probs, packed_values, pad, shares_prompts
 from .rollout import Sampling
 
 DTYPES = {
@@ -68,6 +68,8 @@ class HybridWorker:
         if a.adv_estimator == "gae":
             self.critic = self._build(w.critic.model, w.critic.fsdp, train=True, value_head=True)
             self.critic_optim = self._optimizer(self.critic, w.critic.optim)
+        # a group's samples hold one copy of their prompt (model.pack); the driver keeps them together
+        self.share_prompts = all(shares_prompts(m) for m in (self.actor, self.critic) if m is not None)
         self.schedulers: dict = {}  # set by the driver once the step count is known (set_schedule)
         self.engine = None
         self._temperature = self.spec.worker.rollout.temperature
@@ -128,6 +130,9 @@ class HybridWorker:
         for role, optim, o in roles:
             self.schedulers[role] = torch.optim.lr_scheduler.LambdaLR(optim, _lr_factor(o, total_steps))
 
+    def shares_prompts(self) -> bool:
+        return self.share_prompts
+
     def start_engine(self, engine: str) -> str:
         from transformers import AutoTokenizer, GenerationConfig
 
@@ -152,10 +157,40 @@ class HybridWorker:
 
     # ------------------------------------------------------------------ rollout
     def full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """The actor's full tensors one at a time (a collective: every worker iterates together)."""
-        for name, tensor in self.actor.state_dict().items():
-            full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
-            yield name, full.detach()
+        """The actor's full tensors, one FSDP group (a layer, then the rest) at a time; a
+        collective: every worker iterates together.
+
+        Each group comes in one all-gather, in the compute dtype (`mp_param_dtype`) when the engine
+        holds that dtype or the compute dtype is fp32: what the engine stores is then exactly the
+        fp32 weights cast to its dtype, and the gather moves half the bytes in bf16. Otherwise (an
+        engine wider than the compute dtype) each tensor is gathered in full precision."""
+        from torch.distributed.fsdp import FSDPModule
+
+        fsdp = self.spec.worker.actor.fsdp
+        compute, engine = DTYPES[fsdp.mp_param_dtype], DTYPES[self.spec.worker.rollout.dtype]
+        if compute not in (torch.float32, engine):
+            for name, tensor in self.actor.state_dict().items():
+                full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+                yield name, full.detach()
+            return
+        owner = {}  # parameter name -> the FSDP module whose all-gather holds it
+        prefixes = {n: m for n, m in self.actor.named_modules() if isinstance(m, FSDPModule)}
+        for name, _ in self.actor.named_parameters():
+            parts = name.split(".")
+            owner[name] = next(
+                p for p in (".".join(parts[:i]) for i in range(len(parts) - 1, -1, -1)) if p in prefixes
+            )
+        with torch.no_grad():
+            for prefix, module in prefixes.items():
+                names = [n for n, o in owner.items() if o == prefix]
+                if not names:
+                    continue
+                module.unshard()
+                try:
+                    for name in names:
+                        yield name, self.actor.get_parameter(name).detach()
+                finally:
+                    module.reshard()
 
     def sync_weights(self) -> None:
         self.engine.load_weights(self.full_weights())
@@ -173,7 +208,11 @@ class HybridWorker:
         model.eval()
         t = self._temperature if temperature is None else temperature
         return [
-            [lp.tolist() for lp in packed_log_probs(model, micro, t, self.device)] for micro in micro_batches
+            [
+                lp.tolist()
+                for lp in packed_log_probs(model, micro, t, self.device, share_prompts=self.share_prompts)
+            ]
+            for micro in micro_batches
         ]
 
     # ------------------------------------------------------------------ update
@@ -210,6 +249,7 @@ class HybridWorker:
                     self.device,
                     entropy=True,
                     entropy_grad=actor_cfg.entropy_coeff > 0,
+                    share_prompts=self.share_prompts,
                 )
                 logp, mask = pad(logps)
                 entropy = pad(entropies)[0]
@@ -280,7 +320,8 @@ class HybridWorker:
     def values(self, micro_batches: list[list[Seq]]) -> list[list[list[float]]]:
         self.critic.eval()
         return [
-            [v.tolist() for v in packed_values(self.critic, micro, self.device)] for micro in micro_batches
+            [v.tolist() for v in packed_values(self.critic, micro, self.device, self.share_prompts)]
+            for micro in micro_batches
         ]
 
     def update_critic(self, minibatches: list[dict]) -> list[dict]:
@@ -292,7 +333,9 @@ class HybridWorker:
             stats = {"vf_loss": 0.0, "vf_clipfrac": 0.0, "vpred": 0.0, "tokens": 0.0}
             for i, micro in enumerate(mb["micro"]):
                 self._sync_gradients(self.critic, last=i == len(mb["micro"]) - 1)
-                vpred, mask = pad(packed_values(self.critic, [s["seq"] for s in micro], self.device))
+                vpred, mask = pad(
+                    packed_values(self.critic, [s["seq"] for s in micro], self.device, self.share_prompts)
+                )
                 old = pad([s["values"] for s in micro], width=mask.shape[1])[0]
                 returns = pad([s["returns"] for s in micro], width=mask.shape[1])[0]
                 loss, clipfrac = alg.value_loss(

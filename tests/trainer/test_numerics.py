@@ -1,6 +1,6 @@
-"""Numbers the trainer must get exactly right: packed vs padded log-probs, FSDP2 gradients across
-2 workers vs one process, micro-batch split invariance, vLLM's sampling log-probs vs the trainer's
-before and after a weight sync."""
+"""Numbers the trainer must get exactly right: packed vs padded log-probs, a group's shared prompt
+vs one copy per sample, FSDP2 gradients across 2 workers vs one process, micro-batch split
+invariance, vLLM's sampling log-probs vs the trainer's before and after a weight sync."""
 
 import pytest
 import torch
@@ -9,7 +9,8 @@ from transformers import AutoModelForCausalLM
 from r1cloud.spec import load_resolved
 from r1cloud.trainer import algorithms as alg
 from r1cloud.trainer.driver import Trainer
-from r1cloud.trainer.model import packed_log_probs, pad, token_log_probs
+from r1cloud.trainer.model import pack, packed_log_probs, packed_values, pad, token_log_probs
+from r1cloud.trainer.workers import DTYPES
 
 SEQS = [
     ([5, 6, 7, 8, 9], [10, 11, 12]),
@@ -48,8 +49,6 @@ def test_packed_entropy_and_values_equal_one_sequence_at_a_time(tiny_model):
     at the same positions, packed = each sequence alone."""
     from transformers import AutoConfig, AutoModelForTokenClassification
 
-    from r1cloud.trainer.model import packed_values
-
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
     config = AutoConfig.from_pretrained(tiny_model)
     config.num_labels, config.classifier_dropout = 1, 0.0
@@ -63,6 +62,56 @@ def test_packed_entropy_and_values_equal_one_sequence_at_a_time(tiny_model):
             dist = torch.distributions.Categorical(logits=model(input_ids=ids).logits[0, where] / 0.7)
             torch.testing.assert_close(ent, dist.entropy(), rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(val, critic(input_ids=ids).logits[0, where, 0], rtol=1e-5, atol=1e-5)
+
+
+def groups_of_answers(seed: int = 0) -> list[tuple[list[int], list[int]]]:
+    """GRPO-like micro-batch: three prompts with four answers each (one empty), shuffled."""
+    g = torch.Generator().manual_seed(seed)
+    seqs = []
+    for length in (5, 9, 3):
+        prompt = torch.randint(5, 100, (length,), generator=g).tolist()
+        for n in (4, 1, 6, 0):
+            seqs.append((prompt, torch.randint(5, 100, (n,), generator=g).tolist()))
+    order = torch.randperm(len(seqs), generator=g).tolist()
+    return [seqs[i] for i in order]
+
+
+def test_shared_prompt_pack_holds_each_prompt_once():
+    seqs = groups_of_answers()
+    shared, separate = pack(seqs, share_prompts=True), pack(seqs)
+    assert shared.input_ids.shape[1] == 5 + 9 + 3 + 3 * 11  # each prompt once, then every answer
+    assert separate.input_ids.shape[1] == 4 * (5 + 9 + 3) + 3 * 11
+    assert separate.mask is None and shared.mask.shape == (1, 1, 50, 50)
+    assert shared.targets.tolist() == separate.targets.tolist() and shared.lengths == separate.lengths
+
+
+def test_shared_prompt_log_probs_entropy_values_and_grads_equal_separate(tiny_model):
+    """A group's one shared prompt gives every sample the log-probs, entropies, values and summed
+    gradients that a copy of the prompt per sample gives."""
+    from transformers import AutoConfig, AutoModelForTokenClassification
+
+    seqs = groups_of_answers()
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    got = {}
+    for share in (False, True):
+        model.zero_grad()
+        logps, ents = packed_log_probs(model, seqs, 0.7, entropy=True, share_prompts=share)
+        sum(lp.sum() * (i + 1) for i, lp in enumerate(logps)).backward()  # a different weight per sample
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        got[share] = [lp.detach() for lp in logps], ents, grads
+    for a, b in zip(got[False][0] + got[False][1], got[True][0] + got[True][1], strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    scale = max(g.abs().max().item() for g in got[False][2].values())
+    assert scale > 1e-3
+    worst = max((got[False][2][n] - got[True][2][n]).abs().max().item() for n in got[False][2])
+    assert worst <= 1e-5 * scale
+
+    config = AutoConfig.from_pretrained(tiny_model)
+    config.num_labels, config.classifier_dropout = 1, 0.0
+    critic = AutoModelForTokenClassification.from_pretrained(tiny_model, config=config).eval()
+    with torch.no_grad():
+        for a, b in zip(packed_values(critic, seqs), packed_values(critic, seqs, share_prompts=True)):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
 def single_process_grads(model_path, samples, clip, mode, kl_coef, kl_kind):
@@ -86,7 +135,9 @@ def test_fsdp_gradients_across_two_workers_equal_one_process(make_run, tiny_mode
     spec = load_resolved(run / "spec.yaml")
     g = torch.Generator().manual_seed(0)
     samples = []
-    for i, (p, r) in enumerate(SEQS * 2):  # 8 samples, ragged lengths
+    # 8 samples, ragged lengths: two answers per prompt, so a micro-batch of 2 packs its prompt once
+    seqs = [(p, answer) for p, r in SEQS for answer in (r, [t + 40 for t in reversed(r)])]
+    for i, (p, r) in enumerate(seqs):
         old = (torch.randn(len(r), generator=g) * 0.3 - 4).tolist()
         ref = (torch.randn(len(r), generator=g) * 0.3 - 4).tolist()
         samples.append(
@@ -103,7 +154,9 @@ def test_fsdp_gradients_across_two_workers_equal_one_process(make_run, tiny_mode
     trainer = Trainer(run, spec)
     try:
         trainer.start_workers()
-        # Two different splits: 2 micro-batches of 2 per worker, and 4 micro-batches of 1.
+        assert trainer.share_prompts
+        # Two different splits: 2 micro-batches of 2 per worker (a prompt and its two answers in
+        # each), and 4 micro-batches of 1.
         for per_micro in (2, 1):
             ranks = [samples[:4], samples[4:]]
             plan = [
@@ -169,5 +222,41 @@ def test_vllm_sampling_log_probs_equal_trainer_before_and_after_sync(make_run):
         trainer.call("sync_weights")
         after, _, _ = compare()
         assert after <= 1e-4, after
+    finally:
+        trainer.shutdown()
+
+
+@pytest.mark.parametrize("engine_dtype", ["bf16", "fp32"])
+def test_weight_sync_gives_the_engine_the_fp32_weights_in_its_dtype(make_run, engine_dtype):
+    """bf16 compute: a bf16 engine gets the compute-dtype all-gather, an fp32 engine the
+    full-precision one; either way, after an update, exactly the trainer's fp32 weights cast."""
+
+    def _engine_and_actor_weights(worker) -> tuple[dict, dict]:
+        """On a worker (Ray's __ray_call__; local, so it is pickled by value): its rollout
+        engine's weights, and the actor's full fp32 weights (a collective)."""
+        actor = {n: t.full_tensor() for n, t in worker.actor.state_dict().items()}
+        return {n: t.clone() for n, t in worker.engine.model.state_dict().items()}, actor
+
+    run = make_run(
+        "worker.actor.optim.lr=0.05",
+        "worker.actor.fsdp.mp_param_dtype=bf16",
+        f"worker.rollout.dtype={engine_dtype}",
+    )
+    trainer = Trainer(run)
+    try:
+        trainer.start_workers()
+        prompts = [p.prompt_ids for p in trainer.train_set.prompts[:2]]
+        samples = [
+            {"seq": (p, [7, 8, 9]), "old": None, "ref": [-5.0] * 3, "adv": 1.0 if i else -1.0}
+            for i, p in enumerate(prompts)
+        ]
+        before = trainer.call("__ray_call__", _engine_and_actor_weights)[0][1]
+        trainer.call("update", per_rank=[[{"total": 6.0, "micro": [samples]}]] * 2)
+        trainer.call("sync_weights")
+        for engine, actor in trainer.call("__ray_call__", _engine_and_actor_weights):
+            assert max((actor[n] - before[n]).abs().max().item() for n in actor) > 1e-3  # it moved
+            for name, tensor in actor.items():
+                assert engine[name].dtype == DTYPES[engine_dtype]
+                assert torch.equal(engine[name], tensor.to(engine[name].dtype)), name
     finally:
         trainer.shutdown()
