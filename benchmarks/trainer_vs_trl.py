@@ -14,7 +14,7 @@ sync), wall seconds per step, peak RSS of the whole process tree, the mean rewar
 and of the last step; r1cloud's seconds per step by phase; and r1cloud/TRL ratios.
 
 Usage: python benchmarks/trainer_vs_trl.py [--model tiny|smollm2|PATH] [--steps 4] [--repeats 1]
-       [--precision fp32|bf16] [--json out.json]
+       [--precision fp32|bf16] [--workers 2] [--json out.json]
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ SETTINGS = {
     "temperature": 1.0,
     "seed": 1,
     "threads": 2,
+    "workers": 2,  # r1cloud's worker processes (FSDP ranks) sharing those threads
     "precision": "fp32",  # or bf16: fp32 weights, bf16 compute (EasyR1's and TRL's default)
 }
 
@@ -137,7 +138,7 @@ algorithm: {{adv_estimator: grpo, disable_kl: true}}
 worker:
   actor:
     global_batch_size: {s["prompts_per_step"]}
-    micro_batch_size_per_device_for_experience: {s["prompts_per_step"] * s["group"] // s["threads"]}
+    micro_batch_size_per_device_for_experience: {s["prompts_per_step"] * s["group"] // s["workers"]}
     clip_ratio_low: 0.2
     clip_ratio_high: 0.28
     model: {{model_path: {model}, trust_remote_code: false}}
@@ -156,7 +157,7 @@ worker:
 trainer:
   max_steps: {steps}
   logger: [console]
-  n_gpus_per_node: {os.environ.get("R1_WORKERS", s["threads"])}
+  n_gpus_per_node: {s["workers"]}
   val_freq: -1
   val_before_train: false
   save_freq: -1
@@ -378,9 +379,10 @@ def main() -> None:
     parser.add_argument(
         "--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: fp32 weights, bf16 compute"
     )
+    parser.add_argument("--workers", type=int, default=2, help="r1cloud's worker processes (1 or 2)")
     parser.add_argument("--trl-worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    SETTINGS["precision"] = args.precision
+    SETTINGS["precision"], SETTINGS["workers"] = args.precision, args.workers
     if args.trl_worker:
         trl_worker(args.trl_worker[0], int(args.trl_worker[1]), args.trl_worker[2])
         return

@@ -793,7 +793,8 @@ class Trainer:
         self.engine = self.start_workers()
         stop = []  # after ray.init, which installs its own SIGTERM handler
         signal.signal(signal.SIGTERM, lambda *_: stop.append(True))  # finish the step, save, exit
-        self.log(f"[start] {self.world} workers, rollout engine {self.engine}, {self.steps} steps")
+        packing = "each group's prompt packed once" if self.share_prompts else "a prompt copy per sample"
+        self.log(f"[start] {self.world} workers, rollout engine {self.engine}, {self.steps} steps, {packing}")
         nodes = sorted(set(ips := self.call("node_ip")))
         if len(nodes) > 1:
             self.log("[start] workers on " + ", ".join(f"{ip} ×{ips.count(ip)}" for ip in nodes))

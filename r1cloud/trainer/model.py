@@ -6,12 +6,14 @@ causal mask (sdpa/eager on CPU, varlen flash-attention on GPU). With a cache or 
 silently lets sequences attend across boundaries (reference §4), hence both are forced here.
 Only the positions that predict response tokens go through the LM head (`logits_to_keep`).
 
-With `share_prompts`, sequences with the same prompt (a GRPO group) hold one copy of it: each
-response follows the shared prompt with positions continuing from its end, and a 4-D mask lets it
-attend to that prompt and to itself only. A causal model computes a prompt's states without
-looking past it, so every log-prob is the one the unshared pack gives, and the backward pass sums
-the group's gradients through the one copy: a group of n answers to a P-token prompt costs
-P + Σ len(answer) tokens instead of n·P + Σ len(answer). It needs sdpa (a boolean mask).
+A model loaded with attention.py's implementation (the workers load theirs so where the model
+allows) attends segment by segment instead of through an N×N mask, and its prompts are shared:
+sequences with the same prompt (a GRPO group) hold one copy of it, each response following it
+with positions continuing from its end and attending to that prompt and to itself only. A causal
+model computes a prompt's states without looking past it, so every log-prob is the one a copy
+per sequence gives, and the backward pass sums the group's gradients through the one copy: a
+group of n answers to a P-token prompt costs P + Σ len(answer) tokens instead of
+n·P + Σ len(answer).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from .attention import NAME, Segments
 
 
 @dataclass
@@ -28,7 +32,7 @@ class Packed:
     keep: torch.Tensor  # (Σ resp,) positions whose logits predict a response token, in input order
     targets: torch.Tensor  # (Σ resp,) those response tokens
     lengths: list[int]  # response length per sequence
-    mask: torch.Tensor | None  # (1, 1, N, N) boolean, only when a prompt is shared
+    segments: Segments | None  # with share_prompts: what each token attends to
 
 
 def pack(
@@ -39,48 +43,52 @@ def pack(
         families.setdefault(tuple(prompt) if share_prompts else (i,), []).append(i)
     ids: list[int] = []
     pos: list[int] = []
-    family: list[int] = []
-    branch: list[int] = []  # 0: the prompt; k: the family's k-th response
+    segments: list[tuple[list[int], list[int]]] = []  # (query tokens, the prompt's tokens before them)
     keep: list[list[int]] = [[] for _ in seqs]
-    for f, members in enumerate(families.values()):
+    for members in families.values():
         prompt = seqs[members[0]][0]
-        last = len(ids) + len(prompt) - 1  # its logits predict every response's first token
+        start = len(ids)
+        shared = list(range(start, start + len(prompt)))
         ids += prompt
         pos += range(len(prompt))
-        family += [f] * len(prompt)
-        branch += [0] * len(prompt)
-        for k, i in enumerate(members, start=1):
+        if len(members) > 1:
+            segments.append((shared, []))
+        for i in members:
             response = seqs[i][1]
-            keep[i] = [last, *range(len(ids), len(ids) + len(response) - 1)][: len(response)]
+            own = list(range(len(ids), len(ids) + len(response)))
+            keep[i] = [shared[-1], *own[:-1]][: len(response)]  # the token before each response token
             ids += response
             pos += range(len(prompt), len(prompt) + len(response))
-            family += [f] * len(response)
-            branch += [k] * len(response)
+            segments.append((own, shared) if len(members) > 1 else (shared + own, []))
 
     def t(x):
         return torch.tensor(x, dtype=torch.long, device=device)
 
-    mask = None
-    if len(families) < len(seqs):
-        p, f, b = t(pos), t(family), t(branch)
-        mask = (
-            (f[:, None] == f[None, :])
-            & ((b[None, :] == 0) | (b[:, None] == b[None, :]))
-            & (p[None, :] <= p[:, None])
-        )[None, None]
     return Packed(
         t(ids)[None],
         t(pos)[None],
         t([x for k in keep for x in k]),
         t([x for _, r in seqs for x in r]),
         [len(r) for _, r in seqs],
-        mask,
+        Segments.build(segments, pos, device) if share_prompts else None,
     )
 
 
-def shares_prompts(model) -> bool:
-    """Whether `pack(..., share_prompts=True)`'s boolean mask suits the model's attention."""
-    return getattr(model.config, "_attn_implementation", None) == "sdpa"
+def uses_segments(model) -> bool:
+    """Whether the model attends through attention.py (then its prompts can be shared)."""
+    return getattr(model.config, "_attn_implementation", None) == NAME
+
+
+def _forward(model, p: Packed, **kwargs):
+    extra = {"r1cloud_segments": p.segments} if p.segments is not None else {}
+    return model(
+        input_ids=p.input_ids,
+        position_ids=p.position_ids,
+        attention_mask=None,
+        use_cache=False,
+        **extra,
+        **kwargs,
+    )
 
 
 def token_log_probs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -110,20 +118,14 @@ def packed_log_probs(
     device="cpu",
     entropy: bool = False,
     entropy_grad: bool = False,
-    share_prompts: bool = False,
 ):
     """Per-sequence log-probs of the response tokens under `model` (grad flows if enabled); with
     `entropy`, also the per-token entropy of the sampling distribution: (log-probs, entropies).
     The entropy carries a gradient only with `entropy_grad` (an entropy bonus): otherwise its
-    full-vocabulary softmax would be kept for the backward pass for nothing."""
-    p = pack(seqs, device, share_prompts)
-    out = model(
-        input_ids=p.input_ids,
-        position_ids=p.position_ids,
-        attention_mask=p.mask,
-        use_cache=False,
-        logits_to_keep=p.keep,
-    )
+    full-vocabulary softmax would be kept for the backward pass for nothing. A model attending
+    through attention.py gets each prompt once."""
+    p = pack(seqs, device, uses_segments(model))
+    out = _forward(model, p, logits_to_keep=p.keep)
     logp = list(torch.split(token_log_probs(out.logits[0], p.targets, temperature), p.lengths))
     if not entropy:
         return logp
@@ -132,13 +134,11 @@ def packed_log_probs(
     return logp, list(torch.split(ent, p.lengths))
 
 
-def packed_values(
-    critic, seqs: list[tuple[list[int], list[int]]], device="cpu", share_prompts: bool = False
-) -> list[torch.Tensor]:
+def packed_values(critic, seqs: list[tuple[list[int], list[int]]], device="cpu") -> list[torch.Tensor]:
     """A value head's (token classification, one label) estimate at each position that predicts a
     response token, per sequence: the same positions the actor's log-probs come from."""
-    p = pack(seqs, device, share_prompts)
-    out = critic(input_ids=p.input_ids, position_ids=p.position_ids, attention_mask=p.mask, use_cache=False)
+    p = pack(seqs, device, uses_segments(critic))
+    out = _forward(critic, p)
     return list(torch.split(out.logits[0, p.keep, 0].float(), p.lengths))
 
 

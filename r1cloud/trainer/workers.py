@@ -16,8 +16,9 @@ import torch.distributed as dist
 
 from ..spec import Spec
 from . import algorithms as alg
+from . import attention
 from .checkpoint import dcp_storage
-from .model import packed_log_probs, packed_values, pad, shares_prompts
+from .model import packed_log_probs, packed_values, pad, uses_segments
 from .rollout import Sampling
 
 DTYPES = {
@@ -69,7 +70,7 @@ class HybridWorker:
             self.critic = self._build(w.critic.model, w.critic.fsdp, train=True, value_head=True)
             self.critic_optim = self._optimizer(self.critic, w.critic.optim)
         # a group's samples hold one copy of their prompt (model.pack); the driver keeps them together
-        self.share_prompts = all(shares_prompts(m) for m in (self.actor, self.critic) if m is not None)
+        self.share_prompts = all(uses_segments(m) for m in (self.actor, self.critic) if m is not None)
         self.schedulers: dict = {}  # set by the driver once the step count is known (set_schedule)
         self.engine = None
         self._temperature = self.spec.worker.rollout.temperature
@@ -95,13 +96,19 @@ class HybridWorker:
             config.num_labels, config.classifier_dropout = 1, 0.0
             load, extra = AutoModelForTokenClassification, {"config": config}
             torch.manual_seed(self.spec.data.seed)  # a new value head starts the same on every worker
-        model = load.from_pretrained(
-            m.model_path,
+        kwargs = dict(
             dtype=self._model_dtype(fsdp_cfg, train),
             trust_remote_code=m.trust_remote_code,
             **extra,
             **m.override_config,
-        ).to(self.device)
+        )
+        try:  # packed segments (attention.py) where the model's attention is pluggable
+            model = load.from_pretrained(m.model_path, attn_implementation=attention.register(), **kwargs)
+        except (ValueError, NotImplementedError):
+            model = load.from_pretrained(m.model_path, **kwargs)
+        if getattr(model.config, "attn_logit_softcapping", None):  # sdpa has no soft cap
+            model.set_attn_implementation("sdpa")
+        model = model.to(self.device)
         if train and m.enable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
@@ -121,7 +128,10 @@ class HybridWorker:
 
     @staticmethod
     def _optimizer(model, o):
-        return torch.optim.AdamW(model.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
+        # fused: one kernel over all tensors, several times faster than the per-tensor loop on CPU
+        return torch.optim.AdamW(
+            model.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay, fused=True
+        )
 
     def set_schedule(self, total_steps: int) -> None:
         roles = [("actor", self.optim, self.spec.worker.actor.optim)]
@@ -190,7 +200,8 @@ class HybridWorker:
                     for name in names:
                         yield name, self.actor.get_parameter(name).detach()
                 finally:
-                    module.reshard()
+                    if self.cuda:  # on CPU they stay: the next forward pass needs these same values
+                        module.reshard()
 
     def sync_weights(self) -> None:
         self.engine.load_weights(self.full_weights())
@@ -208,11 +219,7 @@ class HybridWorker:
         model.eval()
         t = self._temperature if temperature is None else temperature
         return [
-            [
-                lp.tolist()
-                for lp in packed_log_probs(model, micro, t, self.device, share_prompts=self.share_prompts)
-            ]
-            for micro in micro_batches
+            [lp.tolist() for lp in packed_log_probs(model, micro, t, self.device)] for micro in micro_batches
         ]
 
     # ------------------------------------------------------------------ update
@@ -249,7 +256,6 @@ class HybridWorker:
                     self.device,
                     entropy=True,
                     entropy_grad=actor_cfg.entropy_coeff > 0,
-                    share_prompts=self.share_prompts,
                 )
                 logp, mask = pad(logps)
                 entropy = pad(entropies)[0]
@@ -320,8 +326,7 @@ class HybridWorker:
     def values(self, micro_batches: list[list[Seq]]) -> list[list[list[float]]]:
         self.critic.eval()
         return [
-            [v.tolist() for v in packed_values(self.critic, micro, self.device, self.share_prompts)]
-            for micro in micro_batches
+            [v.tolist() for v in packed_values(self.critic, micro, self.device)] for micro in micro_batches
         ]
 
     def update_critic(self, minibatches: list[dict]) -> list[dict]:
@@ -333,9 +338,7 @@ class HybridWorker:
             stats = {"vf_loss": 0.0, "vf_clipfrac": 0.0, "vpred": 0.0, "tokens": 0.0}
             for i, micro in enumerate(mb["micro"]):
                 self._sync_gradients(self.critic, last=i == len(mb["micro"]) - 1)
-                vpred, mask = pad(
-                    packed_values(self.critic, [s["seq"] for s in micro], self.device, self.share_prompts)
-                )
+                vpred, mask = pad(packed_values(self.critic, [s["seq"] for s in micro], self.device))
                 old = pad([s["values"] for s in micro], width=mask.shape[1])[0]
                 returns = pad([s["returns"] for s in micro], width=mask.shape[1])[0]
                 loss, clipfrac = alg.value_loss(
@@ -382,8 +385,12 @@ class HybridWorker:
             set_model_state_dict,
             set_optimizer_state_dict,
         )
+        from torch.distributed.fsdp import FSDPModule
 
         model, optim = self._role(role)
+        for module in model.modules():  # no gathered copy (full_weights) may outlive the new weights
+            if isinstance(module, FSDPModule):
+                module.reshard()
         state = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optim)}
         dcp.load(state, **dcp_storage(path, write=False))
         set_model_state_dict(model, state["model"])

@@ -8,6 +8,7 @@ from transformers import AutoModelForCausalLM
 
 from r1cloud.spec import load_resolved
 from r1cloud.trainer import algorithms as alg
+from r1cloud.trainer import attention
 from r1cloud.trainer.driver import Trainer
 from r1cloud.trainer.model import pack, packed_log_probs, packed_values, pad, token_log_probs
 from r1cloud.trainer.workers import DTYPES
@@ -81,37 +82,67 @@ def test_shared_prompt_pack_holds_each_prompt_once():
     shared, separate = pack(seqs, share_prompts=True), pack(seqs)
     assert shared.input_ids.shape[1] == 5 + 9 + 3 + 3 * 11  # each prompt once, then every answer
     assert separate.input_ids.shape[1] == 4 * (5 + 9 + 3) + 3 * 11
-    assert separate.mask is None and shared.mask.shape == (1, 1, 50, 50)
+    assert separate.segments is None
+    assert shared.segments.q.shape[0] == 3 + 9  # each prompt, then each non-empty answer
     assert shared.targets.tolist() == separate.targets.tolist() and shared.lengths == separate.lengths
 
 
-def test_shared_prompt_log_probs_entropy_values_and_grads_equal_separate(tiny_model):
-    """A group's one shared prompt gives every sample the log-probs, entropies, values and summed
-    gradients that a copy of the prompt per sample gives."""
+def test_segment_attention_with_shared_prompts_equals_sdpa_with_a_copy_each(tiny_model):
+    """attention.py with each group's prompt packed once gives every sample the log-probs,
+    entropies, values and summed gradients that transformers' sdpa with a prompt copy per sample
+    gives."""
     from transformers import AutoConfig, AutoModelForTokenClassification
 
-    seqs = groups_of_answers()
-    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    seqs = groups_of_answers() + [([3, 4, 5], [6, 7])]  # and a prompt that is alone
     got = {}
-    for share in (False, True):
-        model.zero_grad()
-        logps, ents = packed_log_probs(model, seqs, 0.7, entropy=True, share_prompts=share)
+    for impl in ("sdpa", attention.register()):
+        model = AutoModelForCausalLM.from_pretrained(
+            tiny_model, dtype=torch.float32, attn_implementation=impl
+        )
+        logps, ents = packed_log_probs(model, seqs, 0.7, entropy=True)
         sum(lp.sum() * (i + 1) for i, lp in enumerate(logps)).backward()  # a different weight per sample
         grads = {n: p.grad.clone() for n, p in model.named_parameters()}
-        got[share] = [lp.detach() for lp in logps], ents, grads
-    for a, b in zip(got[False][0] + got[False][1], got[True][0] + got[True][1], strict=True):
+        config = AutoConfig.from_pretrained(tiny_model)
+        config.num_labels, config.classifier_dropout = 1, 0.0
+        torch.manual_seed(0)  # the same new value head both times
+        critic = AutoModelForTokenClassification.from_pretrained(
+            tiny_model, config=config, attn_implementation=impl
+        ).eval()
+        with torch.no_grad():
+            values = packed_values(critic, seqs)
+        got[impl] = [lp.detach() for lp in logps] + ents + values, grads
+    (want, want_grads), (have, have_grads) = got.values()
+    for a, b in zip(want, have, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
-    scale = max(g.abs().max().item() for g in got[False][2].values())
+    scale = max(g.abs().max().item() for g in want_grads.values())
     assert scale > 1e-3
-    worst = max((got[False][2][n] - got[True][2][n]).abs().max().item() for n in got[False][2])
+    worst = max((want_grads[n] - have_grads[n]).abs().max().item() for n in want_grads)
     assert worst <= 1e-5 * scale
 
+
+def test_segment_attention_keeps_a_sliding_window(tiny_model):
+    """A model with a sliding window (Qwen2's use_sliding_window): segments apply it too."""
+    from transformers import AutoConfig
+
     config = AutoConfig.from_pretrained(tiny_model)
-    config.num_labels, config.classifier_dropout = 1, 0.0
-    critic = AutoModelForTokenClassification.from_pretrained(tiny_model, config=config).eval()
+    config.use_sliding_window, config.sliding_window, config.max_window_layers = True, 3, 0
+    config.layer_types = ["sliding_attention"] * config.num_hidden_layers
+    seqs = groups_of_answers()
+    out = {}
+    for impl in ("sdpa", attention.register()):
+        model = AutoModelForCausalLM.from_pretrained(
+            tiny_model, config=config, dtype=torch.float32, attn_implementation=impl
+        ).eval()
+        with torch.no_grad():
+            out[impl] = packed_log_probs(model, seqs, 1.0)
+    for a, b in zip(out["sdpa"], out[attention.NAME], strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    plain = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
     with torch.no_grad():
-        for a, b in zip(packed_values(critic, seqs), packed_values(critic, seqs, share_prompts=True)):
-            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+        unwindowed = packed_log_probs(plain, seqs, 1.0)
+    assert (
+        max((a - b).abs().max().item() for a, b in zip(out["sdpa"], unwindowed, strict=True) if len(a)) > 1e-3
+    )
 
 
 def single_process_grads(model_path, samples, clip, mode, kl_coef, kl_kind):
