@@ -44,7 +44,7 @@ def benchmarks(quick: bool, trainer_json: dict[str, Path]) -> dict[str, list[lis
                 "--precision",
                 run.split("-")[1],
                 "--steps",
-                "3" if quick else "4",
+                "3" if quick else "5",
                 "--json",
                 str(path),
             ]

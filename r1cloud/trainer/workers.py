@@ -307,11 +307,13 @@ class HybridWorker:
 
     def _sync_gradients(self, model, last: bool) -> None:
         """On CPU, gradients are reduced across workers once per mini-batch, after its last
-        micro-batch, instead of after every one: a gloo reduce-scatter of the whole model costs far
-        more there than holding unsharded gradients in host memory. On GPUs, where memory is the
-        scarce part, every micro-batch reduces (FSDP's default)."""
+        micro-batch, instead of after every one, and the parameters stay gathered until then: a
+        gloo reduce-scatter or all-gather of the whole model costs far more there than holding
+        unsharded tensors in host memory. On GPUs, where memory is the scarce part, every
+        micro-batch reduces and reshards (FSDP's default)."""
         if not self.cuda:
             model.set_requires_gradient_sync(last)
+            model.set_reshard_after_backward(last)
 
     def _after_update(self, role: str, optim, results: list[dict]) -> list[dict]:
         lr = optim.param_groups[0]["lr"]
