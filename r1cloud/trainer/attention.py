@@ -5,8 +5,8 @@ A packed row holds many sequences; the sdpa path would score every token against
 (an N×N mask, mostly masked out). Here the row is cut into segments: a whole sequence, or, when a
 group's prompt is packed once, that prompt and each of its answers. A segment's queries see its
 own earlier tokens and, for an answer, the whole shared prompt. All segments go through one
-batched `scaled_dot_product_attention` call, padded to the longest, so the work is
-Σ queries × keys per segment instead of N².
+batched attention, padded to the longest (sdpa on GPU, grouped matmuls on CPU), so the work is
+Σ queries × keys per segment instead of N². Untested on GPU here (no GPU was lent).
 """
 
 from __future__ import annotations
