@@ -183,21 +183,20 @@ class HybridWorker:
                 full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
                 yield name, full.detach()
             return
-        owner = {}  # parameter name -> the FSDP module whose all-gather holds it
-        prefixes = {n: m for n, m in self.actor.named_modules() if isinstance(m, FSDPModule)}
+        groups = {n: m for n, m in self.actor.named_modules() if isinstance(m, FSDPModule)}
+        names: dict[str, list[str]] = {prefix: [] for prefix in groups}  # each group's parameters
         for name, _ in self.actor.named_parameters():
-            parts = name.split(".")
-            owner[name] = next(
-                p for p in (".".join(parts[:i]) for i in range(len(parts) - 1, -1, -1)) if p in prefixes
-            )
+            owner = name.rpartition(".")[0]
+            while owner not in groups:  # the nearest enclosing FSDP module (the root is "")
+                owner = owner.rpartition(".")[0]
+            names[owner].append(name)
         with torch.no_grad():
-            for prefix, module in prefixes.items():
-                names = [n for n, o in owner.items() if o == prefix]
-                if not names:
+            for prefix, module in groups.items():
+                if not names[prefix]:
                     continue
                 module.unshard()
                 try:
-                    for name in names:
+                    for name in names[prefix]:
                         yield name, self.actor.get_parameter(name).detach()
                 finally:
                     if self.cuda:  # on CPU they stay: the next forward pass needs these same values
