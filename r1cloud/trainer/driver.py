@@ -255,12 +255,12 @@ class Trainer:
         from .workers import HybridWorker
 
         cuda = torch.cuda.is_available()
+        env = {
+            "TOKENIZERS_PARALLELISM": "false",
+            "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"),
+            "RAY_DEDUP_LOGS": "0",
+        }
         if not ray.is_initialized():
-            env = {
-                "TOKENIZERS_PARALLELISM": "false",
-                "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"),
-                "RAY_DEDUP_LOGS": "0",
-            }
             cluster = os.environ.get("RAY_ADDRESS")  # a multi-node job's cluster (jobs/node.py)
             ray.init(
                 address=cluster,
@@ -296,7 +296,10 @@ class Trainer:
         spec = self.spec.model_dump(mode="json")
         self.workers = [
             actor.options(
-                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=slot(r))
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    pg, placement_group_bundle_index=slot(r)
+                ),
+                runtime_env={"env_vars": {**env, **cpu_allocator()}} if not cuda else None,
             ).remote(spec, r, self.world, master, threads)
             for r in range(self.world)
         ]
@@ -872,6 +875,20 @@ def gather(refs: list) -> list:
         ready, pending = ray.wait(pending, num_returns=1)
         ray.get(ready)  # raises at once when that worker died or raised
     return ray.get(refs)
+
+
+def cpu_allocator() -> dict[str, str]:
+    """Environment for CPU workers: jemalloc (the copy Ray ships) keeping freed pages for reuse.
+    With glibc's malloc every tensor above 32 MiB is a fresh mmap that the kernel zeroes page by
+    page, and FSDP's gradient buffers, casts and the head's logits are that size every step: about
+    170,000 page faults per SmolLM2-135M update, a fifth of its time. Nothing when Ray has no
+    jemalloc."""
+    import ray
+
+    lib = Path(ray.__file__).parent / "core" / "libjemalloc.so"
+    if not lib.is_file():
+        return {}
+    return {"LD_PRELOAD": str(lib), "MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1"}
 
 
 def _free_address() -> str:

@@ -18,11 +18,19 @@ n·P + Σ len(answer).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
 from .attention import NAME, Segments
+from .head import head_log_probs
+
+# model types whose logits are exactly the last hidden states times the output weight (no
+# soft-capping, scaling or bias after it): their log-probs skip the full logits (head.py)
+PLAIN_HEADS = {
+    "llama", "mistral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_5_vl", "phi3",
+}  # fmt: skip
 
 
 @dataclass
@@ -91,6 +99,24 @@ def _forward(model, p: Packed, **kwargs):
     )
 
 
+def plain_head(model) -> torch.nn.Module | None:
+    """The output layer when its logits can go through head.py, else None."""
+    head = model.get_output_embeddings()
+    plain = model.config.model_type in PLAIN_HEADS and getattr(head, "bias", None) is None
+    return head if plain and isinstance(head, torch.nn.Linear) else None
+
+
+@contextmanager
+def _hidden_states_out(head: torch.nn.Module):
+    """The model returns its last hidden states (at `logits_to_keep`) where it would return logits.
+    Its forward still runs whole, so FSDP's hooks on the root module gather and reduce as usual."""
+    head.forward = lambda hidden: hidden  # shadows the class's forward for this call only
+    try:
+        yield
+    finally:
+        del head.forward
+
+
 def token_log_probs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """log softmax(logits / T)[target], in fp32, without materialising the full log-softmax."""
     logits = logits.float()
@@ -125,6 +151,14 @@ def packed_log_probs(
     full-vocabulary softmax would be kept for the backward pass for nothing. A model attending
     through attention.py gets each prompt once."""
     p = pack(seqs, device, uses_segments(model))
+    head = plain_head(model)
+    if head is not None:
+        with _hidden_states_out(head):
+            hidden = _forward(model, p, logits_to_keep=p.keep).logits[0]
+        # read after the forward pass: under FSDP the head's weight is then the gathered one
+        logp, ent = head_log_probs(hidden, head.weight, p.targets, temperature, entropy_grad)
+        logp, ent = list(torch.split(logp, p.lengths)), list(torch.split(ent, p.lengths))
+        return (logp, ent) if entropy else logp
     out = _forward(model, p, logits_to_keep=p.keep)
     logp = list(torch.split(token_log_probs(out.logits[0], p.targets, temperature), p.lengths))
     if not entropy:

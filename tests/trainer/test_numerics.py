@@ -2,6 +2,8 @@
 vs one copy per sample, FSDP2 gradients across 2 workers vs one process, micro-batch split
 invariance, vLLM's sampling log-probs vs the trainer's before and after a weight sync."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -9,7 +11,7 @@ from transformers import AutoModelForCausalLM
 from r1cloud.spec import load_resolved
 from r1cloud.trainer import algorithms as alg
 from r1cloud.trainer import attention
-from r1cloud.trainer.driver import Trainer
+from r1cloud.trainer.driver import Trainer, cpu_allocator
 from r1cloud.trainer.model import pack, packed_log_probs, packed_values, pad, token_log_probs
 from r1cloud.trainer.workers import DTYPES
 
@@ -186,6 +188,9 @@ def test_fsdp_gradients_across_two_workers_equal_one_process(make_run, tiny_mode
     try:
         trainer.start_workers()
         assert trainer.share_prompts
+        if cpu_allocator():  # the CPU workers run on jemalloc (driver.cpu_allocator)
+            maps = trainer.call("__ray_call__", lambda worker: Path("/proc/self/maps").read_text())
+            assert all("libjemalloc" in m for m in maps)
         # Two different splits: 2 micro-batches of 2 per worker (a prompt and its two answers in
         # each), and 4 micro-batches of 1.
         for per_micro in (2, 1):

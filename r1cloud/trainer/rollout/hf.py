@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 import torch
 
+from .. import onednn
 from . import Sample, Sampling, cut_at_eos
 
 
@@ -28,6 +29,8 @@ class HFEngine:
         from transformers import AutoModelForCausalLM
 
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device).eval()
+        if dtype == torch.float32 and device == "cpu":
+            onednn.use_in(self.model)  # fp32 linear layers at twice MKL's speed on AMD CPUs
         self.eos, self.pad, self.device, self.micro_batch = eos_ids, pad_id, device, micro_batch
 
     @torch.no_grad()

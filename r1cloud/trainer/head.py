@@ -1,0 +1,95 @@
+"""The LM head's log-probs and entropies without the full-vocabulary logits kept for backward.
+
+The plain way (`lm_head`, then log-softmax and entropy over the logits) keeps several
+(tokens × vocabulary) fp32 tensors alive for the backward pass: logits, their fp32 copy, the
+softmax, the gathered log-probs' scatter. At 49k–152k vocabulary entries these dwarf the model's
+activations, and on CPU each is a fresh allocation that the kernel must zero page by page: in a
+SmolLM2-135M update they took more time than all the matmuls.
+
+`head_log_probs` keeps the logits once, in the compute dtype, works on them in fp32 a chunk of
+rows at a time, keeps two numbers per token (log-sum-exp and entropy), and writes the gradient
+with respect to the logits chunk by chunk in the backward pass, from its closed form:
+
+    z = h·Wᵀ / T,  p = softmax(z),  log p_y = z_y − lse(z),  H = lse(z) − Σ p·z
+    ∂log p_y/∂z = onehot(y) − p,    ∂H/∂z = −p ⊙ (z − Σ p·z)
+
+The logits are computed in the hidden states' dtype and widened to fp32 per chunk, as `lm_head`
+followed by `.float()` does, and the gradient is narrowed back before its two matmuls, as autograd
+does. The memory held for backward is one (tokens × vocabulary) tensor in the compute dtype
+instead of several in fp32.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .onednn import mm_nt
+
+CHUNK_BYTES = 8 << 20  # one chunk's fp32 logits: small enough to reuse the same memory each time
+
+
+def _rows(vocab: int) -> int:
+    return max(16, CHUNK_BYTES // (4 * vocab))
+
+
+def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    z = logits.float()
+    return z / temperature if temperature not in (0, 1.0) else z
+
+
+class _HeadLogProbs(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, temperature: float, entropy_grad: bool):
+        n = hidden.shape[0]
+        logits = mm_nt(hidden, weight)
+        top, log_total = hidden.new_empty(n, dtype=torch.float32), hidden.new_empty(n, dtype=torch.float32)
+        logp, entropy = torch.empty_like(top), torch.empty_like(top)
+        step = _rows(weight.shape[0])
+        for s in range(0, n, step):
+            z = _scaled(logits[s : s + step], temperature)
+            # log-softmax = (z − max) − log Σ exp(z − max): every sum below is of small terms
+            top[s : s + step] = z.amax(-1)
+            shifted = z - top[s : s + step, None]
+            e = shifted.exp()
+            total = e.sum(-1)
+            log_total[s : s + step] = lt = total.log()
+            logp[s : s + step] = shifted.gather(-1, targets[s : s + step, None])[:, 0] - lt
+            entropy[s : s + step] = lt - (e * shifted).sum(-1) / total
+        ctx.save_for_backward(hidden, weight, logits, targets, top, log_total, entropy)
+        ctx.temperature, ctx.entropy_grad = temperature, entropy_grad
+        if not entropy_grad:
+            ctx.mark_non_differentiable(entropy)
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, g_logp, g_entropy):
+        hidden, weight, logits, targets, top, log_total, entropy = ctx.saved_tensors
+        n, t = hidden.shape[0], ctx.temperature
+        grad_z = torch.empty_like(logits)  # in the compute dtype, as autograd's would be
+        step = _rows(weight.shape[0])
+        for s in range(0, n, step):
+            shifted = _scaled(logits[s : s + step], t) - top[s : s + step, None]
+            lt = log_total[s : s + step, None]
+            g = g_logp[s : s + step, None]
+            if ctx.entropy_grad:  # z − Σ p·z, shifted: Σ p·(z − max) = log Σ exp(z − max) − H
+                g = g + g_entropy[s : s + step, None] * (shifted - (lt - entropy[s : s + step, None]))
+            gz = shifted.sub_(lt).exp_().mul_(-g)  # −p·g
+            gz.scatter_add_(-1, targets[s : s + step, None], g_logp[s : s + step, None])
+            if t not in (0, 1.0):
+                gz /= t
+            grad_z[s : s + step] = gz
+        grad_hidden = mm_nt(grad_z, weight.t()) if ctx.needs_input_grad[0] else None
+        grad_weight = mm_nt(grad_z.t(), hidden.t()) if ctx.needs_input_grad[1] else None
+        return grad_hidden, grad_weight, None, None, None
+
+
+def head_log_probs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    entropy_grad: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log softmax(h·Wᵀ/T)[target], entropy of softmax(h·Wᵀ/T)) per row of `hidden`, in fp32.
+    The entropy carries a gradient only with `entropy_grad`."""
+    return _HeadLogProbs.apply(hidden, weight, targets, temperature, entropy_grad)

@@ -1,0 +1,121 @@
+"""The trainer's own kernels against the plain torch they replace: the LM head's log-probs and
+entropies (head.py) and the oneDNN fp32 linear layers (onednn.py), values and gradients."""
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from r1cloud.trainer import model as model_mod
+from r1cloud.trainer import onednn
+from r1cloud.trainer.head import head_log_probs
+from r1cloud.trainer.model import entropy_from_logits, packed_log_probs, plain_head, token_log_probs
+
+SEQS = [
+    ([5, 6, 7, 8, 9], [10, 11, 12]),
+    ([5, 6, 7, 8, 9], [13, 14]),
+    ([13, 14], [15, 16, 17, 18, 19, 20]),
+]
+
+
+def _case(dtype, entropy_grad, temperature, rows=45, vocab=5000, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(rows, 16, generator=g, dtype=torch.float64)
+    weight = torch.randn(vocab, 16, generator=g, dtype=torch.float64) * 0.5
+    targets = torch.randint(0, vocab, (rows,), generator=g)
+    a, b = torch.randn(rows, generator=g), torch.randn(rows, generator=g)
+
+    def plain(h, w):
+        z = h @ w.T
+        lp, ent = token_log_probs(z, targets, temperature), entropy_from_logits(z, temperature)
+        return lp, ent
+
+    def fused(h, w):
+        return head_log_probs(h, w, targets, temperature, entropy_grad)
+
+    def run(fn, h, w):
+        h, w = h.detach().requires_grad_(), w.detach().requires_grad_()
+        lp, ent = fn(h, w)
+        loss = (lp * a.to(lp.dtype)).sum() + ((ent * b.to(ent.dtype)).sum() if entropy_grad else 0)
+        return (lp.detach().double(), ent.detach().double(), *torch.autograd.grad(loss, (h, w)))
+
+    truth = run(plain, hidden, weight)  # float64 all through
+    low = hidden.to(dtype), weight.to(dtype)
+    return truth, run(fused, *low), run(plain, *low)
+
+
+def _rel(x, y):
+    return ((x.double() - y).abs().max() / y.abs().max()).item()
+
+
+@pytest.mark.parametrize("entropy_grad", [False, True])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_head_log_probs_fp32_as_close_to_float64_as_the_plain_way(entropy_grad, temperature):
+    truth, fused, plain = _case(torch.float32, entropy_grad, temperature)
+    for i, name in enumerate(["log-probs", "entropy"]):
+        err, plain_err = ((x[i] - truth[i]).abs().max().item() for x in (fused, plain))
+        assert err <= max(2 * plain_err, 1e-5), name
+    for i, name in [(2, "hidden"), (3, "weight")]:
+        assert _rel(fused[i], truth[i]) <= max(3 * _rel(plain[i], truth[i]), 1e-5), f"grad of {name}"
+
+
+@pytest.mark.parametrize("entropy_grad", [False, True])
+def test_head_log_probs_bf16_match_the_plain_way(entropy_grad):
+    """In bf16 the logits and their gradient are rounded where lm_head + autograd round them."""
+    _, fused, plain = _case(torch.bfloat16, entropy_grad, 0.7)
+    assert (fused[0] - plain[0]).abs().max().item() <= 1e-5
+    assert (fused[1] - plain[1]).abs().max().item() <= 1e-4
+    for i in (2, 3):
+        tol = 1e-2 if entropy_grad else 1e-4  # the entropy gradient's terms are summed differently
+        assert _rel(fused[i], plain[i].double()) <= tol
+
+
+def test_head_entropy_without_grad_is_not_differentiable():
+    h = torch.randn(4, 8, requires_grad=True)
+    lp, ent = head_log_probs(h, torch.randn(50, 8), torch.tensor([1, 2, 3, 4]))
+    assert lp.requires_grad and not ent.requires_grad
+
+
+def test_onednn_linear_equals_torch_forward_and_backward():
+    if not onednn.available():
+        pytest.skip("torch has no oneDNN linear op here")
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 37, 24, generator=g)
+    layer = torch.nn.Linear(24, 40)
+    ref = torch.nn.Linear(24, 40)
+    ref.load_state_dict(layer.state_dict())
+    assert onednn.use_in(torch.nn.Sequential(layer))
+    grad = torch.randn(2, 37, 40, generator=g)
+    xs = [x.clone().requires_grad_() for _ in range(2)]
+    outs = [m(xi) for m, xi in zip((layer, ref), xs, strict=True)]
+    for out in outs:
+        out.backward(grad)
+    assert torch.allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+    assert torch.allclose(xs[0].grad, xs[1].grad, rtol=1e-5, atol=1e-5)
+    for name in ("weight", "bias"):
+        assert torch.allclose(getattr(layer, name).grad, getattr(ref, name).grad, rtol=1e-5, atol=1e-4)
+    assert onednn.mm_nt(x[0].bfloat16(), layer.weight.bfloat16()).dtype == torch.bfloat16  # torch's path
+
+
+def _log_probs_and_grads(model):
+    model.zero_grad()
+    logps, ents = packed_log_probs(model, SEQS, 0.7, entropy=True, entropy_grad=True)
+    loss = sum(lp.sum() * (i + 1) for i, lp in enumerate(logps)) + sum(e.sum() for e in ents)
+    loss.backward()
+    return torch.cat(logps).detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def test_packed_log_probs_through_head_and_onednn_equal_the_plain_model(tiny_model, monkeypatch):
+    """The workers' fp32 actor (head.py and oneDNN linears) against transformers' own lm_head
+    and torch's matmul: log-probs and every parameter's gradient."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    assert plain_head(model) is not None
+    onednn.use_in(model)
+    lp, grads = _log_probs_and_grads(model)
+    plain = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    monkeypatch.setattr(model_mod, "PLAIN_HEADS", set())
+    assert plain_head(plain) is None
+    lp_plain, grads_plain = _log_probs_and_grads(plain)
+    assert (lp - lp_plain).abs().max().item() <= 1e-5
+    scale = max(g.abs().max().item() for g in grads_plain.values())
+    worst = max((grads[n] - grads_plain[n]).abs().max().item() for n in grads_plain)
+    assert scale > 1e-3 and worst <= 1e-5 * scale
