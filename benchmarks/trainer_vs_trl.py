@@ -4,14 +4,16 @@ Same model, prompts (data/arithmetic with the quickstart's format prompt and cha
 size, response length, learning rate, loss (token-mean, clip 0.2/0.28, no KL) and reward
 (reward_functions/math.py, half format, half answer), on the same 2 cores: r1cloud with 2 worker
 processes and each rollout engine (`hf`, `vllm`), TRL in one process with 2 threads and
-transformers' generate. Runs alternate (r1cloud-hf, r1cloud-vllm, TRL, repeated) so drift on a
-noisy machine hits all alike. The first step of each run is warm-up (compilation, caches) and is
+transformers' generate, as installed (glibc's malloc) and again under the jemalloc r1cloud gives
+its CPU workers (`trl-jemalloc`: the allocator alone is worth about 1.5× to TRL here, so the
+ratios against it show what r1cloud's trainer itself adds). Runs alternate (r1cloud-hf,
+r1cloud-vllm, trl, trl-jemalloc, repeated) so drift on a noisy machine hits all alike. The first step of each run is warm-up (compilation, caches) and is
 left out of the rates.
 
 Reported per system: rollout tokens/s (response tokens ÷ generation time), trained tokens/s
 (prompt + response tokens ÷ the rest of the step: log-probs, loss, backward, optimizer, weight
 sync), wall seconds per step, peak RSS of the whole process tree, the mean reward over all steps
-and of the last step; r1cloud's seconds per step by phase; and r1cloud/TRL ratios.
+and of the last step; r1cloud's seconds per step by phase; and r1cloud's ratios to each TRL run.
 
 Usage: python benchmarks/trainer_vs_trl.py [--model tiny|smollm2|PATH] [--steps 4] [--repeats 1]
        [--precision fp32|bf16] [--workers 2] [--json out.json]
@@ -203,8 +205,14 @@ def run_r1cloud(model: Path, engine: str, steps: int, work: Path) -> dict:
 # ---------------------------------------------------------------------------- TRL
 
 
-def run_trl(model: Path, steps: int, work: Path) -> dict:
-    """TRL in its own process (its memory and threads measured alone)."""
+def run_trl(model: Path, steps: int, work: Path, jemalloc: bool = False) -> dict:
+    """TRL in its own process (its memory and threads measured alone); with `jemalloc`, under the
+    allocator r1cloud gives its CPU workers (r1cloud.trainer.driver.cpu_allocator)."""
+    from r1cloud.trainer.driver import cpu_allocator
+
+    allocator = cpu_allocator() if jemalloc else {}
+    if jemalloc and not allocator:
+        raise RuntimeError("trl-jemalloc: Ray ships no libjemalloc.so here")
     out = work / f"trl-{time.time_ns()}.json"
     proc = subprocess.Popen(
         [
@@ -220,7 +228,7 @@ def run_trl(model: Path, steps: int, work: Path) -> dict:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false", **allocator},
     )
     rss = PeakRSS(proc.pid)
     log, _ = proc.communicate()
@@ -358,8 +366,8 @@ def compare(args, work: Path) -> dict[str, list[dict]]:
     for _ in range(args.repeats):
         for system in systems:
             t = time.perf_counter()
-            if system == "trl":
-                res = run_trl(model, args.steps, work)
+            if system.startswith("trl"):
+                res = run_trl(model, args.steps, work, jemalloc=system == "trl-jemalloc")
             else:
                 res = run_r1cloud(model, system.split("-", 1)[1], args.steps, work)
             results[system].append(res)
@@ -374,7 +382,7 @@ def main() -> None:
     parser.add_argument("--model", default="tiny", help="tiny, smollm2, or a model folder")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--systems", default="r1cloud-hf,r1cloud-vllm,trl")
+    parser.add_argument("--systems", default="r1cloud-hf,r1cloud-vllm,trl,trl-jemalloc")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument(
         "--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: fp32 weights, bf16 compute"
@@ -425,10 +433,12 @@ def report(results: dict[str, list[dict]]) -> dict:
             table[system]["phases"] = phases
             top = sorted(phases.items(), key=lambda kv: -kv[1])
             print(f"{system} s/step by phase: " + ", ".join(f"{k} {v:.2f}" for k, v in top if v >= 0.01))
-    if "trl" in table:
-        base = table["trl"]
+    for baseline in ("trl", "trl-jemalloc"):
+        if baseline not in table:
+            continue
+        base = table[baseline]
         for system, row in table.items():
-            if system == "trl":
+            if system.startswith("trl"):
                 continue
             ratios = {
                 "rollout": row["rollout_tok_s"] / base["rollout_tok_s"],
@@ -436,8 +446,8 @@ def report(results: dict[str, list[dict]]) -> dict:
                 "step speed": base["step_s"] / row["step_s"],
                 "memory": row["peak_rss"] / base["peak_rss"],
             }
-            row["vs_trl"] = ratios
-            print(f"{system}/TRL: " + ", ".join(f"{k} {v:.2f}×" for k, v in ratios.items()))
+            row[f"vs_{baseline}"] = ratios
+            print(f"{system}/{baseline}: " + ", ".join(f"{k} {v:.2f}×" for k, v in ratios.items()))
     return table
 
 

@@ -5,6 +5,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from r1cloud.testing import make_tiny_model
 from r1cloud.trainer import model as model_mod
 from r1cloud.trainer import onednn
 from r1cloud.trainer.head import head_log_probs
@@ -104,9 +105,15 @@ def _log_probs_and_grads(model):
     return torch.cat(logps).detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
-def test_packed_log_probs_through_head_and_onednn_equal_the_plain_model(tiny_model, monkeypatch):
+@pytest.mark.parametrize("tie", [False, True])
+def test_packed_log_probs_through_head_and_onednn_equal_the_plain_model(
+    tiny_model, tmp_path, monkeypatch, tie
+):
     """The workers' fp32 actor (head.py and oneDNN linears) against transformers' own lm_head
-    and torch's matmul: log-probs and every parameter's gradient."""
+    and torch's matmul: log-probs and every parameter's gradient, with the output weight tied to
+    the embedding (its gradient then sums both uses) and not."""
+    if tie:
+        tiny_model = make_tiny_model(tmp_path / "tied", tie=True)
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
     assert plain_head(model) is not None
     onednn.use_in(model)
