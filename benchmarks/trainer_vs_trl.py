@@ -207,12 +207,15 @@ def run_r1cloud(model: Path, engine: str, steps: int, work: Path) -> dict:
 
 def run_trl(model: Path, steps: int, work: Path, jemalloc: bool = False) -> dict:
     """TRL in its own process (its memory and threads measured alone); with `jemalloc`, under the
-    allocator r1cloud gives its CPU workers (r1cloud.trainer.driver.cpu_allocator)."""
-    from r1cloud.trainer.driver import cpu_allocator
+    jemalloc Ray ships, freed pages kept (what a TRL user can set from the shell)."""
+    import ray
 
-    allocator = cpu_allocator() if jemalloc else {}
-    if jemalloc and not allocator:
+    lib = Path(ray.__file__).parent / "core" / "libjemalloc.so"
+    if jemalloc and not lib.is_file():
         raise RuntimeError("trl-jemalloc: Ray ships no libjemalloc.so here")
+    allocator = (
+        {"LD_PRELOAD": str(lib), "MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1"} if jemalloc else {}
+    )
     out = work / f"trl-{time.time_ns()}.json"
     proc = subprocess.Popen(
         [
