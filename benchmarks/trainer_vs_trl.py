@@ -4,11 +4,12 @@ Same model, prompts (data/arithmetic with the quickstart's format prompt and cha
 size, response length, learning rate, loss (token-mean, clip 0.2/0.28, no KL) and reward
 (reward_functions/math.py, half format, half answer), on the same 2 cores: r1cloud with 2 worker
 processes and each rollout engine (`hf`, `vllm`), TRL in one process with 2 threads and
-transformers' generate, as installed (glibc's malloc) and again under the jemalloc r1cloud gives
-its CPU workers (`trl-jemalloc`: the allocator alone is worth about 1.5× to TRL here, so the
-ratios against it show what r1cloud's trainer itself adds). Runs alternate (r1cloud-hf,
-r1cloud-vllm, trl, trl-jemalloc, repeated) so drift on a noisy machine hits all alike. The first step of each run is warm-up (compilation, caches) and is
-left out of the rates.
+transformers' generate, as installed (glibc's malloc) and again under the jemalloc Ray ships with
+freed pages kept (`trl-jemalloc`: the allocator alone is worth 1.3–1.5× to TRL here; r1cloud's
+workers tune glibc's malloc instead, so the ratios against it are the conservative ones). Runs
+alternate (r1cloud-hf, r1cloud-vllm, trl, trl-jemalloc, repeated) so drift on a noisy machine
+hits all alike. The first step of each run is warm-up (compilation, caches) and is left out of
+the rates.
 
 Reported per system: rollout tokens/s (response tokens ÷ generation time), trained tokens/s
 (prompt + response tokens ÷ the rest of the step: log-probs, loss, backward, optimizer, weight
