@@ -32,7 +32,8 @@ def _rows(vocab: int) -> int:
     return max(16, CHUNK_BYTES // (4 * vocab))
 
 
-def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+def scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """logits / T in fp32 (T = 0, greedy, and T = 1 leave them as they are)."""
     z = logits.float()
     return z / temperature if temperature not in (0, 1.0) else z
 
@@ -46,7 +47,7 @@ class _HeadLogProbs(torch.autograd.Function):
         logp, entropy = torch.empty_like(top), torch.empty_like(top)
         step = _rows(weight.shape[0])
         for s in range(0, n, step):
-            z = _scaled(logits[s : s + step], temperature)
+            z = scaled(logits[s : s + step], temperature)
             # log-softmax = (z − max) − log Σ exp(z − max): every sum below is of small terms
             top[s : s + step] = z.amax(-1)
             shifted = z - top[s : s + step, None]
@@ -68,7 +69,7 @@ class _HeadLogProbs(torch.autograd.Function):
         grad_z = torch.empty_like(logits)  # in the compute dtype, as autograd's would be
         step = _rows(weight.shape[0])
         for s in range(0, n, step):
-            shifted = _scaled(logits[s : s + step], t) - top[s : s + step, None]
+            shifted = scaled(logits[s : s + step], t) - top[s : s + step, None]
             lt = log_total[s : s + step, None]
             g = g_logp[s : s + step, None]
             if ctx.entropy_grad:  # z − Σ p·z, shifted: Σ p·(z − max) = log Σ exp(z − max) − H

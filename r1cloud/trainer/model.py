@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from .attention import NAME, Segments
-from .head import head_log_probs
+from .head import head_log_probs, scaled
 
 # model types whose logits are exactly the last hidden states times the output weight (no
 # soft-capping, scaling or bias after it): their log-probs skip the full logits (head.py)
@@ -119,9 +119,7 @@ def _hidden_states_out(head: torch.nn.Module):
 
 def token_log_probs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """log softmax(logits / T)[target], in fp32, without materialising the full log-softmax."""
-    logits = logits.float()
-    if temperature not in (0, 1.0):
-        logits = logits / temperature
+    logits = scaled(logits, temperature)
     return logits.gather(-1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
 
 
@@ -130,9 +128,7 @@ def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0, chunk: i
     rows so only one chunk's full-vocabulary softmax exists at a time."""
     out = []
     for part in torch.split(logits, chunk):
-        z = part.float()
-        if temperature not in (0, 1.0):
-            z = z / temperature
+        z = scaled(part, temperature)
         out.append(torch.logsumexp(z, dim=-1) - (torch.softmax(z, dim=-1) * z).sum(-1))
     return torch.cat(out) if out else logits.new_zeros(0, dtype=torch.float32)
 
