@@ -1,0 +1,169 @@
+"""What every command shares: the Typer app, the consoles, and turning bad input into one
+clear message with exit code 2."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from .. import __version__
+
+app = typer.Typer(
+    name="r1cloud",
+    help=(
+        "R1-style reinforcement learning (GRPO, DAPO, RLOO, PPO, …) of language and vision-language "
+        "models with one command, on this machine or on GPU clusters.\n\n"
+        "A blueprint is a YAML job spec: EasyR1's config tree (data, algorithm, worker, trainer) plus "
+        "name, resources, envs and secrets. An EasyR1 config.yaml is a valid blueprint as it is.\n\n"
+        "Start with:  r1cloud validate blueprints/quickstart.yaml"
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+# Piped output keeps whole table rows (rich would cut them to 80 columns).
+out = Console(soft_wrap=True, highlight=False, width=None if sys.stdout.isatty() else 240)
+err = Console(stderr=True, soft_wrap=True, highlight=False)
+
+EXIT_BAD_INPUT = 2
+SecretOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--secret",
+        help="NAME (value from the environment) or NAME=VALUE; repeatable. Reaches only the job's environment; never stored.",
+        show_default=False,
+    ),
+]
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"r1cloud {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    pass
+
+
+def fail(title: str, lines: list[str], warnings: list[str] = ()) -> None:
+    for w in warnings:
+        err.print(f"warning: {w}", style="yellow", markup=False)
+    err.print(title, style="bold red", markup=False)
+    for line in lines:
+        err.print(f"  ✗ {line}", markup=False)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def parse_secrets(values: list[str]) -> dict[str, str]:
+    """`--secret NAME` takes the value from the environment; `--secret NAME=VALUE` from the flag."""
+    secrets, problems = {}, []
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not name.isidentifier():
+            problems.append(f"--secret {item.split('=')[0]!r}: not an environment variable name")
+        elif sep:
+            secrets[name] = value
+        elif os.environ.get(name):
+            secrets[name] = os.environ[name]
+        else:
+            problems.append(
+                f"--secret {name}: {name} is not set in the environment; export it or pass --secret {name}=VALUE"
+            )
+    if problems:
+        fail("error: bad --secret", problems)
+    return secrets
+
+
+def load_blueprint(path: Path, overrides: list[str], secrets: dict[str, str], shown: str):
+    """The validated spec, its warnings printed; or every problem and exit code 2."""
+    from ..spec import SpecError, load_spec
+
+    try:
+        loaded = load_spec(path, overrides, secrets=secrets)
+    except SpecError as e:
+        n = len(e.problems)
+        fail(
+            f"error: {shown} has {n} problem{'s' if n != 1 else ''}:",
+            [p.render() for p in e.problems],
+            [w.render() for w in e.warnings],
+        )
+    for w in loaded.warnings:
+        err.print(f"warning: {w.render()}", style="yellow", markup=False)
+    return loaded.spec
+
+
+JobArg = Annotated[
+    str | None, typer.Argument(help="Job name (default: the most recent job).", show_default=False)
+]
+
+
+def job_store():
+    from ..jobs.store import JobStore
+
+    return JobStore()
+
+
+def find_job(name: str | None):
+    """The named job, or the latest; a clear error when there is none."""
+    import difflib
+
+    from ..jobs.store import NoSuchJob
+
+    store = job_store()
+    if name is None:
+        job = store.latest()
+        if job is None:
+            fail("error: no jobs yet", ["start one with: r1cloud train blueprints/quickstart.yaml"])
+        return store, job
+    try:
+        return store, store.get(name)
+    except NoSuchJob:
+        names = [j.name for j in store.list()]
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        fail(f"error: no job named {name!r}", [f"{hint}`r1cloud jobs` lists the jobs ({len(names)} now)"])
+
+
+def cloud_logs(job, follow: bool) -> int:
+    from ..jobs.cloud import CloudError, tail_logs
+
+    try:
+        code = tail_logs(job.cloud, follow)
+    except CloudError as e:
+        fail(f"error: {e}", e.hints)
+    except KeyboardInterrupt:
+        err.print(
+            f"\ndetached: {job.name} keeps running.  reattach: r1cloud logs -f {job.name}", markup=False
+        )
+        return 0
+    return int(code or 0)
+
+
+def report_end(job) -> int:
+    from ..jobs.follow import exit_code
+
+    style = {"SUCCEEDED": "green", "STOPPED": "yellow", "ENDED": "yellow"}.get(job.status, "bold red")
+    tail = f": {job.reason}" if job.reason else ""
+    (out if job.status != "FAILED" else err).print(
+        f"{job.name} {job.status}{tail}", style=style, markup=False
+    )
+    return exit_code(job)
+
+
+def when(ts: float | None) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else "—"

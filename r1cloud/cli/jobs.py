@@ -1,0 +1,220 @@
+"""`logs`, `jobs`, `status` and `stop`: what the jobs are doing, and stopping them."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from .common import JobArg, app, cloud_logs, err, fail, find_job, job_store, out, report_end, when
+
+
+@app.command()
+def logs(
+    job: JobArg = None,
+    follow_: Annotated[
+        bool,
+        typer.Option("--follow", "-f", help="Keep printing until the job ends; exit with its exit code."),
+    ] = False,
+    tail: Annotated[int, typer.Option("--tail", "-n", help="Lines from the end to print first.")] = 200,
+) -> None:
+    """Print a job's log (the trainer's or the server's output)."""
+    from ..jobs import follow as f
+
+    store, record = find_job(job)
+    if record.cloud:
+        raise typer.Exit(cloud_logs(record, follow_))
+    log = store.path(record.name) / record.log.name
+    for line in f.tail_lines(log, tail):
+        print(line)
+    if not follow_:
+        return
+    size = log.stat().st_size if log.exists() else 0
+    try:
+        record = f.follow(store, record.name, lambda line: print(line, flush=True), start=size)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    raise typer.Exit(report_end(record))
+
+
+def _duration(job) -> str:
+    if not job.started_at:
+        return "—"
+    seconds = int((job.ended_at or time.time()) - job.started_at)
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+STATUS_STYLE = {
+    "RUNNING": "cyan",
+    "PENDING": "cyan",
+    "SUCCEEDED": "green",
+    "FAILED": "red",
+    "STOPPED": "yellow",
+    "ENDED": "yellow",
+}
+
+
+def _refreshed(store, jobs: list) -> list:
+    """Cloud jobs' state from SkyPilot; if it cannot be reached, the last known state and a warning."""
+    if not any(j.cloud for j in jobs):
+        return jobs
+    from ..jobs.cloud import CloudError
+    from ..jobs.remote import refresh
+
+    try:
+        return refresh(store, jobs)
+    except CloudError as e:
+        err.print(f"warning: cloud jobs show their last known state: {e}", markup=False)
+        return jobs
+
+
+def _jobs_table() -> None:
+    from ..jobs import follow as f
+
+    store = job_store()
+    jobs = _refreshed(store, store.list())
+    if not jobs:
+        out.print("no jobs yet — start one with: r1cloud train blueprints/quickstart.yaml")
+        return
+    table = Table(box=None, header_style="bold")
+    servers = any(j.kind == "serve" for j in jobs)
+    cols = ("NAME", "INFRA", "ACCELERATORS", "STATUS", "STEP", "REWARD", "STARTED", "DURATION")
+    for col in (*cols, "URL") if servers else cols:
+        table.add_column(col, no_wrap=True)
+    for j in jobs:
+        m = f.last_train_metrics(j.dir) or {}
+        total = f.total_steps(j.dir)
+        step = f"{m.get('step', 0)}/{total}" if total else str(m.get("step", "—"))
+        reward = f"{m['reward/overall']:.3f}" if "reward/overall" in m else "—"
+        url = ([j.url if j.status in ("PENDING", "RUNNING") and j.url else "—"]) if servers else []
+        table.add_row(
+            j.name,
+            j.infra,
+            j.accelerators,
+            f"[{STATUS_STYLE.get(j.status, '')}]{j.status}[/]",
+            step,
+            reward,
+            when(j.started_at),
+            _duration(j),
+            *url,
+        )
+    out.print(table)
+
+
+@app.command()
+def jobs() -> None:
+    """List jobs: status, progress, last reward."""
+    _jobs_table()
+
+
+@app.command()
+def status(
+    job: Annotated[
+        str | None, typer.Argument(help="A job name; without one, the jobs table.", show_default=False)
+    ] = None,
+) -> None:
+    """One job in detail (or, with no name, the jobs table)."""
+    if job is None:
+        _jobs_table()
+        return
+    from ..jobs import follow as f
+    from ..spec import load_resolved, summarize
+
+    store, record = find_job(job)
+    record = _refreshed(store, [record])[0]
+    run = store.path(record.name)
+    out.print(
+        f"{record.name}  [{STATUS_STYLE.get(record.status, '')}]{record.status}[/]  {_duration(record)}  (started {when(record.started_at)})"
+    )
+    if record.reason:
+        out.print(f"reason     {record.reason}", markup=False)
+    if record.kind == "serve":
+        out.print(f"url        {record.url}", markup=False)
+        out.print(f"model      {record.model}", markup=False)
+        out.print(f"engine     {record.accelerators}", markup=False)
+    if (run / "spec.yaml").exists():
+        for label, value in summarize(load_resolved(run / "spec.yaml")):
+            out.print(f"{label:10} {value}", markup=False)
+    m = f.last_train_metrics(run)
+    if m:
+        total = f.total_steps(run)
+        keys = (
+            "reward/overall",
+            "response_length/mean",
+            "actor/pg_loss",
+            "actor/grad_norm",
+            "perf/throughput",
+            "timing_s/step",
+        )
+        out.print(
+            f"step       {m['step']}/{total or '?'}  " + "  ".join(f"{k}={m[k]:.4g}" for k in keys if k in m),
+            markup=False,
+        )
+    from ..checkpoints import job_checkpoint_root, list_checkpoints
+
+    root = job_checkpoint_root(run)  # honours save_checkpoint_path (a cloud job's bucket)
+    try:
+        ckpts = list_checkpoints(root, record.name)
+    except Exception as e:  # a bucket without credentials or network: say so, show the rest
+        out.print(f"checkpoints cannot read {root}: {type(e).__name__}: {e}", markup=False)
+        ckpts = []
+    if ckpts:
+        out.print(
+            "checkpoints " + ", ".join(str(c.step) for c in ckpts),
+            markup=False,
+        )
+    out.print(f"run folder {run}", markup=False)
+    lines = f.tail_lines(run / record.log.name, 10)
+    if lines:
+        out.print("log tail:", style="bold")
+        for line in lines:
+            out.print("  " + line, markup=False)
+
+
+@app.command()
+def stop(
+    job: JobArg = None,
+    grace: Annotated[
+        float, typer.Option("--grace", help="Seconds the trainer gets to save a checkpoint and exit.")
+    ] = 180.0,
+) -> None:
+    """Stop a job cleanly: the trainer finishes its step and saves a checkpoint first."""
+    from ..jobs.local import stop as stop_local
+    from ..jobs.store import ACTIVE
+
+    store, record = find_job(job)
+    if record.status not in ACTIVE:
+        out.print(f"{record.name} is not running ({record.status})", markup=False)
+        return
+    if record.cloud:
+        from ..jobs.cloud import CloudError, cancel, serve_down
+
+        try:
+            how = serve_down(record.cloud["service"]) if record.kind == "serve" else cancel(record.cloud)
+        except CloudError as e:
+            fail(f"error: {e}", e.hints)
+        with store.locked(record.name) as j:
+            j.status, j.stop_requested, j.ended_at = "STOPPED", True, time.time()
+        kept = (
+            ""
+            if record.kind == "serve"
+            else f"; its checkpoints stay in the bucket: r1cloud checkpoints {record.name}"
+        )
+        out.print(f"{record.name} STOPPED ({how}){kept}", markup=False)
+        return
+    if record.kind == "serve":
+        out.print(f"stopping {record.name}…", markup=False)
+        how = stop_local(store, record.name, grace)
+        out.print(f"{record.name} {store.get(record.name).status} ({how})", markup=False)
+        return
+    out.print(f"stopping {record.name} (saving a checkpoint first; up to {grace:.0f}s)…", markup=False)
+    how = stop_local(store, record.name, grace)
+    record = store.get(record.name)
+    out.print(
+        f"{record.name} {record.status} ({how}); continue with: r1cloud train --resume {record.name}",
+        markup=False,
+    )

@@ -1,0 +1,323 @@
+"""`serve` and `chat`: a checkpoint behind an OpenAI-compatible endpoint, and talking to one."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from .common import app, err, fail, job_store, load_blueprint, out, report_end
+
+
+def _merge_for_serving(checkpoint, out_dir) -> None:
+    from ..merge import MergeError
+    from ..merge import merge as do_merge
+
+    if checkpoint.inference_ready:  # a bucket's merged model, fetched by merging its weights here
+        err.print(f"{checkpoint.id}: fetching the model from the bucket into {out_dir}…", markup=False)
+    else:
+        err.print(f"{checkpoint.id} is not INFERENCE READY: merging it first…", markup=False)
+    try:
+        do_merge(checkpoint, out_dir, "bf16")
+    except MergeError as e:
+        fail("error: cannot merge", [str(e)])
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def serve(
+    ctx: typer.Context,
+    checkpoint: Annotated[
+        str,
+        typer.Option(
+            "--checkpoint",
+            "-c",
+            help="JOB[:step-N] (default step: the last), a checkpoint or model folder, a bucket URL, or a Hub id.",
+            show_default=False,
+        ),
+    ],
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to bind; 0.0.0.0 opens it to the network.")
+    ] = "127.0.0.1",
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            envvar="R1CLOUD_API_KEY",
+            help="Require this bearer key (401 without it). Also read from R1CLOUD_API_KEY.",
+            show_default=False,
+        ),
+    ] = None,
+    served_model_name: Annotated[
+        str | None,
+        typer.Option(
+            "--served-model-name", help="Model name clients use (default: JOB-step-N).", show_default=False
+        ),
+    ] = None,
+    max_model_len: Annotated[
+        int | None, typer.Option("--max-model-len", help="Context length limit.", show_default=False)
+    ] = None,
+    engine: Annotated[
+        str, typer.Option("--engine", help="auto (vLLM when installed), vllm, or transformers.")
+    ] = "auto",
+    infra: Annotated[
+        str,
+        typer.Option("--infra", help="local, or a SkyPilot infra (aws, gcp, k8s, …) for a SkyServe service."),
+    ] = "local",
+    replicas: Annotated[
+        str, typer.Option("--replicas", help="Cloud: a replica count (2) or an autoscaling range (1-4).")
+    ] = "1",
+    gpu: Annotated[str, typer.Option("--gpu", help="Cloud: each replica's accelerator.")] = "L4:1",
+    name: Annotated[
+        str | None, typer.Option("--name", help="Job name (default: serve-MODEL).", show_default=False)
+    ] = None,
+    detach: Annotated[
+        bool,
+        typer.Option("--detach", "-d", help="Start, wait until ready, and return; stop with r1cloud stop."),
+    ] = False,
+    ready_timeout: Annotated[
+        float, typer.Option("--ready-timeout", help="Seconds to wait for /v1/models to answer.")
+    ] = 900.0,
+) -> None:
+    """Serve a checkpoint behind an OpenAI-compatible API (/v1/models, /v1/completions,
+    /v1/chat/completions), merging it first when it is not INFERENCE READY. Runs as a job: `jobs`
+    shows its URL, `logs` its output; Ctrl-C (or `r1cloud stop`) stops it. Arguments after `--`
+    go to the engine, e.g. `-- --enforce-eager`."""
+    from .. import serve as sv
+    from ..jobs import follow as f
+    from ..jobs.local import launch
+    from ..jobs.local import stop as stop_local
+    from ..jobs.store import ACTIVE, Job
+
+    if infra != "local":
+        _serve_in_cloud(checkpoint, infra, gpu, replicas, api_key, served_model_name, max_model_len, name)
+        return
+    if replicas != "1":
+        fail(f"error: --replicas {replicas} needs a cloud --infra", ["locally, one server runs"])
+    try:
+        chosen_engine = sv.pick_engine(engine)
+        sv.check_port(host, port)
+        from ..jobs.store import home
+
+        model = sv.resolve(checkpoint, _merge_for_serving, home() / "models")
+    except sv.ServeError as e:
+        fail(e.args[0], e.args[1])
+    served = served_model_name or model.name
+    url = sv.base_url(host, port)
+    store = job_store()
+    job = store.create_unique(
+        Job(
+            name or f"serve-{served}".replace("/", "-"),
+            kind="serve",
+            accelerators=chosen_engine,
+            blueprint=checkpoint,
+            command=sv.command(chosen_engine, model, host, port, served, max_model_len, list(ctx.args)),
+            url=url,
+            model=f"{served} ← {model.origin}",
+        )
+    )
+    job = launch(store, job, sv.key_env(api_key), {})
+    out.print(f"serving {model.origin} as {served!r} with {chosen_engine} · job {job.name}", markup=False)
+    if host in ("0.0.0.0", "::") and not api_key:
+        err.print(
+            "warning: listening on every interface with no --api-key: anyone who can reach it can use it"
+        )
+    with err.status(f"starting {chosen_engine} (log: {job.log})…"):
+        ready = sv.wait_ready(
+            url, api_key, lambda: store.get(job.name).status in ACTIVE, ready_timeout, lambda: None
+        )
+    if not ready:
+        record = store.get(job.name)
+        if record.status in ACTIVE:
+            stop_local(store, job.name, 10)
+            why = f"/v1/models did not answer within {ready_timeout:.0f}s"
+        else:
+            why = record.reason or "the server exited"
+        lines = [why, *f.tail_lines(job.log, 12), f"full log: r1cloud logs {job.name}"]
+        err.print("error: the server did not start", style="bold red", markup=False)
+        for line in lines:
+            err.print(f"  {line}", markup=False)
+        raise typer.Exit(1)
+    out.print(f"ready: {url}  (model {served!r})", style="bold green", markup=False)
+    out.print(sv.snippets(url, served, bool(api_key)), markup=False)
+    if detach:
+        out.print(f"logs: r1cloud logs -f {job.name}    stop: r1cloud stop {job.name}", markup=False)
+        return
+    err.print("Ctrl-C stops the server", markup=False)
+    try:
+        record = f.follow(store, job.name, lambda line: print(line, flush=True), start=job.log.stat().st_size)
+    except KeyboardInterrupt:
+        err.print(f"stopping {job.name}…", markup=False)
+        stop_local(store, job.name, 30)
+        raise typer.Exit(0) from None
+    raise typer.Exit(report_end(record))
+
+
+def _serve_in_cloud(checkpoint, infra, gpu, replicas, api_key, served_model_name, max_model_len, name):
+    from .. import serve as sv
+    from ..jobs.cloud import CloudError, serve_up
+    from ..jobs.sky_task import TaskError, service_config
+    from ..jobs.store import Job
+
+    try:
+        model = sv.resolve_for_cloud(checkpoint)
+        served = served_model_name or model.name
+        service = name or f"serve-{served}".replace("/", "-").lower()
+        config = service_config(
+            service, model.path, served, infra, gpu, replicas, bool(api_key), max_model_len
+        )
+        err.print(f"starting SkyServe service {service} on {infra} ({replicas} × {gpu})…", markup=False)
+        endpoint = serve_up(config, {"R1CLOUD_API_KEY": api_key} if api_key else {}, service)
+    except sv.ServeError as e:
+        fail(e.args[0], e.args[1])
+    except (TaskError, CloudError) as e:
+        fail(f"error: {e}", getattr(e, "hints", []))
+    url = f"{endpoint if '://' in endpoint else 'http://' + endpoint}/v1"
+    store = job_store()
+    store.create_unique(
+        Job(service, kind="serve", infra=infra, accelerators=gpu, blueprint=checkpoint, url=url,
+            model=f"{served} ← {model.origin}", cloud={"service": service}, status="RUNNING")
+    )  # fmt: skip
+    out.print(
+        f"ready: {url}  (model {served!r}, SkyServe service {service})", style="bold green", markup=False
+    )
+    out.print(sv.snippets(url, served, bool(api_key)), markup=False)
+    out.print(f"stop: r1cloud stop {service}    status: sky serve status {service}", markup=False)
+
+
+@app.command()
+def chat(
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="An endpoint URL (http://…/v1), or a job, JOB:step-N, checkpoint or model folder, or Hub id.",
+            show_default=False,
+        ),
+    ],
+    prompt: Annotated[
+        str | None,
+        typer.Argument(
+            help="One prompt; without it, an interactive loop (or one prompt per stdin line).",
+            show_default=False,
+        ),
+    ] = None,
+    compare: Annotated[
+        str | None,
+        typer.Option(
+            "--compare",
+            help="A second target (e.g. the base model): answers side by side.",
+            show_default=False,
+        ),
+    ] = None,
+    blueprint: Annotated[
+        Path | None,
+        typer.Option(
+            "--blueprint",
+            help="Apply this blueprint's format prompt (default: the job's own).",
+            show_default=False,
+        ),
+    ] = None,
+    format_prompt: Annotated[
+        Path | None,
+        typer.Option(
+            "--format-prompt", help="Apply this Jinja format prompt (over `content`).", show_default=False
+        ),
+    ] = None,
+    raw: Annotated[
+        bool, typer.Option("--raw", help="Send the text as it is, with no format prompt.")
+    ] = False,
+    show_prompt: Annotated[bool, typer.Option("--show-prompt", help="Print the message as sent.")] = False,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key", envvar="R1CLOUD_API_KEY", help="Bearer key of the endpoint(s).", show_default=False
+        ),
+    ] = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens per answer at most.")] = 512,
+    temperature: Annotated[float, typer.Option("--temperature", help="0 is greedy.")] = 0.0,
+    engine: Annotated[
+        str,
+        typer.Option(
+            "--engine", help="Engine for a checkpoint target: transformers (starts in seconds) or vllm."
+        ),
+    ] = "transformers",
+) -> None:
+    """Ask a served endpoint or a checkpoint, with the blueprint's format prompt applied; --compare
+    shows a second model's answer beside it (the before/after view)."""
+    from .. import chat as ch
+    from .. import serve as sv
+    from ..jobs.store import home
+
+    template = None
+    if not raw:
+        if format_prompt:
+            if not format_prompt.is_file():
+                fail(
+                    f"error: --format-prompt {format_prompt}: no such file",
+                    ["give a Jinja template over `content`"],
+                )
+            template = str(format_prompt)
+        elif blueprint:
+            template = load_blueprint(blueprint, [], {}, str(blueprint)).data.format_prompt
+        else:
+            template = ch.job_format_prompt(target)
+    if sys.stdin.isatty() or prompt is not None:
+        prompts = None
+    else:
+        prompts = [line.strip() for line in sys.stdin if line.strip()]
+    with contextlib.ExitStack() as stack:
+        try:
+            sides = [
+                stack.enter_context(
+                    ch.open_endpoint(t, api_key, engine, _merge_for_serving, home() / "models")
+                )
+                for t in ([compare, target] if compare else [target])
+            ]
+        except sv.ServeError as e:
+            fail(e.args[0], e.args[1])
+        if compare:
+            sides[0].label, sides[1].label = f"{compare} ({sides[0].model})", f"{target} ({sides[1].model})"
+        histories: list[list[dict]] = [[] for _ in sides]
+
+        def turn(text: str) -> None:
+            message = ch.render(template, text)
+            if show_prompt:
+                err.print(f"[dim]sent:[/] {message}", highlight=False)
+            answers = []
+            for side, history in zip(sides, histories, strict=True):
+                history.append({"role": "user", "content": message})
+                stream = None if compare else (lambda piece: out.print(piece, end="", markup=False))
+                answer = ch.ask(side, history, max_tokens, temperature, stream)
+                history.append({"role": "assistant", "content": answer})
+                answers.append(answer)
+            if not compare:
+                out.print()
+                return
+            table = Table(title=text, title_justify="left", expand=sys.stdout.isatty())
+            for side in sides:
+                table.add_column(side.label, ratio=1, overflow="fold")
+            table.add_row(*answers)
+            out.print(table)
+
+        if prompt is not None or prompts is not None:
+            for text in [prompt] if prompt is not None else prompts:
+                if prompts is not None:
+                    histories = [[] for _ in sides]  # each stdin line is its own question
+                turn(text)
+            return
+        err.print(
+            f"chatting with {' and '.join(s.label for s in sides)}; empty line or Ctrl-D ends", markup=False
+        )
+        while True:
+            try:
+                text = out.input("[bold]you> [/]")
+            except (EOFError, KeyboardInterrupt):
+                out.print()
+                return
+            if not text.strip():
+                return
+            turn(text)

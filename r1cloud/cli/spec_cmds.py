@@ -1,0 +1,119 @@
+"""`validate` and `try`: check a blueprint, and try its data and reward, before anything runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from .common import SecretOption, app, err, fail, load_blueprint, out, parse_secrets
+
+
+@app.command()
+def validate(
+    blueprint: Annotated[
+        Path,
+        typer.Argument(help="Blueprint YAML (an EasyR1 config.yaml works as it is).", show_default=False),
+    ],
+    overrides: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="EasyR1-style overrides: key.path=value (YAML-typed), e.g. worker.rollout.n=8 "
+            "trainer.logger=['console','file'] worker.rollout.val_override_config='{\"n\":4}'. "
+            "config=base.yaml is a base the blueprint is merged onto.",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the fully resolved spec as JSON.")] = False,
+    secret: SecretOption = None,
+) -> None:
+    """Check a blueprint without running anything: unknown keys, types, ranges, batch arithmetic,
+    files, secrets. Every problem is listed at once; exit code 2 when there is any."""
+    from ..spec import summarize
+
+    spec = load_blueprint(blueprint, overrides or [], parse_secrets(secret or []), str(blueprint))
+    if as_json:
+        print(json.dumps(spec.model_dump(mode="json"), indent=2))
+        return
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold cyan", no_wrap=True)
+    table.add_column(overflow="fold")
+    for label, value in summarize(spec):
+        table.add_row(label, value)
+    out.print(table)
+    out.print(f"✓ {blueprint} is valid", style="green", markup=False)
+
+
+@app.command("try")
+def try_(
+    blueprint: Annotated[Path, typer.Argument(help="Blueprint YAML.", show_default=False)],
+    overrides: Annotated[
+        list[str] | None,
+        typer.Argument(help="key.path=value overrides, as for validate.", show_default=False),
+    ] = None,
+    n: Annotated[int, typer.Option("--n", help="How many training prompts to try.")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the rows and summary as JSON.")] = False,
+) -> None:
+    """Pre-flight: render prompts from the data through the format prompt and chat template, and
+    score the dataset's own answers (and corrupted ones) with the reward function — a table with
+    token lengths, before any GPU is rented."""
+    from ..preflight import run
+
+    spec = load_blueprint(blueprint, list(overrides or []), {}, str(blueprint))
+    if not spec.data.train_files or not spec.worker.reward.reward_function:
+        fail(
+            "error: nothing to try",
+            ["the blueprint needs data.train_files and worker.reward.reward_function"],
+        )
+    try:
+        with err.status("preparing…") as status:
+            rows, summary = run(spec, n, lambda msg: status.update(msg + "…"))
+    except ValueError as e:
+        fail(f"error: {e}", ["`r1cloud validate` checks the rest of the blueprint"])
+    if as_json:
+        from dataclasses import asdict
+
+        out.print_json(data={"rows": [asdict(r) for r in rows], "summary": summary})
+        return
+    out.print("the first prompt, as the model sees it (format prompt + chat template):", style="bold")
+    out.print(summary["first_prompt"], markup=False, highlight=False)
+    table = Table(box=None, header_style="bold")
+    for col in ("#", "PROMPT TOKENS", "PROMPT", "ANSWER", "OWN ANSWER", "CORRUPTED"):
+        table.add_column(
+            col, no_wrap=col != "PROMPT", overflow="ellipsis", max_width=60 if col == "PROMPT" else 24
+        )
+    limit = spec.data.max_prompt_length
+    for i, r in enumerate(rows):
+        tokens = f"[red]{r.prompt_tokens}[/]" if r.prompt_tokens > limit else str(r.prompt_tokens)
+        table.add_row(
+            str(i), tokens, r.content.replace("\n", " "), r.answer, f"{r.own:.3f}", f"{r.corrupted:.3f}"
+        )
+    out.print(table)
+    s = summary
+    out.print(
+        f"answers written as {s['shape']!r} score {s['own_mean']:.3f} on average; corrupted answers "
+        f"{s['corrupted_mean']:.3f}",
+        markup=False,
+    )
+    out.print(f"prompt tokens: {s['overlong']} of {len(rows)} over max_prompt_length {limit}", markup=False)
+    problems = []
+    if s["own_mean"] <= s["corrupted_mean"]:
+        problems.append(
+            "the reward does not score the right answers above wrong ones: check answer_key and the reward function"
+        )
+    elif s["own_mean"] < 0.5 * max(1e-9, max(r.own for r in rows)):
+        problems.append("many of the dataset's own answers score low: check answer_key and the answer format")
+    if s["overlong"]:
+        what = "dropped" if spec.data.filter_overlong_prompts else "truncated"
+        problems.append(f"{s['overlong']} prompt(s) exceed max_prompt_length and would be {what}")
+    if s["errors"]:
+        problems.append(
+            f"the reward function failed on {s['errors']} sample(s): {'; '.join(s['reasons'][:3])}"
+        )
+    for line in problems:
+        err.print(f"warning: {line}", style="yellow", markup=False)
+    if not problems:
+        out.print("✓ the reward tells the dataset's answers from corrupted ones", style="green")

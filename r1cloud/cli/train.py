@@ -1,0 +1,256 @@
+"""`train`: validate a blueprint, start it here or in the cloud, and follow it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .common import (
+    SecretOption,
+    app,
+    cloud_logs,
+    err,
+    fail,
+    job_store,
+    load_blueprint,
+    out,
+    parse_secrets,
+    report_end,
+)
+
+
+def _accelerator_overrides(
+    blueprint: Path, overrides: list[str], accels: int | None, gpu: str | None
+) -> list[str]:
+    """--accels/--gpu set resources.accelerators and trainer.n_gpus_per_node together."""
+    if accels is None and gpu is None:
+        return []
+    from ..spec import SpecError, load_spec
+    from ..spec.models import accelerator_options
+
+    current = None
+    with contextlib.suppress(SpecError):  # reported by the real load below
+        current = load_spec(blueprint, overrides, check_files=False).spec
+    count = accels
+    if count is None:
+        count = current.trainer.n_gpus_per_node if current else 1
+    out = [f"trainer.n_gpus_per_node={count}"]
+    if gpu:
+        out.append(f"resources.accelerators={gpu}:{count}")
+    elif current is not None and current.resources.accelerators is not None:
+        options = accelerator_options(current.resources.accelerators)
+        out.append("resources.accelerators={" + ", ".join(f"{n}: {count}" for n, _ in options) + "}")
+    return out
+
+
+@app.command()
+def train(
+    target: Annotated[
+        str, typer.Argument(help="Blueprint YAML, or with --resume the name of a job.", show_default=False)
+    ],
+    overrides: Annotated[
+        list[str] | None,
+        typer.Argument(help="key.path=value overrides, as for validate.", show_default=False),
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", help="Job name (default: the blueprint's name).")
+    ] = None,
+    accels: Annotated[
+        int | None,
+        typer.Option(
+            "--accels", help="Devices per node; locally, worker slots (CPU processes or local GPUs)."
+        ),
+    ] = None,
+    nodes: Annotated[int | None, typer.Option("--nodes", help="Number of nodes.")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="Accelerator type: H100, A100-80GB, …")] = None,
+    infra: Annotated[
+        str | None, typer.Option("--infra", help="local (default) or a SkyPilot infra: aws, gcp, k8s, …")
+    ] = None,
+    spot: Annotated[bool, typer.Option("--spot", help="Use spot instances (cloud).")] = False,
+    env: Annotated[
+        list[str] | None,
+        typer.Option("--env", help="K=V environment variable for the job; repeatable.", show_default=False),
+    ] = None,
+    secret: SecretOption = None,
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="Start and return; follow later with r1cloud logs -f.")
+    ] = False,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue a job from its last checkpoint.")
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print what would run, and run nothing; for a cloud infra, the SkyPilot task YAML "
+            "(`sky launch` accepts it as it is).",
+        ),
+    ] = False,
+    managed: Annotated[
+        bool,
+        typer.Option(
+            "--managed/--no-managed",
+            help="Cloud: a managed job that recovers from preemptions and resumes from its bucket "
+            "(default), or a plain cluster that stops when idle and is torn down at the end.",
+        ),
+    ] = True,
+    bucket: Annotated[
+        str | None,
+        typer.Option(
+            "--bucket", help="Cloud: where checkpoints go, s3://BUCKET[/PREFIX] (resources.bucket)."
+        ),
+    ] = None,
+) -> None:
+    """Validate a blueprint, start it as a job, and follow its progress (Ctrl-C detaches; the
+    job keeps running)."""
+    from ..jobs.store import JobExists
+    from ..spec import summarize
+
+    store = job_store()
+    source = Path(target)
+    resuming_job = resume and not source.is_file() and (store.path(target) / "spec.yaml").is_file()
+    if resuming_job:
+        source = store.path(target) / "spec.yaml"
+    extra = list(overrides or [])
+    for item in env or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            fail("error: bad --env", [f"--env {item!r}: write KEY=VALUE"])
+        extra.append(f"envs.{key}={json.dumps(value)}")
+    extra += [f"name={name}"] if name else []
+    extra += [f"resources.infra={infra}"] if infra else []
+    extra += ["resources.use_spot=true"] if spot else []
+    extra += [f"resources.bucket={bucket}"] if bucket else []
+    extra += [f"resources.num_nodes={nodes}", f"trainer.nnodes={nodes}"] if nodes else []
+    extra += _accelerator_overrides(source, extra, accels, gpu)
+    provided = parse_secrets(secret or [])
+    spec = load_blueprint(source, extra, provided, target)
+    secrets = {n: provided.get(n) or os.environ[n] for n in spec.secrets}
+    secrets.update(provided)
+    if spec.resources.infra != "local":
+        _train_in_cloud(store, spec, secrets, source, managed, dry_run, detach)
+        return
+    if dry_run:
+        for label, value in summarize(spec):
+            out.print(f"{label:10} {value}", markup=False)
+        out.print(
+            f"would run  python -m r1cloud.jobs.supervise {store.path(spec.name)}  (local, detached)",
+            markup=False,
+        )
+        if spec.envs or secrets:
+            out.print(
+                f"env        {', '.join([*spec.envs, *(f'{k} (secret)' for k in secrets)])}", markup=False
+            )
+        return
+    from ..jobs.local import JobRunning, submit
+
+    try:
+        job, fresh, log_start = submit(
+            store, spec, secrets, resume=resume, blueprint="" if resuming_job else target
+        )
+    except JobExists as e:
+        fail(
+            f"error: a job named {spec.name!r} already exists ({e.args[1]})",
+            [
+                f"pick another name with --name {spec.name}-2, or continue it with: r1cloud train --resume {spec.name}"
+            ],
+        )
+    except JobRunning:
+        fail(f"error: {spec.name} is already running", [f"follow it with: r1cloud logs -f {spec.name}"])
+    verb = "started" if fresh else "resumed"
+    out.print(
+        f"{verb} {job.name} · {spec.trainer.n_gpus_per_node} worker slot(s) · run folder {job.dir}",
+        markup=False,
+    )
+    if detach:
+        out.print(f"follow: r1cloud logs -f {job.name}    stop: r1cloud stop {job.name}", markup=False)
+        return
+    raise typer.Exit(_follow_with_progress(store, job.name, log_start))
+
+
+def _train_in_cloud(store, spec, secrets: dict, blueprint: Path, managed: bool, dry_run: bool, detach: bool):
+    from ..jobs.cloud import CloudError
+    from ..jobs.sky_task import TaskError
+    from ..jobs.store import JobExists, home
+
+    kind = "a managed job" if managed else "a cluster (autostop, down at the end)"
+    try:
+        if dry_run:
+            from ..jobs.remote import prepare
+            from ..jobs.sky_task import to_yaml
+
+            folder = home() / "dry-run" / spec.name
+            folder.mkdir(parents=True, exist_ok=True)
+            config, _ = prepare(spec, blueprint, folder, managed)
+            err.print(f"# {spec.name} as {kind}; the nodes read {folder / 'node-spec.yaml'}", markup=False)
+            print(to_yaml(config), end="")
+            return
+        from ..jobs.remote import submit
+
+        err.print(f"launching {spec.name} on {spec.resources.infra} as {kind}…", markup=False)
+        job = submit(store, spec, secrets, blueprint, managed)
+    except (TaskError, CloudError) as e:
+        fail(f"error: {e}", getattr(e, "hints", []))
+    except JobExists:
+        fail(
+            f"error: a job named {spec.name!r} already exists",
+            [f"pick another name with --name {spec.name}-2"],
+        )
+    ident = f"managed job {job.cloud['job_id']}" if managed else f"cluster {job.cloud['cluster']}"
+    out.print(f"started {job.name} · {ident} · checkpoints {spec.resources.bucket}", markup=False)
+    if detach:
+        out.print(f"follow: r1cloud logs -f {job.name}    stop: r1cloud stop {job.name}", markup=False)
+        return
+    raise typer.Exit(cloud_logs(job, follow=True))
+
+
+def _follow_with_progress(store, name: str, log_start: int) -> int:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from ..jobs import follow as f
+
+    run = store.path(name)
+    shown = ("step ", "[", "error", "Traceback", "warning")
+    try:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[stats]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=out,
+            transient=False,
+            disable=not out.is_terminal,
+        ) as progress:
+            task = progress.add_task(name, total=None, stats="starting…")
+
+            def on_line(line: str) -> None:
+                if line.startswith(shown) or not out.is_terminal and "Error" in line:
+                    progress.console.print(line, markup=False, highlight=False)
+                m = f.last_train_metrics(run)
+                if m:
+                    stats = f"reward {m.get('reward/overall', 0):.3f} · len {m.get('response_length/mean', 0):.0f} · {m.get('perf/throughput', 0):.0f} tok/s/dev"
+                    progress.update(task, completed=m["step"], total=f.total_steps(run), stats=stats)
+
+            job = f.follow(store, name, on_line, start=log_start)
+    except KeyboardInterrupt:
+        err.print(
+            f"\ndetached: {name} keeps running.  reattach: r1cloud logs -f {name}    stop: r1cloud stop {name}",
+            markup=False,
+        )
+        return 0
+    return report_end(job)
