@@ -6,7 +6,8 @@ and the trainer comparison's numbers into results.json as well.
 
 Usage: python benchmarks/run_all.py [--only cli,rewards,merge,serve,trainer] [--quick]
   --only: run these; the other sections of RESULTS.md and results.json are kept from the last run,
-          each under the date it was measured
+          each under the date it was measured. `trainer` is its three runs, each also a section of
+          its own: trainer-tiny-fp32, trainer-smollm2-fp32, trainer-smollm2-bf16
   --quick: fewer rounds and the tiny model only for the trainer (a smoke run, minutes)
 The trainer comparison runs the tiny model in fp32 and SmolLM2-135M-Instruct in fp32 and in bf16
 (fp32 weights, bf16 compute: EasyR1's and TRL's default).
@@ -30,29 +31,27 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def benchmarks(quick: bool, trainer_json: dict[str, Path]) -> dict[str, list[list[str]]]:
+TRAINER_RUNS = ("tiny-fp32", "smollm2-fp32", "smollm2-bf16")  # MODEL-PRECISION
+
+
+def benchmarks(quick: bool, trainer_json: dict[str, Path]) -> dict[str, list[str]]:
+    """Each section's command. The trainer runs write their numbers to `trainer_json[run]`."""
     py = [sys.executable]
-    return {
-        "cli": [[*py, str(HERE / "cli.py"), "--rounds", "5" if quick else "15"]],
-        "rewards": [[*py, str(HERE / "rewards.py"), "--n", "300" if quick else "2000"]],
-        "merge": [[*py, str(HERE / "merge.py"), "--rounds", "1" if quick else "2"]],
-        "serve": [[*py, str(HERE / "serve.py"), "--prompts", "8" if quick else "16"]],
-        "trainer": [
-            [
-                *py,
-                str(HERE / "trainer_vs_trl.py"),
-                "--model",
-                run.split("-")[0],
-                "--precision",
-                run.split("-")[1],
-                "--steps",
-                "3" if quick else "8",
-                "--json",
-                str(path),
-            ]
-            for run, path in trainer_json.items()
-        ],
+    commands = {
+        "cli": [*py, str(HERE / "cli.py"), "--rounds", "5" if quick else "15"],
+        "rewards": [*py, str(HERE / "rewards.py"), "--n", "300" if quick else "2000"],
+        "merge": [*py, str(HERE / "merge.py"), "--rounds", "1" if quick else "2"],
+        "serve": [*py, str(HERE / "serve.py"), "--prompts", "8" if quick else "16"],
     }
+    for run, path in trainer_json.items():
+        model, precision = run.split("-")
+        commands[f"trainer-{run}"] = [
+            *py,
+            str(HERE / "trainer_vs_trl.py"),
+            *("--model", model, "--precision", precision, "--steps", "3" if quick else "8"),
+            *("--json", str(path)),
+        ]
+    return commands
 
 
 def machine() -> str:
@@ -75,29 +74,25 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-all-"))
-    # the trainer runs: MODEL-PRECISION (bf16: fp32 weights, bf16 compute — both tools' default)
-    runs = ["tiny-fp32"] if args.quick else ["tiny-fp32", "smollm2-fp32", "smollm2-bf16"]
-    trainer_json = {r: tmp / f"trainer-{r}.json" for r in runs}
-    chosen = args.only.split(",")
+    # the trainer runs (bf16: fp32 weights, bf16 compute — both tools' default)
+    trainer_json = {r: tmp / f"trainer-{r}.json" for r in (TRAINER_RUNS[:1] if args.quick else TRAINER_RUNS)}
+    every = benchmarks(args.quick, trainer_json)
+    asked = args.only.split(",")
+    chosen = {n for name in asked for n in every if n == name or n.startswith(f"{name}-")}
+    unknown = [a for a in asked if not any(n == a or n.startswith(f"{a}-") for n in every)]
+    if unknown:
+        parser.error(f"--only {','.join(unknown)}: not a section; the sections are {', '.join(every)}")
     outputs: dict[str, str] = {}
-    for name, cmds in benchmarks(args.quick, trainer_json).items():
+    for name, cmd in every.items():
         if name not in chosen:
             continue
-        text = []
-        for cmd in cmds:
-            print(
-                f"== {name}: {' '.join(Path(c).name if c.startswith('/') else c for c in cmd[1:])}",
-                flush=True,
-            )
-            t = time.perf_counter()
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            report = "\n".join(x for x in r.stdout.splitlines() if "Writing model shards" not in x)
-            print(report, flush=True)
-            status = (
-                "" if r.returncode == 0 else f"\n(failed, exit {r.returncode}: {r.stderr.strip()[-500:]})"
-            )
-            text.append(f"{report}{status}\n({time.perf_counter() - t:.0f} s)")
-        outputs[name] = "\n\n".join(text)
+        print(f"== {name}: {' '.join(Path(c).name if c.startswith('/') else c for c in cmd[1:])}", flush=True)
+        t = time.perf_counter()
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        report = "\n".join(x for x in r.stdout.splitlines() if "Writing model shards" not in x)
+        print(report, flush=True)
+        status = "" if r.returncode == 0 else f"\n(failed, exit {r.returncode}: {r.stderr.strip()[-500:]})"
+        outputs[name] = f"{report}{status}\n({time.perf_counter() - t:.0f} s)"
     versions = {}
     from importlib.metadata import PackageNotFoundError, version
 
@@ -106,14 +101,17 @@ def main() -> None:
             versions[pkg] = version(pkg)
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     previous = {}
-    if (HERE / "results.json").exists() and set(chosen) != set(benchmarks(args.quick, {})):
+    if (HERE / "results.json").exists() and chosen != set(every):
         previous = json.loads((HERE / "results.json").read_text())
     dates = {
         n: previous.get("dates", {}).get(n, previous.get("generated")) for n in previous.get("reports", {})
     }
     reports = {**previous.get("reports", {}), **outputs}
     dates.update({n: when for n in outputs})
-    trainer = {m: json.loads(p.read_text()) for m, p in trainer_json.items() if p.exists()}
+    trainer = {
+        **previous.get("trainer", {}),
+        **{m: json.loads(p.read_text()) for m, p in trainer_json.items() if p.exists()},
+    }
     lines = [
         "# Benchmark results",
         "",
@@ -132,7 +130,7 @@ def main() -> None:
         "versions": versions,
         "reports": reports,
         "dates": dates,
-        "trainer": trainer if "trainer" in outputs else previous.get("trainer", {}),
+        "trainer": trainer,
     }
     (HERE / "results.json").write_text(json.dumps(results, indent=2))
     shutil.rmtree(tmp, ignore_errors=True)
