@@ -77,9 +77,9 @@ def main() -> None:
     # the trainer runs (bf16: fp32 weights, bf16 compute — both tools' default)
     trainer_json = {r: tmp / f"trainer-{r}.json" for r in (TRAINER_RUNS[:1] if args.quick else TRAINER_RUNS)}
     every = benchmarks(args.quick, trainer_json)
-    asked = args.only.split(",")
-    chosen = {n for name in asked for n in every if n == name or n.startswith(f"{name}-")}
-    unknown = [a for a in asked if not any(n == a or n.startswith(f"{a}-") for n in every)]
+    matches = {a: [n for n in every if n == a or n.startswith(f"{a}-")] for a in args.only.split(",")}
+    chosen = {n for names in matches.values() for n in names}
+    unknown = [a for a, names in matches.items() if not names]
     if unknown:
         parser.error(f"--only {','.join(unknown)}: not a section; the sections are {', '.join(every)}")
     outputs: dict[str, str] = {}

@@ -209,14 +209,14 @@ def run_r1cloud(model: Path, engine: str, steps: int, work: Path) -> dict:
 def run_trl(model: Path, steps: int, work: Path, jemalloc: bool = False) -> dict:
     """TRL in its own process (its memory and threads measured alone); with `jemalloc`, under the
     jemalloc Ray ships, freed pages kept (what a TRL user can set from the shell)."""
-    import ray
+    allocator = {}
+    if jemalloc:
+        import ray
 
-    lib = Path(ray.__file__).parent / "core" / "libjemalloc.so"
-    if jemalloc and not lib.is_file():
-        raise RuntimeError("trl-jemalloc: Ray ships no libjemalloc.so here")
-    allocator = (
-        {"LD_PRELOAD": str(lib), "MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1"} if jemalloc else {}
-    )
+        lib = Path(ray.__file__).parent / "core" / "libjemalloc.so"
+        if not lib.is_file():
+            raise RuntimeError("trl-jemalloc: Ray ships no libjemalloc.so here")
+        allocator = {"LD_PRELOAD": str(lib), "MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1"}
     out = work / f"trl-{time.time_ns()}.json"
     proc = subprocess.Popen(
         [

@@ -105,11 +105,6 @@ def load_blueprint(path: Path, overrides: list[str], secrets: dict[str, str], sh
     return loaded.spec
 
 
-JobArg = Annotated[
-    str | None, typer.Argument(help="Job name (default: the most recent job).", show_default=False)
-]
-
-
 def job_store():
     from ..jobs.store import JobStore
 

@@ -8,7 +8,11 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .common import JobArg, app, cloud_logs, err, fail, find_job, job_store, out, report_end, when
+from .common import app, cloud_logs, err, fail, find_job, job_store, out, report_end, when
+
+JobArg = Annotated[
+    str | None, typer.Argument(help="Job name (default: the most recent job).", show_default=False)
+]
 
 
 @app.command()
