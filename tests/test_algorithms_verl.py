@@ -262,7 +262,7 @@ def test_kl_in_the_reward_per_token_as_verl_applies_it():
     token (verl's apply_kl_penalty), so REINFORCE++ with γ < 1 discounts each token's penalty."""
     from types import SimpleNamespace
 
-    from r1cloud.trainer.driver import advantages, reward_matrix
+    from r1cloud.trainer.batch import advantages, reward_matrix
 
     scores, uids, mask, tr = batch(7)
     g = torch.Generator().manual_seed(8)

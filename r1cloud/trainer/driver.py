@@ -8,9 +8,7 @@ directory; writes metrics.jsonl and checkpoints there.
 from __future__ import annotations
 
 import contextlib
-import heapq
 import json
-import math
 import os
 import signal
 import sys
@@ -18,7 +16,6 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -26,161 +23,12 @@ import torch
 from ..spec import Spec, load_resolved
 from . import algorithms as alg
 from . import rewards
+from .batch import Rollout, RunError, advantages, micro_batches, reward_matrix, split_ranks, stats
 from .checkpoint import Bucket, Checkpoints, read_state
-from .data import Loader, Prompt, PromptSet, chunk_evenly, total_steps
+from .data import Loader, PromptSet, chunk_evenly, total_steps
+from .group import gather, launch, worker_lost
 from .model import pad
 from .rollout import pick_engine
-
-
-@dataclass
-class Rollout:
-    prompt: int  # index in the prompt set
-    uid: str  # GRPO group id
-    prompt_ids: list[int]
-    response: list[int]
-    logprobs: list[float]
-    finished: bool
-    ground_truth: str
-    scores: dict[str, float] = field(default_factory=dict)
-    old: list[float] | None = None
-    ref: list[float] | None = None
-    adv: float | list[float] = 0.0  # one value for the sequence, or one per response token
-    source: Prompt | None = None  # the data row it answers
-    values: list[float] | None = None  # GAE: the critic's estimates and the returns it learns
-    returns: list[float] | None = None
-
-    @property
-    def seq(self) -> tuple[list[int], list[int]]:
-        return self.prompt_ids, self.response
-
-
-# ---------------------------------------------------------------------------- batching plans
-
-
-def balance(items: list, weights: list[float], parts: int) -> list[list]:
-    """Greedy longest-first partition into `parts` groups of near-equal total weight."""
-    heap = [(0.0, i) for i in range(parts)]
-    groups: list[list] = [[] for _ in range(parts)]
-    for idx in sorted(range(len(items)), key=lambda i: -weights[i]):
-        load, g = heapq.heappop(heap)
-        groups[g].append(items[idx])
-        heapq.heappush(heap, (load + weights[idx], g))
-    return groups
-
-
-def groups(rollouts: list[Rollout], share: bool) -> list[list[Rollout]]:
-    """The units a plan places: samples with the same prompt together when the workers pack that
-    prompt once (`share`), each sample alone otherwise."""
-    if not share:
-        return [[r] for r in rollouts]
-    by_prompt: dict[tuple, list[Rollout]] = {}
-    for r in rollouts:
-        by_prompt.setdefault(tuple(r.prompt_ids), []).append(r)
-    return list(by_prompt.values())
-
-
-def cost(group: list[Rollout]) -> int:
-    """Tokens a packed group takes: its prompt once (all share it, or it is alone), its responses."""
-    return len(group[0].prompt_ids) + sum(len(r.response) for r in group)
-
-
-def partition(rollouts: list[Rollout], parts: int, share: bool) -> list[list[Rollout]]:
-    """`parts` shares of near-equal token count. Groups stay whole where they can; while there are
-    fewer groups than parts, the largest is halved."""
-    units = groups(rollouts, share)
-    while len(units) < parts and max(len(u) for u in units) > 1:
-        big = max(units, key=len)
-        units.remove(big)
-        units += [big[: len(big) // 2], big[len(big) // 2 :]]
-    return [[r for u in part for r in u] for part in balance(units, [cost(u) for u in units], parts)]
-
-
-def micro_batches(
-    per_rank: list[list[Rollout]], per_micro: int, token_budget: int | None, share: bool = False
-) -> list[list[list[Rollout]]]:
-    """Split each rank's samples into the same number of non-empty micro-batches (FSDP's collectives
-    must pair up): by sample count, or by token budget (dynamic batching)."""
-
-    def need(rs: list[Rollout]) -> int:
-        if token_budget:
-            return math.ceil(sum(cost(g) for g in groups(rs, share)) / token_budget)
-        return math.ceil(len(rs) / per_micro)
-
-    k = max(1, max(need(rs) for rs in per_rank))
-    k = min(k, min(len(rs) for rs in per_rank))
-    return [partition(rs, k, share) for rs in per_rank]
-
-
-def split_ranks(rollouts: list[Rollout], world: int, share: bool = False) -> list[list[Rollout]]:
-    if len(rollouts) < world:
-        raise ValueError(f"{len(rollouts)} samples cannot be spread over {world} workers")
-    return partition(rollouts, world, share)
-
-
-def stats(prefix: str, values: list[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    return {
-        f"{prefix}/mean": sum(values) / len(values),
-        f"{prefix}/max": max(values),
-        f"{prefix}/min": min(values),
-    }
-
-
-def reward_matrix(
-    rollouts: list[Rollout], scores: torch.Tensor, kl: list[torch.Tensor] | None, coef: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token-level rewards (B, T) and the response mask: the outcome on each response's last token,
-    minus coef·KL on every token when the KL goes into the reward (verl's apply_kl_penalty)."""
-    lengths = [len(r.response) for r in rollouts]
-    width = max(max(lengths), 1)
-    mask = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).float()
-    token_rewards = torch.zeros(len(rollouts), width)
-    for i, n in enumerate(lengths):
-        if n:
-            if kl is not None:
-                token_rewards[i, :n] = -coef * kl[i]
-            token_rewards[i, n - 1] += float(scores[i])
-    return token_rewards, mask
-
-
-def advantages(
-    a,
-    rollouts: list[Rollout],
-    rewards: torch.Tensor,
-    token_rewards: torch.Tensor,
-    mask: torch.Tensor,
-    values: torch.Tensor | None = None,
-    baselines: torch.Tensor | None = None,
-) -> tuple[list, list | None]:
-    """`algorithm.adv_estimator` over the batch: a float per rollout (outcome estimators, from the
-    sequence rewards) or, for REINFORCE++ and GAE, one value per response token (from the token
-    rewards). Also GAE's returns, the critic's targets (None otherwise)."""
-    uids = [r.uid for r in rollouts]
-    returns = None
-    if a.adv_estimator in ("grpo", "dapo"):
-        return alg.grpo_advantages(rewards, uids, norm_by_std=a.norm_adv_by_std_in_grpo).tolist(), None
-    if a.adv_estimator == "grpo_passk":
-        return alg.grpo_passk_advantages(rewards, uids, norm_by_std=a.norm_adv_by_std_in_grpo).tolist(), None
-    if a.adv_estimator == "rloo":
-        return alg.rloo_advantages(rewards, uids).tolist(), None
-    if a.adv_estimator == "reinforce_plus_plus":
-        tok, _ = alg.reinforce_plus_plus_advantages(token_rewards, mask, a.gamma)
-    elif a.adv_estimator == "reinforce_plus_plus_baseline":
-        tok = alg.reinforce_plus_plus_baseline_advantages(rewards.float(), uids, mask)
-    elif a.adv_estimator == "remax":  # the reward still to come, minus the greedy baseline
-        tok = alg.remax_advantages(token_rewards, baselines, mask)
-    elif a.adv_estimator == "gae":
-        tok, ret = alg.gae_advantages(token_rewards, values, mask, a.gamma, a.lam)
-        returns = [ret[i, : len(r.response)].tolist() for i, r in enumerate(rollouts)]
-    else:
-        raise ValueError(f"unknown adv_estimator {a.adv_estimator}")
-    return [tok[i, : len(r.response)].tolist() for i, r in enumerate(rollouts)], returns
-
-
-class RunError(RuntimeError):
-    """A mismatch of data, reward and settings found mid-run: said in one line, no traceback."""
-
 
 # ---------------------------------------------------------------------------- the trainer
 
@@ -248,61 +96,7 @@ class Trainer:
         return gather([getattr(w, method).remote(*args, **kwargs) for w in self.workers])
 
     def start_workers(self) -> str:
-        import ray
-        from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        from .workers import HybridWorker
-
-        cuda = torch.cuda.is_available()
-        env = {
-            "TOKENIZERS_PARALLELISM": "false",
-            "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"),
-            "RAY_DEDUP_LOGS": "0",
-        }
-        if not ray.is_initialized():
-            cluster = os.environ.get("RAY_ADDRESS")  # a multi-node job's cluster (jobs/node.py)
-            ray.init(
-                address=cluster,
-                num_cpus=None if cuda or cluster else max(self.world + 1, os.cpu_count() or 1),
-                runtime_env={"env_vars": env},
-                include_dashboard=False,
-                log_to_driver=True,
-                configure_logging=False,
-            )
-        per_node, nnodes = self.spec.trainer.n_gpus_per_node, self.spec.trainer.nnodes
-        spread = nnodes > 1 and bool(os.environ.get("RAY_ADDRESS"))
-        if spread:  # a multi-node cluster (jobs/node.py): one bundle per node, holding its devices
-            bundle = {"GPU": per_node, "CPU": per_node} if cuda else {"CPU": per_node}
-            pg = placement_group([bundle] * nnodes, strategy="STRICT_SPREAD")
-        else:
-            bundle = {"GPU": 1, "CPU": 1} if cuda else {"CPU": 1}
-            pg = placement_group([bundle] * self.world, strategy="PACK")
-        slot = (lambda rank: rank // per_node) if spread else (lambda rank: rank)
-        try:
-            ray.get(pg.ready(), timeout=float(os.environ.get("R1CLOUD_PLACEMENT_TIMEOUT", "600")))
-        except ray.exceptions.GetTimeoutError:
-            raise RunError(
-                f"Ray cannot place {self.world} workers ({nnodes} node(s) × {per_node}); the cluster has "
-                f"{ray.cluster_resources()}: lower trainer.n_gpus_per_node or nnodes, or add machines"
-            ) from None
-        master = ray.get(
-            ray.remote(num_cpus=0)(_free_address)
-            .options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0))
-            .remote()
-        )
-        threads = max(1, (os.cpu_count() or 1) // self.world)
-        actor = ray.remote(num_cpus=1, num_gpus=1 if cuda else 0)(HybridWorker)
-        spec = self.spec.model_dump(mode="json")
-        self.workers = [
-            actor.options(
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    pg, placement_group_bundle_index=slot(r)
-                ),
-                runtime_env={"env_vars": {**env, **cpu_allocator()}} if not cuda else None,
-            ).remote(spec, r, self.world, master, threads)
-            for r in range(self.world)
-        ]
+        self.workers = launch(self.spec, self.world)
         engine = pick_engine(self.spec.worker.rollout.name)
         self.share_prompts = self.call("shares_prompts")[0]
         names = self.call("start_engine", engine)
@@ -847,56 +641,6 @@ class Trainer:
                 )
         if ray.is_initialized():
             ray.shutdown()
-
-
-# What a worker's collective raises when its peer process or node is gone.
-PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "Socket Timeout")
-
-
-def worker_lost(e: Exception) -> str | None:
-    """A one-line reason when `e` means a worker (or its node) is gone, else None."""
-    from ray.exceptions import RayTaskError
-
-    text = str(e)
-    if isinstance(e, RayTaskError) and not any(p in text for p in PEER_LOST):
-        return None
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    hit = next((ln for ln in lines if any(p in ln for p in PEER_LOST)), None)
-    return (hit or (lines[0] if lines else type(e).__name__))[:300]
-
-
-def gather(refs: list) -> list:
-    """ray.get, failing as soon as any worker fails: the others may be blocked in a collective
-    with the dead one, and a plain ray.get in order would wait on them first (a hang, not an error)."""
-    import ray
-
-    pending = list(refs)
-    while pending:
-        ready, pending = ray.wait(pending, num_returns=1)
-        ray.get(ready)  # raises at once when that worker died or raised
-    return ray.get(refs)
-
-
-def cpu_allocator() -> dict[str, str]:
-    """Environment for CPU workers: glibc's malloc serving tensors up to 32 MiB (its maximum) from
-    the heap, and keeping up to 1 GiB of freed heap instead of returning it at once. By default
-    every tensor above a threshold that adapts upward from 128 KiB is a fresh mmap that the kernel
-    zeroes page by page, and FSDP's per-layer gradient buffers and casts are that size every
-    micro-batch (SmolLM2-135M, bf16, two workers: about 4.6 → 3.4 s and 173,000 → 100,000 page
-    faults per update). Bounded: larger tensors are still mapped and unmapped. (jemalloc with its
-    pages kept was as fast but grew to 10 GB per worker over a 10-step quickstart run.)"""
-    return {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
-
-
-def _free_address() -> str:
-    import socket
-
-    import ray
-
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        port = sock.getsockname()[1]
-    return f"{ray.util.get_node_ip_address()}:{port}"
 
 
 def main(run_dir: str) -> int:

@@ -2,7 +2,7 @@
 together when the workers pack it once, the work stays balanced, and every rank gets the same
 number of non-empty micro-batches (FSDP's collectives pair up)."""
 
-from r1cloud.trainer.driver import Rollout, cost, groups, micro_batches, split_ranks
+from r1cloud.trainer.batch import Rollout, cost, groups, micro_batches, split_ranks
 
 
 def rollouts(prompts: int, n: int, prompt_len: int = 20) -> list[Rollout]:

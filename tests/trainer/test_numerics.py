@@ -11,7 +11,8 @@ from transformers import AutoModelForCausalLM
 from r1cloud.spec import load_resolved
 from r1cloud.trainer import algorithms as alg
 from r1cloud.trainer import attention
-from r1cloud.trainer.driver import Trainer, cpu_allocator
+from r1cloud.trainer.driver import Trainer
+from r1cloud.trainer.group import cpu_allocator
 from r1cloud.trainer.model import pack, packed_log_probs, packed_values, pad, token_log_probs
 from r1cloud.trainer.workers import DTYPES
 
@@ -188,7 +189,7 @@ def test_fsdp_gradients_across_two_workers_equal_one_process(make_run, tiny_mode
     try:
         trainer.start_workers()
         assert trainer.share_prompts
-        # the CPU workers run with the malloc settings of driver.cpu_allocator
+        # the CPU workers run with the malloc settings of group.cpu_allocator
         envs = trainer.call("__ray_call__", lambda worker: dict(os.environ))
         assert all(env.items() >= cpu_allocator().items() for env in envs)
         # Two different splits: 2 micro-batches of 2 per worker (a prompt and its two answers in
