@@ -12,7 +12,6 @@ answer changed) in the same shape should score lower.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 SHAPES = {
     "bare": "{a}",
@@ -31,6 +30,8 @@ class Row:
     shape: str
     own: float
     corrupted: float
+    images: int = 0  # images in the prompt
+    image_tokens: int = 0  # the image tokens they expand to (counted in prompt_tokens)
 
 
 def corrupt(answer: str, other: str) -> str:
@@ -44,25 +45,19 @@ def corrupt(answer: str, other: str) -> str:
 
 
 def run(spec, n: int, progress=lambda msg: None) -> tuple[list[Row], dict]:
-    from transformers import AutoTokenizer
-
-    from .trainer.data import PromptSet
+    from .trainer.data import PromptSet, load_tokenizer
     from .trainer.rewards import from_config, reward_input
 
     d, r = spec.data, spec.worker.reward
     progress("loading the tokenizer")
     source = spec.worker.actor.model.tokenizer_path or spec.worker.actor.model.model_path
     try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            source, trust_remote_code=spec.worker.actor.model.trust_remote_code
-        )
+        tokenizer, images = load_tokenizer(spec.worker.actor.model, d)
     except OSError as e:
         raise ValueError(f"cannot load the tokenizer of {source}: {str(e).splitlines()[0]}") from None
-    if d.override_chat_template:
-        tokenizer.chat_template = Path(d.override_chat_template).read_text()
     progress(f"reading {d.train_files}")
     prompts = PromptSet(
-        d.train_files, tokenizer, d, filter_overlong=False, limit=n, probs=d.train_files_probs
+        d.train_files, tokenizer, d, filter_overlong=False, limit=n, probs=d.train_files_probs, images=images
     )
     reward = from_config(r)
 
@@ -89,8 +84,18 @@ def run(spec, n: int, progress=lambda msg: None) -> tuple[list[Row], dict]:
         errors += e
     finally:
         reward.close()
+    image_token = images.image_token_id if images is not None else None
     rows = [
-        Row(p.content, p.length, p.ground_truth, shape, good, s["overall"])
+        Row(
+            p.content,
+            p.length,
+            p.ground_truth,
+            shape,
+            good,
+            s["overall"],
+            len(p.images),
+            sum(t == image_token for t in p.prompt_ids) if p.images else 0,
+        )  # fmt: skip
         for p, good, s in zip(prompts.prompts, best[shape], scores, strict=True)
     ]
     summary = {
@@ -102,6 +107,10 @@ def run(spec, n: int, progress=lambda msg: None) -> tuple[list[Row], dict]:
         "errors": errors,
         "reasons": sorted(getattr(reward, "reasons", ())),
         "columns": prompts.columns,
-        "first_prompt": prompts.render(prompts.prompts[0].content) if prompts.prompts else "",
+        "first_prompt": (
+            prompts.render(prompts.prompts[0].content, bool(prompts.prompts[0].images))
+            if prompts.prompts
+            else ""
+        ),
     }
     return rows, summary

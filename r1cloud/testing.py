@@ -98,3 +98,76 @@ def make_tiny_model(
     model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     model.save_pretrained(str(path))
     return path
+
+
+# A chat template that takes image parts (Qwen-VL's placeholder), as the real models' do.
+VL_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
+    "{% if c['type'] == 'image' or c['type'] == 'image_url' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+VISION_SPECIALS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+
+
+def make_tiny_vlm(
+    path: str | Path, arch: str = "qwen2_vl", seed: int = 0, hidden: int = 128, max_pixels: int = 28 * 28 * 16
+) -> Path:
+    """Write a random Qwen2-VL-family model (`qwen2_vl`, `qwen2_5_vl` or `qwen3_vl`) with its
+    processor (image processor, tokenizer, chat template) to `path`. Text: 2 layers, head_dim 64
+    (vLLM's CPU attention), mRoPE; vision: 2 blocks, 32 wide. A 56×84 image is 6 image tokens."""
+    import json
+
+    import torch
+    import transformers
+    from transformers import GenerationConfig
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    path = Path(path)
+    tok = make_tokenizer(path)
+    tok.add_special_tokens({"additional_special_tokens": VISION_SPECIALS})
+    start, end, image, video = tok.convert_tokens_to_ids(VISION_SPECIALS)
+    patch = 16 if arch == "qwen3_vl" else 14
+    text = dict(
+        vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=2,
+        num_attention_heads=hidden // 64, num_key_value_heads=1, head_dim=64, max_position_embeddings=2048,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [8, 12, 12]},
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
+    )  # fmt: skip
+    if arch == "qwen2_vl":
+        vision = dict(depth=2, embed_dim=32, num_heads=2, mlp_ratio=2, hidden_size=hidden, patch_size=patch)
+        config_cls, model_cls = transformers.Qwen2VLConfig, transformers.Qwen2VLForConditionalGeneration
+    elif arch == "qwen2_5_vl":
+        vision = dict(
+            depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=hidden,
+            window_size=56, fullatt_block_indexes=[1], patch_size=patch,
+        )  # fmt: skip
+        config_cls, model_cls = transformers.Qwen2_5_VLConfig, transformers.Qwen2_5_VLForConditionalGeneration
+    elif arch == "qwen3_vl":
+        text["rope_parameters"]["mrope_interleaved"] = True
+        vision = dict(
+            depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=hidden,
+            patch_size=patch, num_position_embeddings=64, deepstack_visual_indexes=[1],
+        )  # fmt: skip
+        config_cls, model_cls = transformers.Qwen3VLConfig, transformers.Qwen3VLForConditionalGeneration
+    else:
+        raise ValueError(f"unknown tiny VLM architecture {arch!r}")
+    config = config_cls(
+        text_config=text, vision_config=vision, image_token_id=image, video_token_id=video,
+        vision_start_token_id=start, vision_end_token_id=end, tie_word_embeddings=False,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = model_cls(config)
+    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    model.save_pretrained(str(path))
+    tok.chat_template = VL_CHAT_TEMPLATE
+    tok.save_pretrained(str(path))
+    Qwen2VLImageProcessorPil(
+        min_pixels=28 * 28, max_pixels=max_pixels, patch_size=patch, merge_size=2, temporal_patch_size=2
+    ).save_pretrained(str(path))
+    (path / "chat_template.jinja").write_text(VL_CHAT_TEMPLATE)
+    processor = {"processor_class": {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor",
+                                     "qwen3_vl": "Qwen3VLProcessor"}[arch]}  # fmt: skip
+    (path / "processor_config.json").write_text(json.dumps(processor))
+    return path

@@ -81,7 +81,9 @@ def try_(
     out.print("the first prompt, as the model sees it (format prompt + chat template):", style="bold")
     out.print(summary["first_prompt"], markup=False, highlight=False)
     table = Table(box=None, header_style="bold")
-    for col in ("#", "PROMPT TOKENS", "PROMPT", "ANSWER", "OWN ANSWER", "CORRUPTED"):
+    with_images = any(r.images for r in rows)
+    cols = ("#", "PROMPT TOKENS", *(("IMAGES", "IMAGE TOKENS") if with_images else ()), "PROMPT")
+    for col in (*cols, "ANSWER", "OWN ANSWER", "CORRUPTED"):
         table.add_column(
             col, no_wrap=col != "PROMPT", overflow="ellipsis", max_width=60 if col == "PROMPT" else 24
         )
@@ -89,7 +91,13 @@ def try_(
     for i, r in enumerate(rows):
         tokens = f"[red]{r.prompt_tokens}[/]" if r.prompt_tokens > limit else str(r.prompt_tokens)
         table.add_row(
-            str(i), tokens, r.content.replace("\n", " "), r.answer, f"{r.own:.3f}", f"{r.corrupted:.3f}"
+            str(i),
+            tokens,
+            *((str(r.images), str(r.image_tokens)) if with_images else ()),
+            r.content.replace("\n", " "),
+            r.answer,
+            f"{r.own:.3f}",
+            f"{r.corrupted:.3f}",
         )
     out.print(table)
     s = summary
@@ -107,7 +115,7 @@ def try_(
     elif s["own_mean"] < 0.5 * max(1e-9, max(r.own for r in rows)):
         problems.append("many of the dataset's own answers score low: check answer_key and the answer format")
     if s["overlong"]:
-        what = "dropped" if spec.data.filter_overlong_prompts else "truncated"
+        what = "dropped" if spec.data.filter_overlong_prompts else "truncated (an image prompt: refused)"
         problems.append(f"{s['overlong']} prompt(s) exceed max_prompt_length and would be {what}")
     if s["errors"]:
         problems.append(

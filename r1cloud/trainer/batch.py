@@ -31,10 +31,16 @@ class Rollout:
     source: Prompt | None = None  # the data row it answers
     values: list[float] | None = None  # GAE: the critic's estimates and the returns it learns
     returns: list[float] | None = None
+    # the prompt's images as the model takes them: {"key": the prompt, **the processor's tensors};
+    # one dict shared by a group's samples (pickled once per call)
+    images: dict | None = None
 
     @property
-    def seq(self) -> tuple[list[int], list[int]]:
-        return self.prompt_ids, self.response
+    def seq(self) -> tuple:
+        """What the workers pack (model.Seq)."""
+        return (
+            (self.prompt_ids, self.response, self.images) if self.images else (self.prompt_ids, self.response)
+        )
 
 
 # ---------------------------------------------------------------------------- batching plans
@@ -58,7 +64,7 @@ def groups(rollouts: list[Rollout], share: bool) -> list[list[Rollout]]:
         return [[r] for r in rollouts]
     by_prompt: dict[tuple, list[Rollout]] = {}
     for r in rollouts:
-        by_prompt.setdefault(tuple(r.prompt_ids), []).append(r)
+        by_prompt.setdefault((tuple(r.prompt_ids), (r.images or {}).get("key")), []).append(r)
     return list(by_prompt.values())
 
 

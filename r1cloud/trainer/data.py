@@ -1,6 +1,10 @@
 """Prompts for the trainer: datasets (`name@split`, local files and folders), the Jinja format prompt
-with `content`, the chat template, EasyR1's truncation and overlong filter, and a seeded loader
-whose position is part of every checkpoint.
+with `content`, the chat template, images (vision.py), EasyR1's truncation and overlong filter, and
+a seeded loader whose position is part of every checkpoint.
+
+Prompt lengths count expanded image tokens, as EasyR1's do. Unlike EasyR1, a prompt with images
+is never truncated (a cut through its image tokens fails deep in the model): with
+`filter_overlong_prompts` off, an overlong image prompt is an error naming its row.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from . import vision
 
 EXTENSION_BUILDERS = {
     ".jsonl": "json",
@@ -30,6 +36,8 @@ class Prompt:
     extra: dict[str, Any] = field(default_factory=dict)  # the row's other columns
     content: str = ""  # the prompt column's text, before the format prompt
     length: int = 0  # prompt tokens before truncation
+    raw_ids: list[int] | None = None  # with images: one placeholder per image (what vLLM takes)
+    images: list = field(default_factory=list)  # PIL, resized as EasyR1
 
 
 def load_rows(files: str):
@@ -66,6 +74,29 @@ def load_rows(files: str):
         raise ValueError(f"{files}: cannot load it from the Hugging Face Hub ({first})") from None
 
 
+def load_tokenizer(model_cfg, data_cfg):
+    """The tokenizer, and for a vision-language model its processor (vision.ImageProcessor, else
+    None), with `data.override_chat_template` applied to both."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    source = model_cfg.tokenizer_path or model_cfg.model_path
+    remote = model_cfg.trust_remote_code
+    images = None
+    if vision.is_vision_config(AutoConfig.from_pretrained(model_cfg.model_path, trust_remote_code=remote)):
+        images = vision.ImageProcessor(vision.load_processor(source, remote))
+        tokenizer = images.tokenizer
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=remote)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if data_cfg.override_chat_template:
+        template = Path(data_cfg.override_chat_template).read_text()
+        tokenizer.chat_template = template
+        if images is not None:
+            images.processor.chat_template = template
+    return tokenizer, images
+
+
 def mix(parts: list[list[dict]], probs: list[float] | None, seed: int) -> list[dict]:
     """Several data sets as one. Without weights, one after another; with them (OpenRLHF's prompt
     data probabilities), as many rows as all sets hold, each drawn from set i with probability
@@ -89,7 +120,7 @@ def mix(parts: list[list[dict]], probs: list[float] | None, seed: int) -> list[d
 
 
 class PromptSet:
-    """Rows rendered into prompt token ids, as EasyR1's RLHFDataset does for text models."""
+    """Rows rendered into prompt token ids (and images), as EasyR1's RLHFDataset does."""
 
     def __init__(
         self,
@@ -99,9 +130,11 @@ class PromptSet:
         filter_overlong: bool | None = None,
         limit: int | None = None,
         probs: list[float] | None = None,
+        images=None,  # vision.ImageProcessor, for a vision-language model
     ):
         import jinja2
 
+        self.cfg, self.vision = data_cfg, images
         parts, columns = [], None
         for source in [files] if isinstance(files, str) else files:
             rows = load_rows(source)
@@ -111,12 +144,16 @@ class PromptSet:
                     raise ValueError(
                         f"{source}: no column {key!r}; the columns are {', '.join(sorted(here))}"
                     )
+            if data_cfg.video_key in here and any(rows[data_cfg.video_key]):
+                raise ValueError(
+                    f"{source}: rows hold videos ({data_cfg.video_key!r}); videos are not supported yet "
+                    "(their processors need torchvision): give their frames as images instead"
+                )
             columns = here if columns is None else columns & here  # a mixture keeps the shared ones
-            parts.append(rows)
-        parts = [[{k: row[k] for k in columns} for row in p] for p in parts] if len(parts) > 1 else parts
+            parts.append([(source, i, row) for i, row in enumerate(rows)])
         rows = mix(parts, probs, data_cfg.seed)
         if limit is not None:
-            rows = rows.select(range(min(limit, len(rows)))) if hasattr(rows, "select") else rows[:limit]
+            rows = rows[:limit]
         self.template = None
         if data_cfg.format_prompt:
             self.template = jinja2.Template(Path(data_cfg.format_prompt).read_text(encoding="utf-8").strip())
@@ -125,31 +162,93 @@ class PromptSet:
         keep_all = not (data_cfg.filter_overlong_prompts if filter_overlong is None else filter_overlong)
         self.prompts: list[Prompt] = []
         self.dropped = 0
-        for row in rows:
+        own = {data_cfg.prompt_key, data_cfg.answer_key, data_cfg.image_key, data_cfg.video_key}
+        for source, i, row in rows:
             content = str(row[data_cfg.prompt_key])
-            ids = self.tokenizer(self.render(content), add_special_tokens=False)["input_ids"]
-            if len(ids) > self.max_len and not keep_all:
-                self.dropped += 1
-                continue
-            extra = {k: v for k, v in row.items() if k not in (data_cfg.prompt_key, data_cfg.answer_key)}
+            imgs = self.row_images(source, i, row, content)
+            if self.vision is not None:
+                enc = self.vision.encode(self.render(content, imgs is not None), imgs or [])
+                ids, raw, imgs = enc.ids, enc.raw_ids, enc.images
+            else:
+                ids = self.tokenizer(self.render(content), add_special_tokens=False)["input_ids"]
+                raw = None
+            if len(ids) > self.max_len:
+                if not keep_all:
+                    self.dropped += 1
+                    continue
+                if imgs and not data_cfg.filter_overlong_prompts:
+                    raise ValueError(
+                        f"{source}: row {i} is {len(ids)} tokens with its images, more than "
+                        f"data.max_prompt_length ({self.max_len}), and a prompt with images is never cut "
+                        "(the cut would fall in its image tokens): raise max_prompt_length, lower "
+                        "data.max_pixels, or set data.filter_overlong_prompts: true to drop such rows"
+                    )
+            extra = {k: v for k, v in row.items() if k not in own and k in columns}
             self.prompts.append(
                 Prompt(
                     len(self.prompts),
-                    ids[: self.max_len],
+                    ids if imgs else ids[: self.max_len],
                     str(row[data_cfg.answer_key]),
                     extra,
                     content,
                     len(ids),
+                    raw if imgs else None,
+                    imgs or [],
                 )
             )
-        self.columns = sorted(columns)
+        self.columns = sorted(columns - {data_cfg.image_key, data_cfg.video_key})
 
-    def render(self, content: str) -> str:
+    def row_images(self, source: str, i: int, row: dict, content: str) -> list | None:
+        """The row's images, opened and resized; None when the data set has no image column (then
+        the prompt is text, as EasyR1 decides). One error naming the row for anything wrong."""
+        d = self.cfg
+        if d.image_key not in row:
+            return None
+        items = row[d.image_key] or []
+        items = items if isinstance(items, list) else [items]
+        wanted = content.count(vision.PLACEHOLDER)
+        if wanted != len(items):
+            raise ValueError(
+                f"{source}: row {i} has {wanted} {vision.PLACEHOLDER} placeholder(s) in {d.prompt_key!r} "
+                f"and {len(items)} image(s) in {d.image_key!r}; put one {vision.PLACEHOLDER} in the "
+                "prompt where each image goes"
+            )
+        if items and self.vision is None:
+            raise ValueError(
+                f"{source}: row {i} has images, and the model is a text model; train a vision-language "
+                f"model (its config has a vision_config), or drop the {d.image_key!r} column"
+            )
+        out = []
+        for item in items:
+            try:
+                out.append(vision.resize(vision.open_image(item, d.image_dir), d.min_pixels, d.max_pixels))
+            except FileNotFoundError as e:
+                raise ValueError(
+                    f"{source}: row {i}: image {e} not found (relative paths are joined with data.image_dir"
+                    f"{', ' + d.image_dir if d.image_dir else ', which is not set'})"
+                ) from None
+            except Exception as e:  # PIL cannot read it, or an unknown form
+                raise ValueError(
+                    f"{source}: row {i}: cannot read its image ({type(e).__name__}: {e})"
+                ) from None
+        return out
+
+    def render(self, content: str, with_images: bool = False) -> str:
         """The prompt as the model sees it: the format prompt over `content`, in the chat template."""
         text = self.template.render(content=content) if self.template else content
+        if self.vision is not None:
+            return self.vision.render(text, with_images)
         return self.tokenizer.apply_chat_template(
             [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
         )
+
+    def image_inputs(self, index: int) -> dict:
+        """The processor's image tensors for prompt `index` (recomputed: a data set's pixels would
+        not fit in memory at once)."""
+        p = self.prompts[index]
+        if not p.images:
+            return {}
+        return self.vision.encode(self.render(p.content, True), p.images).tensors
 
     def __len__(self) -> int:
         return len(self.prompts)

@@ -25,10 +25,10 @@ from . import algorithms as alg
 from . import rewards
 from .batch import Rollout, RunError, advantages, micro_batches, reward_matrix, split_ranks, stats
 from .checkpoint import Bucket, Checkpoints, read_state
-from .data import Loader, PromptSet, chunk_evenly, total_steps
+from .data import Loader, PromptSet, chunk_evenly, load_tokenizer, total_steps
 from .group import gather, launch, worker_lost
 from .model import pad
-from .rollout import pick_engine
+from .rollout import Request, pick_engine
 
 # ---------------------------------------------------------------------------- the trainer
 
@@ -38,23 +38,30 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.spec = spec or load_resolved(self.run_dir / "spec.yaml")
         s = self.spec
-        from transformers import AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(s.worker.actor.model.tokenizer_path)
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        if s.data.override_chat_template:
-            self.tokenizer.chat_template = Path(s.data.override_chat_template).read_text()
+        self.tokenizer, self.images = load_tokenizer(s.worker.actor.model, s.data)
         self.train_set = (
-            PromptSet(s.data.train_files, self.tokenizer, s.data, probs=s.data.train_files_probs)
+            PromptSet(
+                s.data.train_files, self.tokenizer, s.data, probs=s.data.train_files_probs, images=self.images
+            )
             if s.data.train_files
             else None
         )
-        self.val_set = PromptSet(s.data.val_files, self.tokenizer, s.data) if s.data.val_files else None
+        self.val_set = (
+            PromptSet(s.data.val_files, self.tokenizer, s.data, images=self.images)
+            if s.data.val_files
+            else None
+        )
+        limit = s.worker.rollout.limit_images
         for name, ps in (("train", self.train_set), ("val", self.val_set)):
             if ps is not None and ps.dropped:
                 self.log(
                     f"[data] {name}: dropped {ps.dropped} prompts longer than {s.data.max_prompt_length} tokens"
+                )
+            most = max((len(p.images) for p in ps.prompts), default=0) if ps is not None else 0
+            if limit and most > limit:
+                raise ValueError(
+                    f"the {name} data has prompts with {most} images, more than worker.rollout.limit_images "
+                    f"({limit}); raise limit_images, or 0 for the engine's own limit"
                 )
         r = s.worker.reward
         self.reward = rewards.from_config(r)
@@ -125,15 +132,24 @@ class Trainer:
         tp = self.spec.worker.rollout.tensor_parallel_size if self.engine == "vllm" else 1
         dp = self.world // tp
         chunks = chunk_evenly(indices, dp)
+        uids = {i: uuid.uuid4().hex for i in indices}
+        images = {}  # a prompt's image tensors, computed once for its rollout and its training
+        for i in indices:
+            if tensors := prompt_set.image_inputs(i):
+                images[i] = {"key": uids[i], **tensors}
+        requests = {}
+        for i in indices:
+            p = prompt_set.prompts[i]
+            tensors = {k: v for k, v in images.get(i, {}).items() if k != "key"}
+            requests[i] = Request(p.prompt_ids, p.raw_ids, p.images, tensors)
         per_rank, seeds = [], []
         for rank in range(self.world):
             chunk = chunks[rank // tp]
-            per_rank.append([prompt_set.prompts[i].prompt_ids for i in chunk])
+            per_rank.append([requests[i] for i in chunk])
             seeds.append({**sampling, "seed": sampling["seed"] * 1009 + rank // tp})
         results = gather(
             [w.generate.remote(p, s) for w, p, s in zip(self.workers, per_rank, seeds, strict=True)]
         )
-        uids = {i: uuid.uuid4().hex for i in indices}
         rollouts = []
         for rank in range(0, self.world, tp):
             chunk = chunks[rank // tp]
@@ -149,6 +165,7 @@ class Trainer:
                         s["finished"],
                         p.ground_truth,
                         source=p,
+                        images=images.get(p.index),
                     )
                 )
         return rollouts

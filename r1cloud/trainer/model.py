@@ -19,11 +19,12 @@ n·P + Σ len(answer).
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from .attention import NAME, Segments
+from . import vision
+from .attention import NAME, Segments, register
 from .head import head_log_probs, scaled
 
 # model types whose logits are exactly the last hidden states times the output weight (no
@@ -36,29 +37,45 @@ PLAIN_HEADS = {
 @dataclass
 class Packed:
     input_ids: torch.Tensor  # (1, N)
-    position_ids: torch.Tensor  # (1, N)
+    position_ids: torch.Tensor  # (1, N), or (4, 1, N) with mRoPE: the text row, then t/h/w
     keep: torch.Tensor  # (Σ resp,) positions whose logits predict a response token, in input order
     targets: torch.Tensor  # (Σ resp,) those response tokens
     lengths: list[int]  # response length per sequence
     segments: Segments | None  # with share_prompts: what each token attends to
+    images: dict[str, torch.Tensor] = field(default_factory=dict)  # each laid-out prompt's, in order
+
+
+# A sequence: (prompt ids, response ids) or, with images, (prompt ids, response ids, images) where
+# images = {"key": the prompt's identity, **the processor's image tensors} (vision.py)
+Seq = tuple
 
 
 def pack(
-    seqs: list[tuple[list[int], list[int]]], device: str | torch.device = "cpu", share_prompts: bool = False
+    seqs: list[Seq], device: str | torch.device = "cpu", share_prompts: bool = False, rope=None
 ) -> Packed:
+    """One padding-free row. `rope(prompt_ids, images) -> ((3, P) positions, delta)` gives a
+    Qwen-VL prompt's mRoPE positions; its response tokens then continue at text position + delta
+    on all three axes (what get_rope_index gives a text token after the last image)."""
     families: dict[tuple, list[int]] = {}  # one laid-out prompt → the sequences that follow it
-    for i, (prompt, _) in enumerate(seqs):
-        families.setdefault(tuple(prompt) if share_prompts else (i,), []).append(i)
+    for i, s in enumerate(seqs):
+        key = (tuple(s[0]), _images(s).get("key")) if share_prompts else (i,)
+        families.setdefault(key, []).append(i)
     ids: list[int] = []
     pos: list[int] = []
+    mrope: list[torch.Tensor] = []
+    images: list[dict] = []
     segments: list[tuple[list[int], list[int]]] = []  # (query tokens, the prompt's tokens before them)
     keep: list[list[int]] = [[] for _ in seqs]
     for members in families.values():
-        prompt = seqs[members[0]][0]
+        prompt, mm = seqs[members[0]][0], _images(seqs[members[0]])
+        images.append({k: v for k, v in mm.items() if k != "key"})
         start = len(ids)
         shared = list(range(start, start + len(prompt)))
         ids += prompt
         pos += range(len(prompt))
+        if rope is not None:
+            at, delta = rope(prompt, images[-1])
+            mrope.append(at)
         if len(members) > 1:
             segments.append((shared, []))
         for i in members:
@@ -67,19 +84,85 @@ def pack(
             keep[i] = [shared[-1], *own[:-1]][: len(response)]  # the token before each response token
             ids += response
             pos += range(len(prompt), len(prompt) + len(response))
+            if rope is not None:
+                after = torch.arange(len(prompt), len(prompt) + len(response)) + delta
+                mrope.append(after.expand(3, -1))
             segments.append((own, shared) if len(members) > 1 else (shared + own, []))
 
     def t(x):
         return torch.tensor(x, dtype=torch.long, device=device)
 
+    position_ids = t(pos)[None]
+    if rope is not None:  # (4, 1, N): row 0 restarts per sequence, so the model masks by sequence
+        position_ids = torch.cat([position_ids, torch.cat(mrope, dim=1).to(device)])[:, None]
     return Packed(
         t(ids)[None],
-        t(pos)[None],
+        position_ids,
         t([x for k in keep for x in k]),
-        t([x for _, r in seqs for x in r]),
-        [len(r) for _, r in seqs],
+        t([x for _, r, *_ in seqs for x in r]),
+        [len(s[1]) for s in seqs],
         Segments.build(segments, pos, device) if share_prompts else None,
+        {k: v.to(device) for k, v in vision.merge(images).items()},
     )
+
+
+def _images(seq: Seq) -> dict:
+    return (seq[2] if len(seq) > 2 else None) or {}
+
+
+def rope_index(model):
+    """`pack`'s rope for a Qwen-VL model (mRoPE), else None."""
+    inner = getattr(model, "model", None)
+    get = getattr(inner, "get_rope_index", None)
+    if get is None:
+        return None
+    image_token = model.config.image_token_id
+
+    def rope(prompt: list[int], images: dict) -> tuple[torch.Tensor, int]:
+        if "image_grid_thw" not in images:  # a text prompt: plain positions
+            return torch.arange(len(prompt)).expand(3, -1), 0
+        ids = torch.tensor(prompt)[None]
+        at, delta = get(ids, (ids == image_token).int(), image_grid_thw=images["image_grid_thw"].cpu())
+        return at[:, 0].cpu(), int(delta.reshape(-1)[0])
+
+    return rope
+
+
+def auto_class(config):
+    """The transformers auto class for a checkpoint: image-text-to-text for a vision-language
+    model (Qwen2/2.5/3-VL, Idefics3, SmolVLM), causal LM otherwise."""
+    import transformers
+
+    if vision.is_vision_config(config):
+        return transformers.AutoModelForImageTextToText
+    return transformers.AutoModelForCausalLM
+
+
+def attention_for(config):
+    """attention.py for the language model; a vision tower keeps sdpa (its images are not packed
+    by segments, and it is told each image's extent itself)."""
+    name = register()
+    if vision.is_vision_config(config):
+        return {"": name, "text_config": name, "vision_config": "sdpa"}
+    return name
+
+
+def vision_tower(model):
+    """The vision encoder (with its projector where the model keeps it inside), or None."""
+    inner = getattr(model, "model", model)
+    for name in ("visual", "vision_model", "vision_tower"):
+        if isinstance(getattr(inner, name, None), torch.nn.Module):
+            return getattr(inner, name)
+    return None
+
+
+def shard_units(model) -> list[torch.nn.Module]:
+    """The modules FSDP shards one by one: every instance of the model's `_no_split_modules`
+    (decoder layers, vision blocks), outermost first."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    units = [m for m in model.modules() if type(m).__name__ in names]
+    inside = {id(c) for u in units for c in u.modules() if c is not u}
+    return [u for u in units if id(u) not in inside]
 
 
 def uses_segments(model) -> bool:
@@ -89,6 +172,7 @@ def uses_segments(model) -> bool:
 
 def _forward(model, p: Packed, **kwargs):
     extra = {"r1cloud_segments": p.segments} if p.segments is not None else {}
+    extra.update(p.images)
     return model(
         input_ids=p.input_ids,
         position_ids=p.position_ids,
@@ -135,7 +219,7 @@ def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0, chunk: i
 
 def packed_log_probs(
     model,
-    seqs: list[tuple[list[int], list[int]]],
+    seqs: list[Seq],
     temperature: float,
     device="cpu",
     entropy: bool = False,
@@ -146,7 +230,7 @@ def packed_log_probs(
     The entropy carries a gradient only with `entropy_grad` (an entropy bonus): otherwise its
     full-vocabulary softmax would be kept for the backward pass for nothing. A model attending
     through attention.py gets each prompt once."""
-    p = pack(seqs, device, uses_segments(model))
+    p = pack(seqs, device, uses_segments(model), rope_index(model))
     head = plain_head(model)
     if head is not None:
         with _hidden_states_out(head):
@@ -164,10 +248,10 @@ def packed_log_probs(
     return logp, list(torch.split(ent, p.lengths))
 
 
-def packed_values(critic, seqs: list[tuple[list[int], list[int]]], device="cpu") -> list[torch.Tensor]:
+def packed_values(critic, seqs: list[Seq], device="cpu") -> list[torch.Tensor]:
     """A value head's (token classification, one label) estimate at each position that predicts a
     response token, per sequence: the same positions the actor's log-probs come from."""
-    p = pack(seqs, device, uses_segments(critic))
+    p = pack(seqs, device, uses_segments(critic), rope_index(critic))
     out = _forward(critic, p)
     return list(torch.split(out.logits[0, p.keep, 0].float(), p.lengths))
 

@@ -16,10 +16,20 @@ import torch.distributed as dist
 
 from ..spec import Spec
 from . import algorithms as alg
-from . import attention, onednn
+from . import onednn
 from .checkpoint import dcp_storage
-from .model import packed_log_probs, packed_values, pad, uses_segments
-from .rollout import Sampling
+from .model import (
+    Seq,
+    attention_for,
+    auto_class,
+    packed_log_probs,
+    packed_values,
+    pad,
+    shard_units,
+    uses_segments,
+    vision_tower,
+)
+from .rollout import Request, Sampling
 
 DTYPES = {
     "bf16": torch.bfloat16,
@@ -29,8 +39,6 @@ DTYPES = {
     "fp32": torch.float32,
     "float32": torch.float32,
 }
-
-Seq = tuple[list[int], list[int]]  # (prompt ids, response ids)
 
 
 class HybridWorker:
@@ -88,11 +96,11 @@ class HybridWorker:
 
     def _build(self, m, fsdp_cfg, train: bool, value_head: bool = False):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
+        from transformers import AutoConfig, AutoModelForTokenClassification
 
-        load, extra = AutoModelForCausalLM, {}
+        config = AutoConfig.from_pretrained(m.model_path, trust_remote_code=m.trust_remote_code)
+        load, extra = auto_class(config), {}
         if value_head:  # one label, no dropout on the value (as verl)
-            config = AutoConfig.from_pretrained(m.model_path, trust_remote_code=m.trust_remote_code)
             config.num_labels, config.classifier_dropout = 1, 0.0
             load, extra = AutoModelForTokenClassification, {"config": config}
             torch.manual_seed(self.spec.data.seed)  # a new value head starts the same on every worker
@@ -103,7 +111,7 @@ class HybridWorker:
             **m.override_config,
         )
         try:  # packed segments (attention.py) where the model's attention is pluggable
-            model = load.from_pretrained(m.model_path, attn_implementation=attention.register(), **kwargs)
+            model = load.from_pretrained(m.model_path, attn_implementation=attention_for(config), **kwargs)
         except (ValueError, NotImplementedError):
             model = load.from_pretrained(m.model_path, **kwargs)
         if getattr(model.config, "attn_logit_softcapping", None):  # sdpa has no soft cap
@@ -114,6 +122,9 @@ class HybridWorker:
         if train and m.enable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
+        tower = vision_tower(model)
+        if train and m.freeze_vision_tower and tower is not None:
+            tower.requires_grad_(False)
         # as EasyR1: weights stored in torch_dtype, computed in mp_param_dtype, reduced in mp_reduce_dtype
         mp = MixedPrecisionPolicy(
             param_dtype=DTYPES[fsdp_cfg.mp_param_dtype], reduce_dtype=DTYPES[fsdp_cfg.mp_reduce_dtype]
@@ -121,8 +132,10 @@ class HybridWorker:
         # On CPU, host memory is plentiful and a gloo all-gather is slow: parameters gathered for the
         # forward pass stay gathered for the backward pass instead of being gathered twice.
         reshard = fsdp_cfg.enable_full_shard and self.cuda
-        for layer in model.model.layers:
-            fully_shard(layer, mesh=self.mesh, mp_policy=mp, reshard_after_forward=reshard)
+        # each decoder layer and vision block its own group (the model's _no_split_modules), then the
+        # vision tower's remaining weights, then the rest
+        for module in shard_units(model) + ([tower] if tower is not None else []):
+            fully_shard(module, mesh=self.mesh, mp_policy=mp, reshard_after_forward=reshard)
         fully_shard(model, mesh=self.mesh, mp_policy=mp, reshard_after_forward=reshard)
         if not train:
             model.eval().requires_grad_(False)
@@ -132,7 +145,11 @@ class HybridWorker:
     def _optimizer(model, o):
         # fused: one kernel over all tensors, several times faster than the per-tensor loop on CPU
         return torch.optim.AdamW(
-            model.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay, fused=True
+            [p for p in model.parameters() if p.requires_grad],
+            lr=o.lr,
+            betas=o.betas,
+            weight_decay=o.weight_decay,
+            fused=True,
         )
 
     def set_schedule(self, total_steps: int) -> None:
@@ -207,7 +224,7 @@ class HybridWorker:
     def sync_weights(self) -> None:
         self.engine.load_weights(self.full_weights())
 
-    def generate(self, prompts: list[list[int]], sampling: dict) -> list[dict]:
+    def generate(self, prompts: list[Request], sampling: dict) -> list[dict]:
         samples = self.engine.generate(prompts, Sampling(**sampling))
         return [s.__dict__ for s in samples]
 

@@ -34,3 +34,39 @@ def make_run(tmp_path, tiny_model, digits_reward):
         return run
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm(tmp_path_factory) -> Path:
+    from r1cloud.testing import make_tiny_vlm
+
+    return make_tiny_vlm(tmp_path_factory.mktemp("models") / "tinyvl")
+
+
+@pytest.fixture(scope="session")
+def shapes(tmp_path_factory) -> Path:
+    """The shapes counting data (data/shapes/generate.py), 16 train and 4 test pictures of 56 px."""
+    import importlib.util
+
+    file = Path(__file__).resolve().parents[2] / "data" / "shapes" / "generate.py"
+    spec = importlib.util.spec_from_file_location("shapes_generate", file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.write(tmp_path_factory.mktemp("shapes"), train=16, test=4)
+
+
+@pytest.fixture
+def make_vl_run(tmp_path, tiny_vlm, shapes, digits_reward):
+    """A run directory holding a resolved spec for the tiny Qwen2-VL on the shapes data."""
+    from tinyrun import tiny_vl_blueprint
+
+    def make(*overrides: str, name: str = "vlrun", engine: str = "hf") -> Path:
+        bp = tmp_path / f"{name}.yaml"
+        bp.write_text(tiny_vl_blueprint(tiny_vlm, shapes, digits_reward, engine=engine))
+        spec = load_spec(bp, list(overrides)).spec
+        run = tmp_path / name
+        run.mkdir(exist_ok=True)
+        (run / "spec.yaml").write_text(dump_spec(spec))
+        return run
+
+    return make

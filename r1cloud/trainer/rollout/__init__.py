@@ -5,7 +5,7 @@ layout: responses cut after the first EOS, with their sampling log-probs."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -23,6 +23,18 @@ class Sampling:
 
 
 @dataclass
+class Request:
+    """One prompt for an engine. With images, vLLM takes `raw_ids` (one placeholder per image,
+    which it expands) and the PIL `images`; the hf engine takes `ids` (expanded) and the
+    processor's `tensors`."""
+
+    ids: list[int]
+    raw_ids: list[int] | None = None
+    images: list = field(default_factory=list)
+    tensors: dict = field(default_factory=dict)
+
+
+@dataclass
 class Sample:
     prompt: int  # position of its prompt in the generate() call
     response: list[int]  # up to and including the first EOS
@@ -33,17 +45,22 @@ class Sample:
 class RolloutEngine(Protocol):
     name: str
 
-    def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Sample]: ...
+    def generate(self, prompts: list[Request], sampling: Sampling) -> list[Sample]: ...
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None: ...
 
 
 def cut_at_eos(
-    tokens: list[int], logprobs: list[float], eos: set[int]
+    tokens: list[int], logprobs: list[float], eos: set[int], forbidden: set[int] = frozenset()
 ) -> tuple[list[int], list[float], bool]:
+    """The response up to and including its first EOS. A `forbidden` token (an image placeholder,
+    which would have no image behind it in training) ends it just before, as unfinished. Cutting
+    instead of biasing the sampler keeps the engine's log-probs those of the model."""
     for i, t in enumerate(tokens):
         if t in eos:
             return tokens[: i + 1], logprobs[: i + 1], True
+        if t in forbidden:
+            return tokens[:i], logprobs[:i], False
     return tokens, logprobs, False
 
 

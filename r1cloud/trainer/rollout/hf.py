@@ -1,7 +1,9 @@
 """Rollouts with transformers `generate` on an unsharded copy of the actor's weights.
 
 A copy, because generate calls forward a different number of times on each worker (sequences stop
-at different lengths); a sharded FSDP model would deadlock in its all-gathers.
+at different lengths); a sharded FSDP model would deadlock in its all-gathers. A prompt with
+images is generated with its n samples as one batch (same length, no padding), its image tensors
+repeated.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ from collections.abc import Iterable
 
 import torch
 
-from .. import onednn
-from . import Sample, Sampling, cut_at_eos
+from .. import onednn, vision
+from . import Request, Sample, Sampling, cut_at_eos
 
 
 class HFEngine:
@@ -26,9 +28,14 @@ class HFEngine:
         device: str,
         micro_batch: int = 64,
     ):
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoConfig
 
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device).eval()
+        from ..model import auto_class
+
+        config = AutoConfig.from_pretrained(model_path)
+        self.model = auto_class(config).from_pretrained(model_path, dtype=dtype).to(device).eval()
+        image_token = getattr(config, "image_token_id", None)
+        self.forbidden = {image_token} if image_token is not None else set()  # see cut_at_eos
         if dtype == torch.float32 and device == "cpu":
             onednn.use_in(self.model)  # fp32 linear layers at twice MKL's speed on AMD CPUs
         self.eos, self.pad, self.device, self.micro_batch = eos_ids, pad_id, device, micro_batch
@@ -41,15 +48,22 @@ class HFEngine:
                 params[name].copy_(tensor.to(params[name].dtype))
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Sample]:
+    def generate(self, prompts: list[Request], sampling: Sampling) -> list[Sample]:
         work = [(i, j) for i in range(len(prompts)) for j in range(sampling.n)]
         samples: list[Sample] = []
-        for start in range(0, len(work), self.micro_batch):
-            chunk = work[start : start + self.micro_batch]
+        text = [w for w in work if not prompts[w[0]].images]
+        for start in range(0, len(text), self.micro_batch):
+            chunk = text[start : start + self.micro_batch]
             samples += self._generate([prompts[i] for i, _ in chunk], [i for i, _ in chunk], sampling, start)
-        return samples
+        for i, p in enumerate(prompts):  # with images: one prompt's samples at a time
+            if p.images:
+                offset = work.index((i, 0))
+                samples += self._generate([p] * sampling.n, [i] * sampling.n, sampling, offset)
+        return sorted(samples, key=lambda x: x.prompt)  # stable: each prompt's samples in order
 
-    def _generate(self, batch: list[list[int]], owners: list[int], s: Sampling, offset: int) -> list[Sample]:
+    def _generate(self, batch: list[Request], owners: list[int], s: Sampling, offset: int) -> list[Sample]:
+        images = vision.merge([p.tensors for p in batch])
+        batch = [p.ids for p in batch]
         width = max(len(p) for p in batch)
         ids = torch.full((len(batch), width), self.pad, dtype=torch.long)
         mask = torch.zeros_like(ids)
@@ -70,6 +84,7 @@ class HFEngine:
             pad_token_id=self.pad,
             output_logits=True,
             return_dict_in_generate=True,
+            **{k: v.to(self.device) for k, v in images.items()},
         )
         tokens = out.sequences[:, width:].cpu()
         logits = torch.stack(out.logits, dim=1).float().cpu()  # (B, steps, V), raw
@@ -79,7 +94,7 @@ class HFEngine:
         result = []
         for r in range(len(batch)):
             resp, lp, done = cut_at_eos(
-                tokens[r].tolist(), logp[r].tolist(), set() if s.ignore_eos else self.eos
+                tokens[r].tolist(), logp[r].tolist(), set() if s.ignore_eos else self.eos, self.forbidden
             )
             result.append(Sample(owners[r], resp, lp, done))
         return result

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import torch
 
-from . import Sample, Sampling, cut_at_eos, request_seed
+from . import Request, Sample, Sampling, cut_at_eos, request_seed
 
 DTYPES = {
     "bf16": "bfloat16",
@@ -31,6 +31,25 @@ class VLLMEngine:
 
     def __init__(self, model_path: str, tokenizer_path: str, cfg, eos_ids: set[int], seed: int):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        from transformers import AutoConfig
+
+        from ... import vision_compat
+        from ..vision import is_vision_config
+
+        config = AutoConfig.from_pretrained(model_path, trust_remote_code=cfg.trust_remote_code)
+        mm = {}
+        self.forbidden: set[int] = set()
+        if is_vision_config(config):
+            vision_compat.prepare_vllm(config.architectures or [])
+            # images as the data allow (EasyR1: limit_images > 0 caps them); never videos
+            mm = {
+                "limit_mm_per_prompt": {
+                    "video": 0,
+                    **({"image": cfg.limit_images} if cfg.limit_images else {}),
+                }
+            }
+            # an image token sampled into a response would have no image behind it (cut_at_eos)
+            self.forbidden = {config.image_token_id}
         from vllm import LLM
 
         self.cuda = torch.cuda.is_available()
@@ -51,6 +70,7 @@ class VLLMEngine:
             logprobs_mode="processed_logprobs",
             trust_remote_code=cfg.trust_remote_code,
             disable_log_stats=cfg.disable_log_stats,
+            **mm,
         )
         self.eos = eos_ids
         self.sleeping = False
@@ -73,8 +93,10 @@ class VLLMEngine:
             "reload_weights", kwargs={"weights_iterator": iter(weights), "is_checkpoint_format": True}
         )
         self.llm.reset_prefix_cache()
+        if self.forbidden:  # a VLM: image embeddings from the old vision weights must not be reused
+            self.llm.llm_engine.reset_encoder_cache()
 
-    def generate(self, prompts: list[list[int]], s: Sampling) -> list[Sample]:
+    def generate(self, prompts: list[Request], s: Sampling) -> list[Sample]:
         from vllm import SamplingParams
 
         self.wake(["weights", "kv_cache"])
@@ -93,13 +115,22 @@ class VLLMEngine:
             for i in range(len(prompts))
             for j in range(s.n)
         ]
-        inputs = [{"prompt_token_ids": p} for p in prompts for _ in range(s.n)]
+        inputs = [_input(p) for p in prompts for _ in range(s.n)]
         outputs = self.llm.generate(inputs, params, use_tqdm=False)
         samples = []
         for k, out in enumerate(outputs):
             o = out.outputs[0]
             logprobs = [d[t].logprob for t, d in zip(o.token_ids, o.logprobs or [], strict=False)]
-            resp, lp, done = cut_at_eos(list(o.token_ids), logprobs, set() if s.ignore_eos else self.eos)
+            resp, lp, done = cut_at_eos(
+                list(o.token_ids), logprobs, set() if s.ignore_eos else self.eos, self.forbidden
+            )
             samples.append(Sample(k // s.n, resp, lp, done))
         self.sleep()
         return samples
+
+
+def _input(p: Request) -> dict:
+    """With images: one placeholder per image in the ids, the images beside them (vLLM expands)."""
+    if p.images:
+        return {"prompt_token_ids": p.raw_ids, "multi_modal_data": {"image": p.images}}
+    return {"prompt_token_ids": p.ids}

@@ -1,0 +1,135 @@
+"""Images in prompts, as EasyR1 reads them, and the processor that turns them into model inputs.
+
+A row's `image_key` column holds a list of images: paths (joined with `image_dir`), HF Image
+dicts (`{"bytes": …}` or `{"path": …}`), raw bytes or PIL images. Its prompt holds one `<image>`
+per image, where the image goes. Each image is resized as EasyR1 does (scaled by
+√(max_pixels / w·h) when larger, by √(min_pixels / w·h) when smaller), then rendered through the
+model's processor and chat template.
+
+A prompt then has two forms: its ids with one placeholder per image (what vLLM takes; it expands
+them itself, and already-expanded ids would give wrong log-probs with no error) and its ids with
+every image token expanded (what the model sees in training, and what prompt lengths count).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+PLACEHOLDER = "<image>"
+# the processor's outputs that are per image (the rest, input_ids and masks, are per token)
+IMAGE_KEYS = ("pixel_values", "image_grid_thw", "pixel_attention_mask")
+
+
+def is_vision_config(config) -> bool:
+    return getattr(config, "vision_config", None) is not None
+
+
+def load_processor(path: str, trust_remote_code: bool = False):
+    from .. import vision_compat
+
+    vision_compat.install()
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
+
+
+def open_image(item: Any, image_dir: str | None = None):
+    """One image of a row, in any of EasyR1's forms, as an RGB PIL image."""
+    from PIL import Image
+
+    if isinstance(item, dict):  # a datasets Image feature, decoded lazily
+        item = item.get("bytes") or item.get("path")
+    if isinstance(item, str):
+        path = os.path.join(image_dir, item) if image_dir and not os.path.isabs(item) else item
+        if not os.path.isfile(path):
+            raise FileNotFoundError(path)
+        item = Image.open(path)
+    elif isinstance(item, bytes | bytearray):
+        item = Image.open(io.BytesIO(item))
+    if not isinstance(item, Image.Image):
+        raise TypeError(
+            f"an image is a path, bytes, an HF Image dict or a PIL image, not {type(item).__name__}"
+        )
+    item.load()
+    return item
+
+
+def resize(image, min_pixels: int | None, max_pixels: int | None):
+    """EasyR1's process_image: scale into [min_pixels, max_pixels] keeping the aspect ratio; RGB."""
+    if max_pixels and image.width * image.height > max_pixels:
+        f = math.sqrt(max_pixels / (image.width * image.height))
+        image = image.resize((max(1, int(image.width * f)), max(1, int(image.height * f))))
+    if min_pixels and image.width * image.height < min_pixels:
+        f = math.sqrt(min_pixels / (image.width * image.height))
+        image = image.resize((int(image.width * f), int(image.height * f)))
+    return image.convert("RGB") if image.mode != "RGB" else image
+
+
+def messages(text: str, with_images: bool) -> list[dict]:
+    """The user turn: text and image parts in the order of the `<image>` placeholders (EasyR1)."""
+    if not with_images:
+        return [{"role": "user", "content": text}]
+    content: list[dict] = []
+    for i, part in enumerate(text.split(PLACEHOLDER)):
+        if i:
+            content.append({"type": "image"})
+        if part:
+            content.append({"type": "text", "text": part})
+    return [{"role": "user", "content": content}]
+
+
+@dataclass
+class Encoded:
+    ids: list[int]  # image tokens expanded: what the model sees, and what lengths count
+    raw_ids: list[int]  # one placeholder per image: what vLLM takes
+    images: list  # PIL, resized
+    tensors: dict[str, torch.Tensor]  # the processor's per-image outputs (IMAGE_KEYS)
+
+
+class ImageProcessor:
+    """The model's processor over rendered prompts."""
+
+    def __init__(self, processor):
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.image_token_id = getattr(processor, "image_token_id", None)
+
+    def render(self, text: str, with_images: bool) -> str:
+        msgs = messages(text, with_images)
+        template = getattr(self.processor, "chat_template", None)
+        source = self.processor if template else self.tokenizer
+        return source.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+
+    def encode(self, prompt: str, images: list) -> Encoded:
+        raw = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if not images:
+            return Encoded(raw, raw, [], {})
+        out = self.processor(images=images, text=[prompt], add_special_tokens=False, return_tensors="pt")
+        tensors = {k: out[k] for k in IMAGE_KEYS if k in out}
+        return Encoded(out["input_ids"][0].tolist(), raw, images, tensors)
+
+
+def merge(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Several prompts' image tensors as one packed row's: Qwen-VL's patches and grids end to end
+    (dim 0); Idefics3's (1, images, C, H, W) pixels side by side (dim 1), padded to the largest
+    image with its pixel mask False there."""
+    parts = [p for p in parts if p]
+    if not parts:
+        return {}
+    out = {}
+    for key in parts[0]:
+        xs = [p[key] for p in parts]
+        if xs[0].dim() >= 4:  # (1, n, C, H, W) or its mask (1, n, H, W)
+            h = max(x.shape[-2] for x in xs)
+            w = max(x.shape[-1] for x in xs)
+            xs = [torch.nn.functional.pad(x, (0, w - x.shape[-1], 0, h - x.shape[-2])) for x in xs]
+            out[key] = torch.cat(xs, dim=1)
+        else:
+            out[key] = torch.cat(xs, dim=0)
+    return out

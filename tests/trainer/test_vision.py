@@ -1,0 +1,230 @@
+"""Vision-language models: EasyR1's image data, packed rows with images and mRoPE, FSDP2 gradients,
+the frozen vision tower, vLLM's multimodal log-probs against the trainer's, and a VL run through
+the CLI. Tiny random Qwen2/2.5/3-VL models (r1cloud.testing), pictures from data/shapes."""
+
+import json
+
+import pytest
+import torch
+
+from r1cloud.spec import load_resolved
+from r1cloud.testing import make_tiny_vlm
+from r1cloud.trainer import algorithms as alg
+from r1cloud.trainer import vision
+from r1cloud.trainer.data import PromptSet, load_tokenizer
+from r1cloud.trainer.driver import Trainer
+from r1cloud.trainer.model import attention_for, auto_class, packed_log_probs, pad
+from tinyrun import r1, tiny_vl_blueprint
+
+
+def pictures():
+    from PIL import Image
+
+    return [Image.new("RGB", (56, 84), (200, 20, 20)), Image.new("RGB", (84, 56), (20, 20, 200))]
+
+
+def image_seqs(processor) -> list[tuple]:
+    """A shared one-image prompt with three answers, a two-image prompt with two, in mixed order."""
+    one = processor.encode(processor.render("<image>How many?", True), pictures()[:1])
+    two = processor.encode(processor.render("Compare <image> with <image>.", True), pictures())
+    a, b = {"key": "a", **one.tensors}, {"key": "b", **two.tensors}
+    return [
+        (one.ids, [5, 6, 7], a),
+        (two.ids, [10, 11, 12, 13], b),
+        (one.ids, [8, 9], a),
+        (two.ids, [14], b),
+        (one.ids, [20, 21, 22, 23, 24], a),
+    ]
+
+
+@pytest.mark.parametrize("arch", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def test_packed_image_rows_equal_one_sequence_at_a_time(tmp_path, arch):
+    """Several image sequences in one row, a shared image prompt packed once, (4, 1, N) mRoPE
+    positions: the log-probs and the summed gradients of one sequence at a time, ≤ 1e-5."""
+    from transformers import AutoConfig
+
+    path = make_tiny_vlm(tmp_path / arch, arch)
+    processor = vision.ImageProcessor(vision.load_processor(str(path)))
+    seqs = image_seqs(processor)
+    assert len(seqs[0][0]) > len(processor.encode(processor.render("<image>How many?", True), []).ids)
+    config = AutoConfig.from_pretrained(path)
+    model = auto_class(config).from_pretrained(
+        path, dtype=torch.float32, attn_implementation=attention_for(config)
+    )
+    packed = packed_log_probs(model, seqs, 0.7)
+    sum(lp.sum() * (i + 1) for i, lp in enumerate(packed)).backward()
+    together = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    alone = [packed_log_probs(model, [s], 0.7)[0] for s in seqs]
+    sum(lp.sum() * (i + 1) for i, lp in enumerate(alone)).backward()
+    for a, b in zip(packed, alone, strict=True):
+        torch.testing.assert_close(a.detach(), b.detach(), rtol=0, atol=1e-5)
+    vision_grads = [n for n in together if "visual" in n and together[n].abs().max() > 0]
+    assert vision_grads  # the images reach the loss
+    scale = max(g.abs().max().item() for g in together.values())
+    worst = max((together[n] - p.grad).abs().max().item() for n, p in model.named_parameters())
+    assert worst <= 1e-5 * scale
+
+
+def test_image_data_as_easyr1_reads_it(make_vl_run, shapes):
+    """Relative paths under image_dir, EasyR1's pixel bounds, expanded lengths; raw ids keep one
+    placeholder per image for vLLM."""
+    spec = load_resolved(make_vl_run() / "spec.yaml")
+    tokenizer, images = load_tokenizer(spec.worker.actor.model, spec.data)
+    ps = PromptSet(spec.data.train_files, tokenizer, spec.data, images=images)
+    p = ps.prompts[0]
+    assert len(p.images) == 1 and p.images[0].size == (56, 56)  # within [784, 3136] pixels already
+    pad_id = images.image_token_id
+    assert p.raw_ids.count(pad_id) == 1 and p.prompt_ids.count(pad_id) == 4  # 56 px: 2×2 merged patches
+    assert p.length == len(p.prompt_ids) and "images" not in p.extra
+    assert ps.image_inputs(0)["image_grid_thw"].tolist() == [[1, 4, 4]]
+
+
+def test_image_rows_that_cannot_work_are_one_clear_error(make_vl_run, shapes, tmp_path):
+    spec = load_resolved(make_vl_run() / "spec.yaml")
+    tokenizer, images = load_tokenizer(spec.worker.actor.model, spec.data)
+    rows = [json.loads(line) for line in (shapes / "train.jsonl").read_text().splitlines()]
+    rows[2]["problem"] = "<image><image>How many?"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(
+        ValueError, match=r"bad.jsonl: row 2 has 2 <image> placeholder\(s\).*and 1 image\(s\)"
+    ):
+        PromptSet(str(bad), tokenizer, spec.data, images=images)
+    rows[2]["problem"], rows[3]["images"] = "<image>How many?", ["images/nowhere.png"]
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ValueError, match=r"row 3: image .*nowhere.png not found"):
+        PromptSet(str(bad), tokenizer, spec.data, images=images)
+    # an image prompt over max_prompt_length is never cut: dropped, or refused when filtering is off
+    spec.data.max_prompt_length = 20
+    assert len(PromptSet(spec.data.train_files, tokenizer, spec.data, images=images)) == 0
+    spec.data.filter_overlong_prompts = False
+    with pytest.raises(ValueError, match=r"row 0 is \d+ tokens with its images.*never cut"):
+        PromptSet(spec.data.train_files, tokenizer, spec.data, images=images)
+
+
+def single_process_grads(model_path, samples, clip, mode):
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_path)
+    model = auto_class(config).from_pretrained(model_path, dtype=torch.float32)
+    logp, mask = pad(packed_log_probs(model, [s["seq"] for s in samples], 1.0))
+    old = pad([s["old"] for s in samples])[0]
+    adv = alg.token_level(torch.tensor([s["adv"] for s in samples]), mask)
+    loss_mat, _ = alg.ppo_loss(logp, old, adv, mask, clip)
+    alg.aggregate(loss_mat, mask, mode).backward()
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+
+
+def test_fsdp_gradients_with_images_across_two_workers_equal_one_process(make_vl_run, tiny_vlm):
+    """The vision tower sharded like the language layers: 2 workers' full gradients (language,
+    vision blocks, merger) equal one process's, ≤ 1e-5."""
+    run = make_vl_run("algorithm.disable_kl=true", "algorithm.use_kl_loss=false")
+    spec = load_resolved(run / "spec.yaml")
+    trainer = Trainer(run, spec)
+    g = torch.Generator().manual_seed(0)
+    samples = []
+    for i in range(4):  # two pictures, two answers each
+        p = trainer.train_set.prompts[i // 2]
+        images = {"key": str(p.index), **trainer.train_set.image_inputs(p.index)}
+        response = torch.randint(5, 300, (3 + i,), generator=g).tolist()
+        old = (torch.randn(len(response), generator=g) * 0.3 - 4).tolist()
+        samples.append({"seq": (p.prompt_ids, response, images), "old": old, "adv": float(i % 3 - 1) + 0.5})
+    a = spec.worker.actor
+    clip = alg.ClipConfig(a.clip_ratio_low, a.clip_ratio_high, a.clip_ratio_dual)
+    want = single_process_grads(tiny_vlm, samples, clip, "token")
+    total = float(sum(len(s["seq"][1]) for s in samples))
+    try:
+        trainer.start_workers()
+        assert trainer.share_prompts
+        plan = [[{"total": total, "micro": [samples[:2]]}], [{"total": total, "micro": [samples[2:]]}]]
+        trainer.call("update", apply=False, per_rank=plan)
+        got = trainer.call("full_grads")[0]
+        assert any(n.startswith("model.visual.blocks") for n in got)
+        scale = max(w.abs().max().item() for w in want.values())
+        assert scale > 1e-4
+        worst = max((got[n] - want[n]).abs().max().item() for n in want)
+        assert worst <= 1e-5, worst
+    finally:
+        trainer.shutdown()
+
+
+def test_vllm_image_log_probs_equal_trainer_and_frozen_tower_stays(make_vl_run):
+    """vLLM (one placeholder per image, multi_modal_data) samples with the trainer's log-probs
+    (≤ 1e-4, fp32) before and after an update and a weight sync; with freeze_vision_tower the
+    vision weights are bit-identical after the update and the language weights are not."""
+    pytest.importorskip("vllm")
+    run = make_vl_run(
+        "worker.actor.optim.lr=0.05", "worker.actor.model.freeze_vision_tower=true", engine="vllm"
+    )
+    trainer = Trainer(run)
+
+    def weights(worker):
+        return {n: t.full_tensor().clone() for n, t in worker.actor.state_dict().items()}
+
+    try:
+        assert trainer.start_workers() == "vllm"
+        trainer.call("sync_weights")
+        sampling = {"n": 2, "temperature": 0.8, "top_p": 1.0, "top_k": -1, "max_tokens": 8, "seed": 3,
+                    "ignore_eos": False}  # fmt: skip
+        requests, images = [], []
+        for i in range(2):
+            p = trainer.train_set.prompts[i]
+            tensors = trainer.train_set.image_inputs(i)
+            requests.append(vision_request(p, tensors))
+            images.append({"key": str(i), **tensors})
+
+        def compare():
+            samples = trainer.call("generate", requests, sampling)[0]
+            seqs = [(requests[s["prompt"]].ids, s["response"], images[s["prompt"]]) for s in samples]
+            recomputed = trainer.call("log_probs", temperature=0.8, per_rank=[[seqs], [seqs]])[0][0]
+            worst = max(
+                max(abs(a - b) for a, b in zip(s["logprobs"], lp, strict=True))
+                for s, lp in zip(samples, recomputed, strict=True)
+            )
+            return worst, seqs
+
+        before, seqs = compare()
+        assert before <= 1e-4, before
+        start = trainer.call("__ray_call__", weights)[0]
+        samples = [
+            {"seq": s, "old": None, "ref": [-5.0] * len(s[1]), "adv": 1.0 if i % 2 else -1.0}
+            for i, s in enumerate(seqs)
+        ]
+        trainer.call("update", per_rank=[[{"total": 8.0, "micro": [samples]}]] * 2)
+        end = trainer.call("__ray_call__", weights)[0]
+        tower = [n for n in start if n.startswith("model.visual.")]
+        assert tower and all(torch.equal(start[n], end[n]) for n in tower)
+        assert max((start[n] - end[n]).abs().max().item() for n in start if n not in tower) > 1e-3
+        trainer.call("sync_weights")
+        after, _ = compare()
+        assert after <= 1e-4, after
+    finally:
+        trainer.shutdown()
+
+
+def vision_request(prompt, tensors):
+    from r1cloud.trainer.rollout import Request
+
+    return Request(prompt.prompt_ids, prompt.raw_ids, prompt.images, tensors)
+
+
+@pytest.mark.slow
+def test_vl_config_trains_with_two_workers_through_the_cli(tmp_path, tiny_vlm, shapes, digits_reward):
+    """An EasyR1-format VL config with local pictures: 2 steps on 2 workers with vLLM, an INFERENCE
+    READY checkpoint; a placeholder/image mismatch is exit 2 naming the row."""
+    pytest.importorskip("vllm")
+    home = {"R1CLOUD_HOME": str(tmp_path / "home")}
+    bp = tmp_path / "vl.yaml"
+    bp.write_text(tiny_vl_blueprint(tiny_vlm, shapes, digits_reward, engine="vllm"))
+    done = r1("train", bp, "--name", "vl-job", env=home)
+    assert done.returncode == 0, done.stdout + done.stderr
+    listed = r1("checkpoints", "vl-job", env=home)
+    assert "INFERENCE READY" in listed.stdout, listed.stdout
+    rows = [json.loads(line) for line in (shapes / "train.jsonl").read_text().splitlines()]
+    rows[1]["problem"] = "How many shapes?"  # no placeholder for its image
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tried = r1("try", bp, f"data.train_files={bad}", "--n", "4", env=home)
+    assert tried.returncode == 2
+    assert "row 1 has 0 <image> placeholder(s)" in tried.stderr and "Traceback" not in tried.stderr
