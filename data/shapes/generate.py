@@ -33,7 +33,9 @@ def picture(rng: random.Random, count: int, size: int):
     return img
 
 
-def write(out: str | Path, train: int = 512, test: int = 64, size: int = 56, most: int = 4, seed: int = 1) -> Path:
+def write(
+    out: str | Path, train: int = 512, test: int = 64, size: int = 56, most: int = 4, seed: int = 1
+) -> Path:
     out = Path(out)
     (out / "images").mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
@@ -43,7 +45,11 @@ def write(out: str | Path, train: int = 512, test: int = 64, size: int = 56, mos
                 count = rng.randint(1, most)
                 name = f"images/{split}-{i:05d}.png"
                 picture(rng, count, size).save(out / name)
-                row = {"images": [name], "problem": "<image>How many shapes are in the picture?", "answer": str(count)}
+                row = {
+                    "images": [name],
+                    "problem": "<image>How many shapes are in the picture?",
+                    "answer": str(count),
+                }
                 f.write(json.dumps(row) + "\n")
     return out
 
