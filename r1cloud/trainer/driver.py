@@ -528,7 +528,7 @@ class Trainer:
             config.save_pretrained(hf)
             with contextlib.suppress(OSError):
                 GenerationConfig.from_pretrained(path).save_pretrained(hf)
-            self.tokenizer.save_pretrained(hf)
+            (self.images.processor if self.images else self.tokenizer).save_pretrained(hf)  # processor: VLM
             if merged:
                 dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(
                     str(getattr(config, "dtype", "") or "").removeprefix("torch.")

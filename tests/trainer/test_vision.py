@@ -203,6 +203,33 @@ def test_vllm_image_log_probs_equal_trainer_and_frozen_tower_stays(make_vl_run):
         trainer.shutdown()
 
 
+def test_hf_engine_samples_images_with_the_trainer_log_probs(tiny_vlm):
+    """The hf engine: a prompt's samples with its image tensors, log-probs equal to the trainer's
+    packed ones; a sampled image placeholder ends the response (no image behind it)."""
+    from r1cloud.trainer.rollout import Request, Sampling, cut_at_eos
+    from r1cloud.trainer.rollout.hf import HFEngine
+
+    processor = vision.ImageProcessor(vision.load_processor(str(tiny_vlm)))
+    enc = processor.encode(processor.render("<image>How many?", True), pictures()[:1])
+    text = processor.encode(processor.render("How many?", False), [])
+    engine = HFEngine(str(tiny_vlm), {processor.tokenizer.eos_token_id}, 0, torch.float32, "cpu")
+    requests = [Request(text.ids), Request(enc.ids, enc.raw_ids, enc.images, enc.tensors)]
+    samples = engine.generate(requests, Sampling(n=3, temperature=0.9, max_tokens=6, seed=2))
+    assert [s.prompt for s in samples] == [0, 0, 0, 1, 1, 1]
+    seqs = [
+        (requests[s.prompt].ids, s.response) + (({"key": "x", **enc.tensors},) if s.prompt else ())
+        for s in samples
+    ]
+    with torch.no_grad():
+        trainer = packed_log_probs(engine.model, seqs, 0.9)
+    for s, lp in zip(samples, trainer, strict=True):
+        assert (
+            len(s.response) and max(abs(a - b) for a, b in zip(s.logprobs, lp.tolist(), strict=True)) <= 1e-4
+        )
+    pad_id = processor.image_token_id
+    assert cut_at_eos([5, pad_id, 6], [-1.0, -2.0, -3.0], {7}, {pad_id}) == ([5], [-1.0], False)
+
+
 def vision_request(prompt, tensors):
     from r1cloud.trainer.rollout import Request
 
@@ -221,6 +248,20 @@ def test_vl_config_trains_with_two_workers_through_the_cli(tmp_path, tiny_vlm, s
     assert done.returncode == 0, done.stdout + done.stderr
     listed = r1("checkpoints", "vl-job", env=home)
     assert "INFERENCE READY" in listed.stdout, listed.stdout
+    job = tmp_path / "home" / "jobs" / "vl-job"
+    assert [json.loads(line)["step"] for line in (job / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    # the last checkpoint is a model folder with its processor: transformers loads both
+    from transformers import AutoConfig
+
+    hf = job / "checkpoints" / "global_step_2" / "huggingface"
+    model = auto_class(AutoConfig.from_pretrained(hf)).from_pretrained(hf)
+    processor = vision.ImageProcessor(vision.load_processor(str(hf)))
+    enc = processor.encode(processor.render("<image>How many?", True), pictures()[:1])
+    assert enc.ids.count(processor.image_token_id) == 6
+    with torch.no_grad():
+        assert (
+            packed_log_probs(model, [(enc.ids, [5, 6], {"key": "x", **enc.tensors})], 1.0)[0].isfinite().all()
+        )
     rows = [json.loads(line) for line in (shapes / "train.jsonl").read_text().splitlines()]
     rows[1]["problem"] = "How many shapes?"  # no placeholder for its image
     bad = tmp_path / "bad.jsonl"
