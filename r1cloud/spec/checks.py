@@ -235,12 +235,24 @@ def check_secrets_and_envs(spec: Spec, problem: Report) -> None:
             )
 
 
+def check_images(spec: Spec, problem: Report) -> None:
+    d = spec.data
+    if d.min_pixels and d.max_pixels and d.min_pixels > d.max_pixels:
+        problem(
+            "data.min_pixels",
+            f"({d.min_pixels}) is larger than data.max_pixels ({d.max_pixels}): images are scaled into "
+            "[min_pixels, max_pixels]; lower min_pixels or raise max_pixels",
+            "data.max_pixels",
+        )
+
+
 CHECKS = [
     check_required,
     check_batches,
     check_algorithm,
     check_rollout,
     check_secrets_and_envs,
+    check_images,
 ]
 
 

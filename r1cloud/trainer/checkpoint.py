@@ -217,3 +217,35 @@ def dcp_storage(path: str, write: bool) -> dict:
     if write:
         return {"storage_writer": FsspecWriter(path, skip_instance_cache=True)}
     return {"storage_reader": FsspecReader(path, skip_instance_cache=True)}
+
+
+def write_hf_files(checkpoints, where: str, model_cfg, saver, scratch: Path, merged: bool) -> None:
+    """Config, generation config and tokenizer (a VLM's processor) beside every checkpoint; merged
+    safetensors too for the last one (trainer.save_hf), so it is INFERENCE READY with no merge step.
+    Written locally, then put in the bucket when the checkpoints live in one (`Bucket`)."""
+    import contextlib
+
+    from transformers import AutoConfig, GenerationConfig
+
+    from ..merge import DTYPES, merge_dcp
+
+    path = model_cfg.model_path
+    bucket = isinstance(checkpoints, Bucket)
+    local = (
+        tempfile.TemporaryDirectory(prefix=".hf-", dir=scratch) if bucket else contextlib.nullcontext(where)
+    )
+    with local as folder:
+        hf = Path(folder) / "huggingface"
+        hf.mkdir()
+        config = AutoConfig.from_pretrained(path, trust_remote_code=model_cfg.trust_remote_code)
+        config.save_pretrained(hf)
+        with contextlib.suppress(OSError):
+            GenerationConfig.from_pretrained(path).save_pretrained(hf)
+        saver.save_pretrained(hf)
+        if merged:
+            dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(
+                str(getattr(config, "dtype", "") or "").removeprefix("torch.")
+            )
+            merge_dcp(f"{where}/actor", hf, hf, DTYPES.get(dtype))
+        if bucket:
+            checkpoints.put(hf, f"{where}/huggingface")

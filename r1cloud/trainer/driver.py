@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import sys
-import tempfile
 import time
 import uuid
-from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -24,9 +21,10 @@ from ..spec import Spec, load_resolved
 from . import algorithms as alg
 from . import rewards
 from .batch import Rollout, RunError, advantages, micro_batches, reward_matrix, split_ranks, stats
-from .checkpoint import Bucket, Checkpoints, read_state
+from .checkpoint import Bucket, Checkpoints, read_state, write_hf_files
 from .data import Loader, PromptSet, chunk_evenly, load_tokenizer, total_steps
 from .group import gather, launch, worker_lost
+from .metrics import actor_metrics, critic_metrics, forget_after, progress_line, rollout_metrics
 from .model import pad
 from .rollout import Request, pick_engine
 
@@ -333,7 +331,7 @@ class Trainer:
             timing["sync"] = time.perf_counter() - tick
         timing["step"] = time.perf_counter() - t0
 
-        metrics.update(self.rollout_metrics(seen, rollouts, errors))
+        metrics.update(rollout_metrics(seen, rollouts, errors, s.data.max_prompt_length))
         if a.online_filtering or s.data.mini_rollout_batch_size:
             metrics["batch/rounds"] = rounds
             metrics["batch/kept_groups_ratio"] = len({r.uid for r in rollouts}) / len({r.uid for r in seen})
@@ -390,24 +388,7 @@ class Trainer:
             lambda r: {"seq": r.seq, "values": r.values, "returns": r.returns},
         )
         results = self.call("update_critic", per_rank=per_rank)
-        out: dict[str, list[float]] = defaultdict(list)
-        for i in range(steps):
-            ranks = [res[i] for res in results]
-            tokens = sum(x["tokens"] for x in ranks) or 1
-            out["critic/vf_loss"].append(sum(x["vf_loss"] for x in ranks))
-            out["critic/vf_clipfrac"].append(sum(x["vf_clipfrac"] for x in ranks) / tokens)
-            out["critic/vpred_mean"].append(sum(x["vpred"] for x in ranks) / tokens)
-            out["critic/grad_norm"].append(ranks[0]["grad_norm"])
-        metrics = {k: sum(v) / len(v) for k, v in out.items()}
-        metrics["critic/lr"] = results[0][0]["lr"] if results[0] else 0.0
-        values = [v for r in rollouts for v in r.values]
-        returns = [x for r in rollouts for x in r.returns]
-        metrics.update(stats("critic/values", values))
-        metrics.update(stats("critic/returns", returns))
-        if len(returns) > 1:
-            ret, val = torch.tensor(returns), torch.tensor(values)
-            metrics["critic/vf_explained_var"] = float(1 - (ret - val).var() / (ret.var() + 1e-5))
-        return metrics
+        return critic_metrics(results, steps, rollouts)
 
     def update(self, rollouts: list[Rollout], n_mini: int) -> dict[str, float]:
         s = self.spec
@@ -422,47 +403,7 @@ class Trainer:
             ),
         )
         results = self.call("update", per_rank=per_rank)
-        out: dict[str, list[float]] = defaultdict(list)
-        for i in range(steps):
-            ranks = [res[i] for res in results]
-            tokens = sum(x["tokens"] for x in ranks) or 1
-            out["actor/pg_loss"].append(sum(x["pg_loss"] for x in ranks))
-            out["actor/entropy_loss"].append(sum(x["entropy_loss"] for x in ranks))
-            out["actor/entropy"].append(sum(x["entropy"] for x in ranks))
-            if tis:
-                out["actor/rollout_is_weight"].append(sum(x["is_weight"] for x in ranks) / tokens)
-            out["actor/pg_clipfrac_higher"].append(sum(x["clip_hi"] for x in ranks) / tokens)
-            out["actor/pg_clipfrac_lower"].append(sum(x["clip_lo"] for x in ranks) / tokens)
-            out["actor/ppo_kl"].append(sum(x["ppo_kl"] for x in ranks) / tokens)
-            out["actor/grad_norm"].append(ranks[0]["grad_norm"])
-            if s.algorithm.use_kl_loss and not s.algorithm.disable_kl:
-                out["actor/kl_loss"].append(sum(x["kl_loss"] for x in ranks))
-        metrics = {k: sum(v) / len(v) for k, v in out.items()}
-        metrics["actor/lr"] = results[0][0]["lr"] if results[0] else 0.0
-        return metrics
-
-    def rollout_metrics(self, seen: list[Rollout], rollouts: list[Rollout], errors: int) -> dict[str, float]:
-        """reward/* over everything generated this step (as EasyR1, filtered groups included);
-        lengths, scores and advantages over what is trained on."""
-        d = self.spec.data
-        keys = sorted({k for r in seen for k in r.scores})
-        m = {f"reward/{k}": sum(r.scores.get(k, 0.0) for r in seen) / len(seen) for k in keys}
-        m["reward/errors"] = errors
-        lengths = [float(len(r.response)) for r in rollouts]
-        m.update(stats("response_length", lengths))
-        m["response_length/clip_ratio"] = sum(1 for r in rollouts if not r.finished) / len(rollouts)
-        m.update(stats("prompt_length", [float(len(r.prompt_ids)) for r in rollouts]))
-        m["prompt_length/clip_ratio"] = sum(
-            1 for r in rollouts if len(r.prompt_ids) >= d.max_prompt_length
-        ) / len(rollouts)
-        m.update(stats("critic/score", [r.scores["overall"] for r in rollouts]))
-        m.update(
-            stats(
-                "critic/advantages",
-                [x for r in rollouts for x in (r.adv if isinstance(r.adv, list) else [r.adv])],
-            )
-        )
-        return m
+        return actor_metrics(results, steps, tis, s.algorithm.use_kl_loss and not s.algorithm.disable_kl)
 
     # ------------------------------------------------------------------ validation
     def validate(self, step: int) -> dict[str, float]:
@@ -490,7 +431,17 @@ class Trainer:
         self.call("save", f"{where}/actor")
         if self.spec.algorithm.adv_estimator == "gae":
             self.call("save", f"{where}/critic", role="critic")
-        self.save_hf_files(where, merged=last and self.spec.trainer.save_hf)
+        saver = (
+            self.images.processor if self.images else self.tokenizer
+        )  # a VLM's processor carries its tokenizer
+        write_hf_files(
+            self.checkpoints,
+            where,
+            self.spec.worker.actor.model,
+            saver,
+            self.run_dir,
+            last and self.spec.trainer.save_hf,
+        )
         state = {
             "step": step,
             "loader": self.loader.state_dict(),
@@ -503,39 +454,6 @@ class Trainer:
         self.checkpoints.publish(where, step, state, metrics.get("val/reward_score"))
         self.checkpoints.prune(self.spec.trainer.save_limit)
         metrics["timing_s/save_checkpoint"] = time.perf_counter() - tick
-
-    def save_hf_files(self, where: str, merged: bool) -> None:
-        """Config, generation config and tokenizer beside every checkpoint; merged safetensors
-        too for the last one (trainer.save_hf), so it is INFERENCE READY with no merge step.
-        Written locally, then put in the bucket when the checkpoints live in one."""
-        from transformers import AutoConfig, GenerationConfig
-
-        from ..merge import DTYPES, merge_dcp
-
-        path = self.spec.worker.actor.model.model_path
-        bucket = isinstance(self.checkpoints, Bucket)
-        local = (
-            tempfile.TemporaryDirectory(prefix=".hf-", dir=self.run_dir)
-            if bucket
-            else contextlib.nullcontext(where)
-        )
-        with local as folder:
-            hf = Path(folder) / "huggingface"
-            hf.mkdir()
-            config = AutoConfig.from_pretrained(
-                path, trust_remote_code=self.spec.worker.actor.model.trust_remote_code
-            )
-            config.save_pretrained(hf)
-            with contextlib.suppress(OSError):
-                GenerationConfig.from_pretrained(path).save_pretrained(hf)
-            (self.images.processor if self.images else self.tokenizer).save_pretrained(hf)  # processor: VLM
-            if merged:
-                dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(
-                    str(getattr(config, "dtype", "") or "").removeprefix("torch.")
-                )
-                merge_dcp(f"{where}/actor", hf, hf, DTYPES.get(dtype))
-            if bucket:
-                self.checkpoints.put(hf, f"{where}/huggingface")
 
     def resume(self) -> int:
         s = self.spec.trainer
@@ -568,29 +486,6 @@ class Trainer:
                 self.tb.add_scalar(k, v, step)
             self.tb.flush()
 
-    def forget_after(self, step: int) -> None:
-        """A restart redoes the steps after its checkpoint: drop their old lines, keep the rest."""
-        path = self.run_dir / "metrics.jsonl"
-        if not path.exists():
-            return
-        lines = [
-            ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln).get("step", 0) <= step
-        ]
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(ln + "\n" for ln in lines))
-        os.replace(tmp, path)
-
-    def progress(self, step: int, m: dict) -> None:
-        parts = [f"step {step}/{self.steps}", f"reward {m.get('reward/overall', float('nan')):.3f}"]
-        if "val/reward_score" in m:
-            parts.append(f"val {m['val/reward_score']:.3f}")
-        parts += [
-            f"len {m.get('response_length/mean', 0):.1f}",
-            f"{m.get('timing_s/step', 0):.1f}s",
-            f"{m.get('perf/throughput', 0):.0f} tok/s/dev",
-        ]
-        self.log(" | ".join(parts))
-
     # ------------------------------------------------------------------ the loop
     def fit(self) -> None:
         s = self.spec
@@ -613,7 +508,7 @@ class Trainer:
         if len(nodes) > 1:
             self.log("[start] workers on " + ", ".join(f"{ip} ×{ips.count(ip)}" for ip in nodes))
         start = self.resume() if self.loader else 0
-        self.forget_after(start)
+        forget_after(self.run_dir / "metrics.jsonl", start)
         (self.run_dir / "trainer.json").write_text(
             json.dumps(
                 {
@@ -639,7 +534,7 @@ class Trainer:
             if (s.trainer.save_freq > 0 and step % s.trainer.save_freq == 0) or last or stop:
                 self.save(step, metrics, last=last)
             self.record(step, metrics)
-            self.progress(step, metrics)
+            self.log(progress_line(step, self.steps, metrics))
             if stop and not last:
                 self.log(
                     f"[stop] stopped after step {step}; checkpoint saved, resume continues at step {step + 1}"

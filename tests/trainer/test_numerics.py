@@ -14,6 +14,7 @@ from r1cloud.trainer import attention
 from r1cloud.trainer.driver import Trainer
 from r1cloud.trainer.group import cpu_allocator
 from r1cloud.trainer.model import pack, packed_log_probs, packed_values, pad, token_log_probs
+from r1cloud.trainer.rollout import Request
 from r1cloud.trainer.workers import DTYPES
 
 SEQS = [
@@ -217,7 +218,7 @@ def test_vllm_sampling_log_probs_equal_trainer_before_and_after_sync(make_run):
     try:
         assert trainer.start_workers() == "vllm"
         trainer.call("sync_weights")
-        prompts = [p.prompt_ids for p in trainer.train_set.prompts[:4]]
+        prompts = [Request(p.prompt_ids) for p in trainer.train_set.prompts[:4]]
         sampling = {
             "n": 2,
             "temperature": 0.8,
@@ -230,7 +231,7 @@ def test_vllm_sampling_log_probs_equal_trainer_before_and_after_sync(make_run):
 
         def compare():
             samples = trainer.call("generate", prompts[:2], sampling)[0]
-            seqs = [(prompts[s["prompt"]], s["response"]) for s in samples]
+            seqs = [(prompts[s["prompt"]].ids, s["response"]) for s in samples]
             recomputed = trainer.call("log_probs", temperature=0.8, per_rank=[[seqs], [seqs]])[0][0]
             worst = max(
                 max(abs(a - b) for a, b in zip(s["logprobs"], lp, strict=True))

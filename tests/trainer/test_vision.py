@@ -269,3 +269,10 @@ def test_vl_config_trains_with_two_workers_through_the_cli(tmp_path, tiny_vlm, s
     tried = r1("try", bp, f"data.train_files={bad}", "--n", "4", env=home)
     assert tried.returncode == 2
     assert "row 1 has 0 <image> placeholder(s)" in tried.stderr and "Traceback" not in tried.stderr
+
+
+def test_validate_refuses_crossed_pixel_bounds(cli, blueprint):
+    path = blueprint()
+    r = cli("validate", path, "data.min_pixels=5000", "data.max_pixels=4000")
+    assert r.exit_code == 2
+    assert "data.min_pixels" in r.stdout + r.stderr and "lower min_pixels" in r.stdout + r.stderr
