@@ -109,15 +109,29 @@ VL_CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 VISION_SPECIALS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+# Idefics3/SmolVLM: the processor expands each <image> into fake-token, global-img, image tokens
+IDEFICS3_SPECIALS = ["<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>"] + [
+    f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)
+]
+
+
+def chat_template(image_part: str) -> str:
+    """A chat template that takes image parts, rendering each as `image_part`."""
+    return VL_CHAT_TEMPLATE.replace("<|vision_start|><|image_pad|><|vision_end|>", image_part)
 
 
 def make_tiny_vlm(
     path: str | Path, arch: str = "qwen2_vl", seed: int = 0, hidden: int = 128, max_pixels: int = 28 * 28 * 16
 ) -> Path:
-    """Write a random Qwen2-VL-family model (`qwen2_vl`, `qwen2_5_vl` or `qwen3_vl`) with its
-    processor (image processor, tokenizer, chat template) to `path`. Text: 2 layers, head_dim 64
-    (vLLM's CPU attention), mRoPE; vision: 2 blocks, 32 wide. A 56×84 image is 6 image tokens."""
+    """Write a random Qwen2-VL-family model (`qwen2_vl`, `qwen2_5_vl` or `qwen3_vl`) or an Idefics3
+    (`idefics3`) with its processor (image processor, tokenizer, chat template) to `path`. Text: 2
+    layers, head_dim 64 (vLLM's CPU attention), mRoPE for Qwen; vision: 2 blocks, 32 wide. A 56×84
+    image is 6 image tokens for Qwen2-VL; any image is 4 for Idefics3 (64 px, 16 px patches,
+    scale factor 2)."""
     import json
+
+    if arch == "idefics3":
+        return _tiny_idefics3(Path(path), seed, hidden)
 
     import torch
     import transformers
@@ -170,4 +184,42 @@ def make_tiny_vlm(
     processor = {"processor_class": {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor",
                                      "qwen3_vl": "Qwen3VLProcessor"}[arch]}  # fmt: skip
     (path / "processor_config.json").write_text(json.dumps(processor))
+    return path
+
+
+def _tiny_idefics3(path: Path, seed: int, hidden: int) -> Path:
+    import json
+
+    import torch
+    from transformers import GenerationConfig, Idefics3Config, Idefics3ForConditionalGeneration
+    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+
+    tok = make_tokenizer(path)
+    tok.add_special_tokens({"additional_special_tokens": IDEFICS3_SPECIALS})
+    text = dict(
+        model_type="llama", vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2,
+        num_hidden_layers=2, num_attention_heads=hidden // 64, num_key_value_heads=1, head_dim=64,
+        max_position_embeddings=2048, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+    )  # fmt: skip
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                  image_size=64, patch_size=16)  # fmt: skip
+    config = Idefics3Config(
+        text_config=text, vision_config=vision, scale_factor=2, pad_token_id=tok.pad_token_id,
+        image_token_id=tok.convert_tokens_to_ids("<image>"), tie_word_embeddings=False,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = Idefics3ForConditionalGeneration(config)
+    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    model.save_pretrained(str(path))
+    template = chat_template("<image>")
+    tok.chat_template = template
+    tok.save_pretrained(str(path))
+    Idefics3ImageProcessorPil(
+        do_image_splitting=False, size={"longest_edge": 64}, max_image_size={"longest_edge": 64}
+    ).save_pretrained(str(path))
+    (path / "chat_template.jinja").write_text(template)
+    (path / "processor_config.json").write_text(
+        json.dumps({"processor_class": "Idefics3Processor", "image_seq_len": 4})
+    )
     return path

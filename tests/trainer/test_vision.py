@@ -37,10 +37,11 @@ def image_seqs(processor) -> list[tuple]:
     ]
 
 
-@pytest.mark.parametrize("arch", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+@pytest.mark.parametrize("arch", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "idefics3"])
 def test_packed_image_rows_equal_one_sequence_at_a_time(tmp_path, arch):
     """Several image sequences in one row, a shared image prompt packed once, (4, 1, N) mRoPE
-    positions: the log-probs and the summed gradients of one sequence at a time, ≤ 1e-5."""
+    positions for Qwen, Idefics3's pixel batches side by side: the log-probs and the summed
+    gradients of one sequence at a time, ≤ 1e-5."""
     from transformers import AutoConfig
 
     path = make_tiny_vlm(tmp_path / arch, arch)
@@ -59,7 +60,7 @@ def test_packed_image_rows_equal_one_sequence_at_a_time(tmp_path, arch):
     sum(lp.sum() * (i + 1) for i, lp in enumerate(alone)).backward()
     for a, b in zip(packed, alone, strict=True):
         torch.testing.assert_close(a.detach(), b.detach(), rtol=0, atol=1e-5)
-    vision_grads = [n for n in together if "visual" in n and together[n].abs().max() > 0]
+    vision_grads = [n for n in together if ("visual" in n or "vision" in n) and together[n].abs().max() > 0]
     assert vision_grads  # the images reach the loss
     scale = max(g.abs().max().item() for g in together.values())
     worst = max((together[n] - p.grad).abs().max().item() for n, p in model.named_parameters())
@@ -149,13 +150,18 @@ def test_fsdp_gradients_with_images_across_two_workers_equal_one_process(make_vl
         trainer.shutdown()
 
 
-def test_vllm_image_log_probs_equal_trainer_and_frozen_tower_stays(make_vl_run):
+@pytest.mark.parametrize("arch", ["qwen2_vl", "idefics3"])
+def test_vllm_image_log_probs_equal_trainer_and_frozen_tower_stays(make_vl_run, tmp_path, arch):
     """vLLM (one placeholder per image, multi_modal_data) samples with the trainer's log-probs
     (≤ 1e-4, fp32) before and after an update and a weight sync; with freeze_vision_tower the
     vision weights are bit-identical after the update and the language weights are not."""
     pytest.importorskip("vllm")
+    model = make_tiny_vlm(tmp_path / arch, arch)
     run = make_vl_run(
-        "worker.actor.optim.lr=0.05", "worker.actor.model.freeze_vision_tower=true", engine="vllm"
+        "worker.actor.optim.lr=0.05",
+        "worker.actor.model.freeze_vision_tower=true",
+        f"worker.actor.model.model_path={model}",
+        engine="vllm",
     )
     trainer = Trainer(run)
 
@@ -193,7 +199,7 @@ def test_vllm_image_log_probs_equal_trainer_and_frozen_tower_stays(make_vl_run):
         ]
         trainer.call("update", per_rank=[[{"total": 8.0, "micro": [samples]}]] * 2)
         end = trainer.call("__ray_call__", weights)[0]
-        tower = [n for n in start if n.startswith("model.visual.")]
+        tower = [n for n in start if n.startswith(("model.visual.", "model.vision_model."))]
         assert tower and all(torch.equal(start[n], end[n]) for n in tower)
         assert max((start[n] - end[n]).abs().max().item() for n in start if n not in tower) > 1e-3
         trainer.call("sync_weights")
