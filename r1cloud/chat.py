@@ -116,6 +116,27 @@ def render(template_file: str | None, text: str) -> str:
     return template.render(content=text)
 
 
+def content(text: str, images: list[str]) -> str | list[dict]:
+    """A user message's content: the text, or with images OpenAI's parts (data URLs), each image
+    where the text has an `<image>` placeholder (the format prompt's own), else all first."""
+    if not images:
+        return text
+    from .trainer.vision import PLACEHOLDER, data_url
+
+    pieces = (
+        text.split(PLACEHOLDER)
+        if text.count(PLACEHOLDER) == len(images)
+        else ["", *[""] * (len(images) - 1), text]
+    )
+    parts: list[dict] = []
+    for i, piece in enumerate(pieces):
+        if i:
+            parts.append({"type": "image_url", "image_url": {"url": data_url(images[i - 1])}})
+        if piece:
+            parts.append({"type": "text", "text": piece})
+    return parts
+
+
 def ask(endpoint: Endpoint, messages: list[dict], max_tokens: int, temperature: float, on_piece=None) -> str:
     """One chat completion; with `on_piece`, streamed piece by piece as it arrives."""
     client = endpoint.client()

@@ -2,9 +2,10 @@
 `python -m r1cloud.openai_server MODEL [--host H] [--port P] [--served-model-name N] [--max-model-len L]`.
 
 It answers `/v1/models`, `/v1/completions` and `/v1/chat/completions` (streaming as server-sent
-events, as OpenAI's API does), enforces `Authorization: Bearer KEY` when R1CLOUD_API_KEY or
-VLLM_API_KEY is set, and generates one request at a time. vLLM is the engine for throughput; this
-one is for correctness anywhere.
+events, as OpenAI's API does; a vision-language model's chat takes `image_url` parts as data URLs
+or file:// paths), enforces `Authorization: Bearer KEY` when R1CLOUD_API_KEY or VLLM_API_KEY is
+set, and generates one request at a time. vLLM is the engine for throughput; this one is for
+correctness anywhere.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ import torch
 import uvicorn
 from fastapi import Body, FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from transformers import AutoModelForCausalLM, AutoTokenizer, TextIteratorStreamer
+from transformers import AutoConfig, AutoTokenizer, TextIteratorStreamer
+
+from .trainer import vision
+from .trainer.model import auto_class
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -30,12 +34,38 @@ def _error(status: int, message: str) -> JSONResponse:
 
 class Engine:
     def __init__(self, model: str, max_model_len: int | None):
-        self.tokenizer = AutoTokenizer.from_pretrained(model)
-        self.model = AutoModelForCausalLM.from_pretrained(model, dtype="auto").eval()
+        config = AutoConfig.from_pretrained(model)
+        self.images = None  # vision.ImageProcessor for a vision-language model
+        if vision.is_vision_config(config):
+            self.images = vision.ImageProcessor(vision.load_processor(model))
+            self.tokenizer = self.images.tokenizer
+        else:
+            self.tokenizer = AutoTokenizer.from_pretrained(model)
+        self.model = auto_class(config).from_pretrained(model, dtype="auto").eval()
+        self.mrope = hasattr(getattr(self.model, "model", None), "get_rope_index")
         self.max_len = max_model_len or getattr(self.model.config, "max_position_embeddings", 2048)
         self.lock = threading.Lock()  # one generation at a time: the model is not re-entrant
 
-    def stream(self, prompt_ids: list[int], body: dict, stats: dict) -> Iterator[str]:
+    def chat_inputs(self, messages: list[dict]) -> tuple[list[int], dict]:
+        """Prompt ids and, with images, the generate kwargs that carry them."""
+        if self.images is None:
+            if any(isinstance(m.get("content"), list) and any(p.get("type") == "image_url" for p in m["content"])
+                   for m in messages):  # fmt: skip
+                raise ValueError("this is a text model: it takes no images")
+            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "input_ids") else ids), {}
+        messages, images = vision.split_chat(messages)
+        source = self.images.processor if self.images.processor.chat_template else self.tokenizer
+        prompt = source.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        enc = self.images.encode(prompt, images)
+        extra = dict(enc.tensors)
+        if images and self.mrope:  # Qwen-VL places image tokens in mRoPE from these
+            extra["mm_token_type_ids"] = (torch.tensor([enc.ids]) == self.images.image_token_id).int()
+        return enc.ids, extra
+
+    def stream(
+        self, prompt_ids: list[int], body: dict, stats: dict, extra: dict | None = None
+    ) -> Iterator[str]:
         """Text pieces of one completion; the last item is the finish reason ('stop' or 'length').
         `stats["completion_tokens"]` is set once generation ends."""
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
@@ -50,6 +80,7 @@ class Engine:
             do_sample=temperature > 0,
             streamer=streamer,
             pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
+            **(extra or {}),
         )
         if temperature > 0:
             kwargs.update(temperature=temperature, top_p=float(body.get("top_p", 1.0)), top_k=0)
@@ -106,7 +137,7 @@ def build_app(engine: Engine, name: str, api_key: str | None) -> FastAPI:
         card = {"id": name, "object": "model", "created": int(time.time()), "owned_by": "r1cloud"}
         return {"object": "list", "data": [{**card, "max_model_len": engine.max_len}]}
 
-    def run(body: dict, prompt_ids: list[int], chat: bool):
+    def run(body: dict, prompt_ids: list[int], chat: bool, extra: dict | None = None):
         if body.get("model") not in (None, name):
             return _error(404, f"The model `{body.get('model')}` does not exist; this server has `{name}`.")
         if int(body.get("n") or 1) != 1:
@@ -130,7 +161,7 @@ def build_app(engine: Engine, name: str, api_key: str | None) -> FastAPI:
             return {"index": 0, key: {"role": "assistant", "content": text}, "finish_reason": finish}
 
         stats: dict = {}
-        pieces = engine.stream(prompt_ids, body, stats)
+        pieces = engine.stream(prompt_ids, body, stats, extra)
         if body.get("stream"):
 
             def events() -> Iterator[str]:
@@ -178,10 +209,11 @@ def build_app(engine: Engine, name: str, api_key: str | None) -> FastAPI:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return _error(400, "messages must be a non-empty list")
-        ids = engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-            ids = ids["input_ids"]
-        return run(body, list(ids), chat=True)
+        try:
+            ids, extra = engine.chat_inputs(messages)
+        except (ValueError, OSError) as e:  # an image that cannot be read, or a text model given one
+            return _error(400, f"cannot use an image of the request: {e}")
+        return run(body, ids, chat=True, extra=extra)
 
     return app
 

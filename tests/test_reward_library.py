@@ -105,3 +105,16 @@ def test_extract_boxed_matches_braces_and_takes_the_last():
     assert extract_boxed("\\boxed{1} then \\boxed{\\frac{a}{b}}") == "\\frac{a}{b}"
     assert extract_boxed("no box") is None
     assert extract_boxed("\\boxed{unclosed") is None
+
+
+def test_keyword_reward_scores_the_first_option_named():
+    m = load(ROOT / "reward_functions/keyword.py")
+    options = ["red", "green", "blue"]
+
+    def score(response, truth="red"):
+        return m.compute_score([{"response": response, "ground_truth": truth}], options=options)[0]["overall"]
+
+    assert score("Red.") == 1.0 and score("The shapes are red") == 1.0
+    assert score("blue") == 0.0 and score("blue or red") == 0.0  # hedging: the first one counts
+    assert score("reddish") == 0.0 and score("") == 0.0  # whole words only
+    assert m.compute_score([{"response": "Paris", "ground_truth": "paris"}])[0]["overall"] == 1.0

@@ -1,10 +1,12 @@
-"""Writes an image-counting data set (deterministic), EasyR1-style: rows {"images": [path],
-"problem": "<image>How many …?", "answer": "3"} in train.jsonl / test.jsonl, PNGs under images/.
+"""Writes a picture-question data set (deterministic), EasyR1-style: rows {"images": [path],
+"problem": "<image>…?", "answer": …} in train.jsonl / test.jsonl, PNGs under images/.
 
-Each picture holds 1–`most` shapes (squares or discs) of one colour on white; the question asks
-how many there are. The answer is in the picture only: a policy blind to the image can do no
-better than always naming the most frequent count (1/`most` of the answers, the counts being
-uniform). Usage: python data/shapes/generate.py OUT [--train N] [--test N] [--size PX] [--most K]
+Each picture holds 1–`most` shapes (squares or discs) of one colour (red, green or blue) on
+white. `--question count` asks how many shapes there are, `--question colour` what colour they
+are. The answer is in the picture only: a policy blind to the image can do no better than always
+naming the most frequent answer (about 1/`most` for counts, 1/3 for colours, the answers being
+uniform). Usage: python data/shapes/generate.py OUT [--question count|colour] [--train N]
+[--test N] [--size PX] [--most K]
 """
 
 from __future__ import annotations
@@ -17,12 +19,18 @@ from pathlib import Path
 COLOURS = {"red": (220, 30, 30), "blue": (30, 60, 220), "green": (30, 160, 60)}
 
 
-def picture(rng: random.Random, count: int, size: int):
+QUESTIONS = {
+    "count": "<image>How many shapes are in the picture?",
+    "colour": "<image>What colour are the shapes?",
+}
+
+
+def picture(rng: random.Random, count: int, size: int, name: str):
     from PIL import Image, ImageDraw
 
     img = Image.new("RGB", (size, size), (255, 255, 255))
     draw = ImageDraw.Draw(img)
-    colour = COLOURS[rng.choice(sorted(COLOURS))]
+    colour = COLOURS[name]
     cell = size // 3  # a 3×3 grid: shapes never overlap
     for slot in rng.sample(range(9), count):
         x, y = (slot % 3) * cell, (slot // 3) * cell
@@ -34,7 +42,13 @@ def picture(rng: random.Random, count: int, size: int):
 
 
 def write(
-    out: str | Path, train: int = 512, test: int = 64, size: int = 56, most: int = 4, seed: int = 1
+    out: str | Path,
+    train: int = 512,
+    test: int = 64,
+    size: int = 56,
+    most: int = 4,
+    seed: int = 1,
+    question: str = "count",
 ) -> Path:
     out = Path(out)
     (out / "images").mkdir(parents=True, exist_ok=True)
@@ -42,14 +56,11 @@ def write(
     for split, n in (("train", train), ("test", test)):
         with open(out / f"{split}.jsonl", "w") as f:
             for i in range(n):
-                count = rng.randint(1, most)
+                count, colour = rng.randint(1, most), rng.choice(sorted(COLOURS))
                 name = f"images/{split}-{i:05d}.png"
-                picture(rng, count, size).save(out / name)
-                row = {
-                    "images": [name],
-                    "problem": "<image>How many shapes are in the picture?",
-                    "answer": str(count),
-                }
+                picture(rng, count, size, colour).save(out / name)
+                answer = str(count) if question == "count" else colour
+                row = {"images": [name], "problem": QUESTIONS[question], "answer": answer}
                 f.write(json.dumps(row) + "\n")
     return out
 
@@ -61,5 +72,6 @@ if __name__ == "__main__":
     ap.add_argument("--test", type=int, default=64)
     ap.add_argument("--size", type=int, default=56)
     ap.add_argument("--most", type=int, default=4)
+    ap.add_argument("--question", choices=sorted(QUESTIONS), default="count")
     a = ap.parse_args()
-    print(write(a.out, a.train, a.test, a.size, a.most))
+    print(write(a.out, a.train, a.test, a.size, a.most, question=a.question))

@@ -231,6 +231,14 @@ def chat(
         bool, typer.Option("--raw", help="Send the text as it is, with no format prompt.")
     ] = False,
     show_prompt: Annotated[bool, typer.Option("--show-prompt", help="Print the message as sent.")] = False,
+    image: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--image",
+            help="A picture for a vision-language model (repeat for several), sent with the first question.",
+            show_default=False,
+        ),
+    ] = None,
     api_key: Annotated[
         str | None,
         typer.Option(
@@ -265,6 +273,10 @@ def chat(
             template = load_blueprint(blueprint, [], {}, str(blueprint)).data.format_prompt
         else:
             template = ch.job_format_prompt(target)
+    images = [str(p) for p in image or []]
+    for path in images:
+        if not Path(path).is_file():
+            fail(f"error: --image {path}: no such file", ["give a PNG or JPEG file"])
     if sys.stdin.isatty() or prompt is not None:
         prompts = None
     else:
@@ -288,8 +300,9 @@ def chat(
             if show_prompt:
                 err.print(f"[dim]sent:[/] {message}", highlight=False)
             answers = []
+            pictures = images if not histories[0] else []  # the pictures go with the first question
             for side, history in zip(sides, histories, strict=True):
-                history.append({"role": "user", "content": message})
+                history.append({"role": "user", "content": ch.content(message, pictures)})
                 stream = None if compare else (lambda piece: out.print(piece, end="", markup=False))
                 answer = ch.ask(side, history, max_tokens, temperature, stream)
                 history.append({"role": "assistant", "content": answer})

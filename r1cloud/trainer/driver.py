@@ -431,9 +431,7 @@ class Trainer:
         self.call("save", f"{where}/actor")
         if self.spec.algorithm.adv_estimator == "gae":
             self.call("save", f"{where}/critic", role="critic")
-        saver = (
-            self.images.processor if self.images else self.tokenizer
-        )  # a VLM's processor carries its tokenizer
+        saver = self.images or self.tokenizer  # a VLM's processor files carry its tokenizer
         write_hf_files(
             self.checkpoints,
             where,

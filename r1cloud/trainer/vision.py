@@ -100,6 +100,28 @@ class ImageProcessor:
         self.tokenizer = processor.tokenizer
         self.image_token_id = getattr(processor, "image_token_id", None)
 
+    def save_pretrained(self, folder) -> None:
+        """The processor as separate files, as model repositories ship it: tokenizer, image
+        processor (preprocessor_config.json), chat template, and processor_config.json with the
+        processor's class and own settings (e.g. Idefics3's image_seq_len). Not the processor's
+        own save, which would nest a stand-in video processor (vision_compat) into its config."""
+        import json
+        from pathlib import Path
+
+        folder = Path(folder)
+        self.tokenizer.save_pretrained(folder)
+        self.processor.image_processor.save_pretrained(folder)
+        if self.processor.chat_template:
+            (folder / "chat_template.jinja").write_text(self.processor.chat_template)
+        own = {
+            k: v
+            for k, v in self.processor.to_dict().items()
+            if k
+            not in ("image_processor", "video_processor", "tokenizer", "chat_template", "audio_tokenizer")
+        }
+        own["processor_class"] = type(self.processor).__name__
+        (folder / "processor_config.json").write_text(json.dumps(own, indent=2, default=str))
+
     def render(self, text: str, with_images: bool) -> str:
         msgs = messages(text, with_images)
         template = getattr(self.processor, "chat_template", None)
@@ -133,3 +155,50 @@ def merge(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         else:
             out[key] = torch.cat(xs, dim=0)
     return out
+
+
+def image_from_url(url: str):
+    """An OpenAI chat `image_url`: a data URL (base64) or a file:// path, as an RGB PIL image."""
+    import base64
+    import urllib.parse
+
+    if url.startswith("data:"):
+        head, _, data = url.partition(",")
+        if ";base64" not in head:
+            raise ValueError("a data URL image must be base64 (data:image/png;base64,…)")
+        return open_image(base64.b64decode(data)).convert("RGB")
+    if url.startswith("file://"):
+        return open_image(urllib.parse.unquote(url.removeprefix("file://"))).convert("RGB")
+    raise ValueError("image_url must be a data URL (data:image/…;base64,…) or a file:// path on the server")
+
+
+def data_url(path: str) -> str:
+    """A local image file as a data URL, for an OpenAI chat message."""
+    import base64
+    import mimetypes
+
+    kind = mimetypes.guess_type(path)[0] or "image/png"
+    with open(path, "rb") as f:
+        return f"data:{kind};base64,{base64.b64encode(f.read()).decode()}"
+
+
+def split_chat(messages: list[dict]) -> tuple[list[dict], list]:
+    """OpenAI chat messages -> (messages with `{"type": "image"}` parts, the images in order), for
+    a processor's chat template."""
+    out, images = [], []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            parts = []
+            for part in content:
+                if part.get("type") == "image_url":
+                    url = (
+                        part["image_url"]["url"] if isinstance(part["image_url"], dict) else part["image_url"]
+                    )
+                    images.append(image_from_url(url))
+                    parts.append({"type": "image"})
+                elif part.get("type") == "text":
+                    parts.append({"type": "text", "text": part.get("text", "")})
+            m = {**m, "content": parts}
+        out.append(m)
+    return out, images

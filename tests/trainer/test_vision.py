@@ -6,6 +6,8 @@ import json
 
 import pytest
 import torch
+from openai import OpenAI
+from test_serve import free_port
 
 from r1cloud.spec import load_resolved
 from r1cloud.testing import make_tiny_vlm
@@ -245,7 +247,9 @@ def vision_request(prompt, tensors):
 @pytest.mark.slow
 def test_vl_config_trains_with_two_workers_through_the_cli(tmp_path, tiny_vlm, shapes, digits_reward):
     """An EasyR1-format VL config with local pictures: 2 steps on 2 workers with vLLM, an INFERENCE
-    READY checkpoint; a placeholder/image mismatch is exit 2 naming the row."""
+    READY checkpoint that loads with its processor, merged, served by vLLM and by the fallback and
+    asked with a picture through the official `openai` client, `chat --image`; a placeholder/image
+    mismatch is exit 2 naming the row."""
     pytest.importorskip("vllm")
     home = {"R1CLOUD_HOME": str(tmp_path / "home")}
     bp = tmp_path / "vl.yaml"
@@ -268,6 +272,51 @@ def test_vl_config_trains_with_two_workers_through_the_cli(tmp_path, tiny_vlm, s
         assert (
             packed_log_probs(model, [(enc.ids, [5, 6], {"key": "x", **enc.tensors})], 1.0)[0].isfinite().all()
         )
+    # merge (step 1 is not INFERENCE READY), serve with vLLM and with the fallback, ask with a picture
+    merged = r1("merge", "vl-job:step-1", "--out", tmp_path / "merged", env=home)
+    assert merged.returncode == 0, merged.stderr
+    assert (tmp_path / "merged" / "preprocessor_config.json").is_file()
+    picture = shapes / "images" / "test-00000.png"
+    ask = [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": vision.data_url(str(picture))}},
+        {"type": "text", "text": "How many shapes?"},
+    ]}]  # fmt: skip
+    expected = len(
+        processor.encode(
+            processor.render("<image>How many shapes?", True),
+            [vision.open_image(str(picture)).convert("RGB")],
+        ).ids
+    )
+    for engine, extra in (("vllm", ["--", "--enforce-eager"]), ("transformers", [])):
+        port = free_port()
+        served = r1(
+            "serve", "-c", "vl-job", "--port", port, "--engine", engine, "--max-model-len", "256",
+            "--detach", "--name", f"vl-{engine}", *extra, env={**home, "VLLM_CPU_KVCACHE_SPACE": "1"},
+        )  # fmt: skip
+        assert served.returncode == 0, served.stdout + served.stderr
+        try:
+            client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
+            reply = client.chat.completions.create(
+                model="vl-job-step-2", messages=ask, max_tokens=4, temperature=0
+            )
+            assert reply.usage.prompt_tokens == expected, engine  # the picture's tokens are in the prompt
+            assert reply.usage.completion_tokens >= 1
+        finally:
+            assert r1("stop", f"vl-{engine}", env=home).returncode == 0
+    chatted = r1(
+        "chat",
+        "vl-job",
+        "How many shapes?",
+        "--image",
+        picture,
+        "--max-tokens",
+        "4",
+        "--show-prompt",
+        env=home,
+    )
+    assert chatted.returncode == 0, chatted.stderr
+    missing = r1("chat", "vl-job", "How many?", "--image", tmp_path / "nowhere.png", env=home)
+    assert missing.returncode == 2 and "no such file" in missing.stderr
     rows = [json.loads(line) for line in (shapes / "train.jsonl").read_text().splitlines()]
     rows[1]["problem"] = "How many shapes?"  # no placeholder for its image
     bad = tmp_path / "bad.jsonl"

@@ -1,0 +1,38 @@
+"""`python -m r1cloud.vllm_server ARGS`: vLLM's OpenAI-compatible server (the same arguments), with
+`vision_compat` in place, so Qwen-VL models serve on a machine without torchvision.
+
+vLLM's CPU build starts its engine and worker processes with `spawn`, and a spawned process
+imports the parent's main module again (as `__mp_main__`): so the shim is installed at this
+module's top level, where every one of them runs it, and the model class is registered for
+in-process inspection there too (prepare_vllm). sys.argv is the parent's in each of them."""
+
+from __future__ import annotations
+
+import sys
+
+from . import vision_compat
+
+
+def _architectures(argv: list[str]) -> list[str]:
+    if "--model" not in argv or argv.index("--model") + 1 >= len(argv):
+        return []
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(argv[argv.index("--model") + 1]).architectures or []
+    except (OSError, ValueError):  # vLLM says what is wrong with the model itself
+        return []
+
+
+if vision_compat.torchvision_missing():
+    vision_compat.prepare_vllm(_architectures(sys.argv[1:]))
+
+
+def main() -> None:
+    from vllm.entrypoints.launchers.api_server.entry import main as serve
+
+    serve()
+
+
+if __name__ == "__main__":
+    main()
