@@ -106,6 +106,13 @@ def export_smolvlm(dest: str | Path, lm: str | Path, image_size: int = 96, seed:
     model.model.text_model.load_state_dict(text.model.state_dict())
     model.lm_head.load_state_dict(text.lm_head.state_dict())
     model.generation_config = text.generation_config
+    with torch.no_grad():  # image tokens as large as word embeddings: larger ones drown the text
+        pixels = torch.rand(1, 1, 3, image_size, image_size) * 2 - 1
+        image = model.model.get_image_features(pixels)
+        image = image.pooler_output if hasattr(image, "pooler_output") else image
+        image = torch.cat(list(image)) if isinstance(image, list | tuple) else image
+        words = model.model.text_model.embed_tokens.weight.norm(dim=-1).mean()
+        model.model.connector.modality_projection.proj.weight.mul_(words / image.norm(dim=-1).mean())
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)

@@ -90,6 +90,12 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
             setattr(d, key, [_resolve_local_or_hub(at, v, bases(at), problem, "data") for v in value])
         elif value:
             setattr(d, key, _resolve_local_or_hub(at, value, bases(at), problem, "data"))
+    for key in ("train_files", "val_files"):
+        for value in getattr(d, key) if isinstance(getattr(d, key), list) else [getattr(d, key)]:
+            if value and str(value).endswith(".jsonl") and Path(value).is_file():
+                message = _image_rows(Path(value), d)
+                if message:
+                    problem(f"data.{key}", message)
     for role in ("actor", "critic"):
         model = getattr(w, role).model
         for key in ("model_path", "tokenizer_path"):
@@ -98,6 +104,36 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
                 at = f"worker.{role}.model.{key}"
                 setattr(model, key, _resolve_local_or_hub(at, value, bases(at), problem, "model"))
     return problems
+
+
+def _image_rows(path: Path, d, limit: int = 20000) -> str | None:
+    """The first row (of a local JSON-lines file's first `limit`) whose `<image>` placeholders and
+    images differ, or that holds videos: what the trainer would refuse at data load, said now."""
+    import json
+
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if i >= limit:
+                break
+            try:
+                row = json.loads(line)
+            except ValueError:
+                return None  # not this check's business: the data loader names a broken row
+            if not isinstance(row, dict):
+                return None
+            if row.get(d.video_key):
+                return f"{path.name}: row {i} holds videos ({d.video_key!r}), which are not supported yet; give their frames as images"
+            if d.image_key not in row:
+                continue
+            images = row[d.image_key] or []
+            images = images if isinstance(images, list) else [images]
+            wanted = str(row.get(d.prompt_key, "")).count("<image>")
+            if wanted != len(images):
+                return (
+                    f"{path.name}: row {i} has {wanted} <image> placeholder(s) in {d.prompt_key!r} and "
+                    f"{len(images)} image(s) in {d.image_key!r}; put one <image> in the prompt where each image goes"
+                )
+    return None
 
 
 def _unique(paths: list[Path]) -> list[Path]:

@@ -331,3 +331,23 @@ def test_validate_refuses_crossed_pixel_bounds(cli, blueprint):
     r = cli("validate", path, "data.min_pixels=5000", "data.max_pixels=4000")
     assert r.exit_code == 2
     assert "data.min_pixels" in r.stdout + r.stderr and "lower min_pixels" in r.stdout + r.stderr
+
+
+def test_validate_reads_local_image_rows(cli, blueprint, shapes, tmp_path):
+    """`validate` finds a placeholder/image mismatch in a local JSON-lines file, as data load would."""
+    rows = [json.loads(line) for line in (shapes / "train.jsonl").read_text().splitlines()]
+    good = blueprint()
+    local = [
+        f"data.train_files={shapes}/train.jsonl",
+        f"data.val_files={shapes}/test.jsonl",
+        "data.prompt_key=problem",
+    ]
+    assert cli("validate", good, *local).exit_code == 0
+    rows[5]["images"] = rows[5]["images"] * 2
+    (tmp_path / "bad.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = cli("validate", good, *local, f"data.train_files={tmp_path / 'bad.jsonl'}")
+    assert r.exit_code == 2
+    assert (
+        "bad.jsonl: row 5 has 1 <image> placeholder(s)" in r.stdout + r.stderr
+        and "2 image(s)" in r.stdout + r.stderr
+    )
