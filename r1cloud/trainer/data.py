@@ -150,6 +150,8 @@ class PromptSet:
                     "(their processors need torchvision): give their frames as images instead"
                 )
             columns = here if columns is None else columns & here  # a mixture keeps the shared ones
+            if limit is not None and isinstance(files, str):  # `try`: read (and decode) only those rows
+                rows = rows.select(range(min(limit, len(rows))))
             parts.append([(source, i, row) for i, row in enumerate(rows)])
         rows = mix(parts, probs, data_cfg.seed)
         if limit is not None:
@@ -232,6 +234,24 @@ class PromptSet:
                     f"{source}: row {i}: cannot read its image ({type(e).__name__}: {e})"
                 ) from None
         return out
+
+    def check_images(self, name: str, limit: int) -> None:
+        """What the trainer cannot take yet, said before a step: more images per prompt than
+        `limit_images`, and image rows mixed with text rows (a micro-batch without images skips
+        the vision tower, and FSDP ranks that disagree on it would wait on each other for ever)."""
+        counts = [len(p.images) for p in self.prompts]
+        if limit and max(counts, default=0) > limit:
+            raise ValueError(
+                f"the {name} data has prompts with {max(counts)} images, more than "
+                f"worker.rollout.limit_images ({limit}); raise limit_images, or 0 for the engine's own limit"
+            )
+        bare = counts.count(0)
+        if 0 < bare < len(counts):
+            raise ValueError(
+                f"the {name} data mixes {bare} text-only rows with {len(counts) - bare} rows with images, "
+                "which is not supported yet (FSDP's workers would wait on each other's vision tower): "
+                "give every row an image, or train the text rows as their own data set"
+            )
 
     def render(self, content: str, with_images: bool = False) -> str:
         """The prompt as the model sees it: the format prompt over `content`, in the chat template."""

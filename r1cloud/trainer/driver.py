@@ -55,12 +55,8 @@ class Trainer:
                 self.log(
                     f"[data] {name}: dropped {ps.dropped} prompts longer than {s.data.max_prompt_length} tokens"
                 )
-            most = max((len(p.images) for p in ps.prompts), default=0) if ps is not None else 0
-            if limit and most > limit:
-                raise ValueError(
-                    f"the {name} data has prompts with {most} images, more than worker.rollout.limit_images "
-                    f"({limit}); raise limit_images, or 0 for the engine's own limit"
-                )
+            if ps is not None:
+                ps.check_images(name, limit)
         r = s.worker.reward
         self.reward = rewards.from_config(r)
         for name, ps in (("train", self.train_set), ("val", self.val_set)):

@@ -98,6 +98,19 @@ def test_image_rows_that_cannot_work_are_one_clear_error(make_vl_run, shapes, tm
     bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(ValueError, match=r"row 3: image .*nowhere.png not found"):
         PromptSet(str(bad), tokenizer, spec.data, images=images)
+    rows[3]["images"], rows[3]["problem"] = [], "How many?"  # a text row among image rows
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    mixed = PromptSet(str(bad), tokenizer, spec.data, images=images)
+    with pytest.raises(ValueError, match=r"the train data mixes 1 text-only rows with 15 rows with images"):
+        mixed.check_images("train", 0)
+    rows[3]["images"], rows[3]["problem"] = rows[4]["images"] * 2, "<image><image>How many?"
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    two = PromptSet(str(bad), tokenizer, spec.data, images=images)
+    two.check_images("train", 0)  # 0: the engine's own limit
+    with pytest.raises(
+        ValueError, match=r"prompts with 2 images, more than worker.rollout.limit_images \(1\)"
+    ):
+        two.check_images("train", 1)
     # an image prompt over max_prompt_length is never cut: dropped, or refused when filtering is off
     spec.data.max_prompt_length = 20
     assert len(PromptSet(spec.data.train_files, tokenizer, spec.data, images=images)) == 0
