@@ -65,7 +65,9 @@ class VLLMEngine:
             distributed_executor_backend="external_launcher",
             gpu_memory_utilization=cfg.gpu_memory_utilization,
             enforce_eager=cfg.enforce_eager or not self.cuda,
-            enable_chunked_prefill=cfg.enable_chunked_prefill or None,
+            # on CPU, chunked prefill cannot rewind a seeded request's generator when a chunk's
+            # token is discarded ("CPU Generator does not use offset"): whole prompts only there
+            enable_chunked_prefill=(cfg.enable_chunked_prefill or None) if self.cuda else False,
             enable_sleep_mode=self.cuda,
             logprobs_mode="processed_logprobs",
             trust_remote_code=cfg.trust_remote_code,
