@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from transformers import AutoConfig, AutoTokenizer, TextIteratorStreamer
 
 from .trainer import vision
-from .trainer.model import auto_class
+from .trainer.model import auto_class, image_inputs
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -42,7 +42,6 @@ class Engine:
         else:
             self.tokenizer = AutoTokenizer.from_pretrained(model)
         self.model = auto_class(config).from_pretrained(model, dtype="auto").eval()
-        self.mrope = hasattr(getattr(self.model, "model", None), "get_rope_index")
         self.max_len = max_model_len or getattr(self.model.config, "max_position_embeddings", 2048)
         self.lock = threading.Lock()  # one generation at a time: the model is not re-entrant
 
@@ -55,13 +54,8 @@ class Engine:
             ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
             return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "input_ids") else ids), {}
         messages, images = vision.split_chat(messages)
-        source = self.images.processor if self.images.processor.chat_template else self.tokenizer
-        prompt = source.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        enc = self.images.encode(prompt, images)
-        extra = dict(enc.tensors)
-        if images and self.mrope:  # Qwen-VL places image tokens in mRoPE from these
-            extra["mm_token_type_ids"] = (torch.tensor([enc.ids]) == self.images.image_token_id).int()
-        return enc.ids, extra
+        enc = self.images.encode(self.images.apply_template(messages), images)
+        return enc.ids, image_inputs(self.model, torch.tensor([enc.ids]), enc.tensors)
 
     def stream(
         self, prompt_ids: list[int], body: dict, stats: dict, extra: dict | None = None

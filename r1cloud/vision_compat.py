@@ -50,12 +50,11 @@ class _PilQwenImageProcessing(importlib.abc.MetaPathFinder, importlib.abc.Loader
 
 class NoVideoProcessor(dict):
     """Stands where a Qwen-VL processor expects its video processor. A dict, so the processor's
-    JSON repr and save work; its attributes are the image processor's (what vLLM reads)."""
+    JSON repr works; its attributes are the image processor's (what vLLM reads). Checkpoints
+    write a processor's files without it (vision.ImageProcessor.save_pretrained)."""
 
     class valid_kwargs:  # vLLM reads the annotations of this class
         pass
-
-    _auto_class = None  # ProcessorMixin.save_pretrained reads it
 
     def __init__(self, config: dict | None = None):
         config = config or {}
@@ -81,9 +80,6 @@ class NoVideoProcessor(dict):
             "videos need torchvision, which has no build for this machine's torch; use images, or "
             "train on a machine with torchvision installed"
         )
-
-    def save_pretrained(self, *args, **kwargs) -> list:
-        return []
 
 
 def install() -> None:

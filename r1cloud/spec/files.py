@@ -106,6 +106,14 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
     return problems
 
 
+def placeholder_mismatch(where: str, row: int, wanted: int, images: int, d) -> str:
+    """The one line for a row whose `<image>` placeholders and images differ (validate, data load)."""
+    return (
+        f"{where}: row {row} has {wanted} <image> placeholder(s) in {d.prompt_key!r} and {images} "
+        f"image(s) in {d.image_key!r}; put one <image> in the prompt where each image goes"
+    )
+
+
 def _image_rows(path: Path, d, limit: int = 20000) -> str | None:
     """The first row (of a local JSON-lines file's first `limit`) whose `<image>` placeholders and
     images differ, or that holds videos: what the trainer would refuse at data load, said now."""
@@ -129,10 +137,7 @@ def _image_rows(path: Path, d, limit: int = 20000) -> str | None:
             images = images if isinstance(images, list) else [images]
             wanted = str(row.get(d.prompt_key, "")).count("<image>")
             if wanted != len(images):
-                return (
-                    f"{path.name}: row {i} has {wanted} <image> placeholder(s) in {d.prompt_key!r} and "
-                    f"{len(images)} image(s) in {d.image_key!r}; put one <image> in the prompt where each image goes"
-                )
+                return placeholder_mismatch(path.name, i, wanted, len(images), d)
     return None
 
 

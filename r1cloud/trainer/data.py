@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ..spec.files import placeholder_mismatch
 from . import vision
 
 EXTENSION_BUILDERS = {
@@ -210,11 +211,7 @@ class PromptSet:
         items = items if isinstance(items, list) else [items]
         wanted = content.count(vision.PLACEHOLDER)
         if wanted != len(items):
-            raise ValueError(
-                f"{source}: row {i} has {wanted} {vision.PLACEHOLDER} placeholder(s) in {d.prompt_key!r} "
-                f"and {len(items)} image(s) in {d.image_key!r}; put one {vision.PLACEHOLDER} in the "
-                "prompt where each image goes"
-            )
+            raise ValueError(placeholder_mismatch(source, i, wanted, len(items), d))
         if items and self.vision is None:
             raise ValueError(
                 f"{source}: row {i} has images, and the model is a text model; train a vision-language "

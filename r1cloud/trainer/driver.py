@@ -49,6 +49,15 @@ class Trainer:
             if s.data.val_files
             else None
         )
+        if (
+            s.worker.rollout.enable_chunked_prefill
+            and s.worker.rollout.name != "hf"
+            and not torch.cuda.is_available()
+        ):
+            raise ValueError(
+                "worker.rollout.enable_chunked_prefill: vLLM's CPU build crashes on a chunked prompt of a "
+                "seeded request, so on CPU r1cloud schedules whole prompts; set it to false here"
+            )
         limit = s.worker.rollout.limit_images
         for name, ps in (("train", self.train_set), ("val", self.val_set)):
             if ps is not None and ps.dropped:

@@ -110,12 +110,24 @@ def _images(seq: Seq) -> dict:
     return (seq[2] if len(seq) > 2 else None) or {}
 
 
+def uses_mrope(model) -> bool:
+    """Qwen-VL's multimodal rotary positions (computed on the inner model from image grids)."""
+    return hasattr(getattr(model, "model", None), "get_rope_index")
+
+
+def image_inputs(model, ids: torch.Tensor, tensors: dict) -> dict:
+    """`generate`'s image kwargs for prompt ids (B, L): the processor's tensors and, for Qwen-VL,
+    `mm_token_type_ids`, without which it silently gives image tokens 1-D positions."""
+    if not tensors or not uses_mrope(model):
+        return dict(tensors)
+    return {**tensors, "mm_token_type_ids": (ids == model.config.image_token_id).int()}
+
+
 def rope_index(model):
     """`pack`'s rope for a Qwen-VL model (mRoPE), else None."""
-    inner = getattr(model, "model", None)
-    get = getattr(inner, "get_rope_index", None)
-    if get is None:
+    if not uses_mrope(model):
         return None
+    get = model.model.get_rope_index
     image_token = model.config.image_token_id
 
     def rope(prompt: list[int], images: dict) -> tuple[torch.Tensor, int]:

@@ -123,9 +123,12 @@ class ImageProcessor:
         (folder / "processor_config.json").write_text(json.dumps(own, indent=2, default=str))
 
     def render(self, text: str, with_images: bool) -> str:
-        msgs = messages(text, with_images)
-        template = getattr(self.processor, "chat_template", None)
-        source = self.processor if template else self.tokenizer
+        return self.apply_template(messages(text, with_images))
+
+    def apply_template(self, msgs: list[dict]) -> str:
+        """Chat messages (image parts as `{"type": "image"}`) through the processor's chat
+        template, or the tokenizer's where the processor has none."""
+        source = self.processor if getattr(self.processor, "chat_template", None) else self.tokenizer
         return source.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
 
     def encode(self, prompt: str, images: list) -> Encoded:

@@ -25,15 +25,20 @@ def make_run(tmp_path, tiny_model, digits_reward):
     """A run directory holding a resolved spec for the tiny model; returns its path."""
 
     def make(*overrides: str, name: str = "run", engine: str = "hf") -> Path:
-        bp = tmp_path / f"{name}.yaml"
-        bp.write_text(tiny_blueprint(tiny_model, digits_reward, engine=engine))
-        spec = load_spec(bp, list(overrides)).spec
-        run = tmp_path / name
-        run.mkdir(exist_ok=True)
-        (run / "spec.yaml").write_text(dump_spec(spec))
-        return run
+        return run_folder(tmp_path, name, tiny_blueprint(tiny_model, digits_reward, engine=engine), overrides)
 
     return make
+
+
+def run_folder(where: Path, name: str, blueprint: str, overrides) -> Path:
+    """`where/name/spec.yaml`: the blueprint (written to `where/name.yaml`) resolved with `overrides`."""
+    bp = where / f"{name}.yaml"
+    bp.write_text(blueprint)
+    spec = load_spec(bp, list(overrides)).spec
+    run = where / name
+    run.mkdir(exist_ok=True)
+    (run / "spec.yaml").write_text(dump_spec(spec))
+    return run
 
 
 @pytest.fixture(scope="session")
@@ -61,12 +66,8 @@ def make_vl_run(tmp_path, tiny_vlm, shapes, digits_reward):
     from tinyrun import tiny_vl_blueprint
 
     def make(*overrides: str, name: str = "vlrun", engine: str = "hf") -> Path:
-        bp = tmp_path / f"{name}.yaml"
-        bp.write_text(tiny_vl_blueprint(tiny_vlm, shapes, digits_reward, engine=engine))
-        spec = load_spec(bp, list(overrides)).spec
-        run = tmp_path / name
-        run.mkdir(exist_ok=True)
-        (run / "spec.yaml").write_text(dump_spec(spec))
-        return run
+        return run_folder(
+            tmp_path, name, tiny_vl_blueprint(tiny_vlm, shapes, digits_reward, engine=engine), overrides
+        )
 
     return make

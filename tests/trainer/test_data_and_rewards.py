@@ -511,3 +511,12 @@ def test_override_chat_template_replaces_the_models(make_run, tmp_path):
     finally:
         trainer.reward.close()
     assert text.startswith("<<") and text.endswith(">>ANSWER:") and "Put the final answer" in text
+
+
+def test_chunked_prefill_on_cpu_is_refused_not_dropped(make_run):
+    """vLLM's CPU build crashes on chunked prompts of seeded requests, so r1cloud schedules whole
+    prompts there: a blueprint asking for chunked prefill on CPU is told so, not ignored."""
+    from r1cloud.trainer.driver import Trainer
+
+    with pytest.raises(ValueError, match="enable_chunked_prefill: vLLM's CPU build"):
+        Trainer(make_run("worker.rollout.enable_chunked_prefill=true", engine="vllm"))

@@ -106,62 +106,18 @@ def r1(
 
 
 def tiny_vl_blueprint(model: Path, shapes: Path, reward: Path, engine: str = "hf", steps: int = 2) -> str:
-    """An EasyR1-format VL config: the shapes data (relative image paths under image_dir), the
-    tiny Qwen2-VL, 2 workers; pixels kept small so an image is a few tokens."""
-    return textwrap.dedent(
-        f"""
-        name: tinyvl
-        data:
-          train_files: {shapes}/train.jsonl
-          val_files: {shapes}/test.jsonl
-          prompt_key: problem
-          answer_key: answer
-          image_key: images
-          image_dir: {shapes}
-          min_pixels: 784
-          max_pixels: 3136
-          max_prompt_length: 96
-          max_response_length: 8
-          rollout_batch_size: 4
-          val_batch_size: 4
-        algorithm:
-          adv_estimator: grpo
-          use_kl_loss: true
-          kl_penalty: low_var_kl
-          kl_coef: 0.01
-        worker:
-          actor:
-            global_batch_size: 4
-            micro_batch_size_per_device_for_update: 2
-            micro_batch_size_per_device_for_experience: 4
-            model:
-              model_path: {model}
-              trust_remote_code: false
-            optim:
-              lr: 1.0e-3
-            fsdp:
-              torch_dtype: fp32
-              mp_param_dtype: fp32
-          ref:
-            fsdp:
-              torch_dtype: fp32
-              mp_param_dtype: fp32
-          rollout:
-            name: {engine}
-            n: 2
-            tensor_parallel_size: 1
-            dtype: fp32
-            limit_images: 2
-            max_num_batched_tokens: 1024
-            val_override_config: {{temperature: 0, n: 1}}
-          reward:
-            reward_function: {reward}:compute_score
-        trainer:
-          max_steps: {steps}
-          logger: [console]
-          n_gpus_per_node: 2
-          val_before_train: false
-          val_freq: -1
-          save_freq: 1
-        """
-    )
+    """An EasyR1-format VL config: the tiny blueprint on the shapes data (relative image paths under
+    image_dir) with the tiny Qwen2-VL, 2 workers; pixels kept small so an image is a few tokens."""
+    import yaml
+
+    bp = yaml.safe_load(tiny_blueprint(model, reward, engine=engine))
+    bp["name"] = "tinyvl"
+    bp["data"] = {
+        "train_files": f"{shapes}/train.jsonl", "val_files": f"{shapes}/test.jsonl",
+        "prompt_key": "problem", "answer_key": "answer", "image_key": "images", "image_dir": str(shapes),
+        "min_pixels": 784, "max_pixels": 3136, "max_prompt_length": 96, "max_response_length": 8,
+        "rollout_batch_size": 4, "val_batch_size": 4,
+    }  # fmt: skip
+    bp["worker"]["rollout"].update(n=2, limit_images=2)
+    bp["trainer"]["max_steps"] = steps
+    return yaml.safe_dump(bp, sort_keys=False)

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 import torch
 
 from .. import onednn, vision
+from ..model import auto_class, image_inputs
 from . import Request, Sample, Sampling, cut_at_eos
 
 
@@ -30,14 +31,10 @@ class HFEngine:
     ):
         from transformers import AutoConfig
 
-        from ..model import auto_class
-
         config = AutoConfig.from_pretrained(model_path)
         self.model = auto_class(config).from_pretrained(model_path, dtype=dtype).to(device).eval()
         image_token = getattr(config, "image_token_id", None)
         self.forbidden = {image_token} if image_token is not None else set()  # see cut_at_eos
-        self.image_token = image_token
-        self.mrope = hasattr(getattr(self.model, "model", None), "get_rope_index")
         if dtype == torch.float32 and device == "cpu":
             onednn.use_in(self.model)  # fp32 linear layers at twice MKL's speed on AMD CPUs
         self.eos, self.pad, self.device, self.micro_batch = eos_ids, pad_id, device, micro_batch
@@ -86,13 +83,7 @@ class HFEngine:
             pad_token_id=self.pad,
             output_logits=True,
             return_dict_in_generate=True,
-            **{k: v.to(self.device) for k, v in images.items()},
-            # Qwen-VL places its image tokens in mRoPE from these; without them it silently uses 1-D positions
-            **(
-                {"mm_token_type_ids": (ids == self.image_token).int().to(self.device)}
-                if images and self.mrope
-                else {}
-            ),
+            **{k: v.to(self.device) for k, v in image_inputs(self.model, ids, images).items()},
         )
         tokens = out.sequences[:, width:].cpu()
         logits = torch.stack(out.logits, dim=1).float().cpu()  # (B, steps, V), raw

@@ -67,6 +67,7 @@ class VLLMEngine:
             enforce_eager=cfg.enforce_eager or not self.cuda,
             # on CPU, chunked prefill cannot rewind a seeded request's generator when a chunk's
             # token is discarded ("CPU Generator does not use offset"): whole prompts only there
+            # (the driver refuses enable_chunked_prefill: true on CPU)
             enable_chunked_prefill=(cfg.enable_chunked_prefill or None) if self.cuda else False,
             enable_sleep_mode=self.cuda,
             logprobs_mode="processed_logprobs",
