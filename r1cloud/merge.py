@@ -140,6 +140,8 @@ def merge_dcp(
     }
     if not tensors:
         raise MergeError(f"{dcp_dir}: no model weights in this checkpoint")
+    if any(".lora_A." in n for n in tensors):  # a LoRA run's checkpoint: adapters only
+        return _merge_lora(dcp_dir, tensors, Path(hf_src), out, dtype, shard_bytes, progress)
     config = copy_hf_files(hf_src, out)
     names = _skip_tied(list(tensors), config)
     width = dtype.itemsize if dtype is not None else None
@@ -154,6 +156,85 @@ def merge_dcp(
         return {k.removeprefix("model."): v for k, v in state.items()}
 
     _write(_plan([(n, nbytes(n)) for n in names], shard_bytes), fill, out, dtype, progress)
+
+
+ADAPTER_CONFIG = "adapter_config.json"  # in a LoRA checkpoint's actor/ (never in a merged model)
+
+
+def base_model(adapter: dict) -> Path:
+    """The local folder of the base model an adapter was trained on (a Hub name: its cached copy,
+    fetched when it is not cached)."""
+    name = adapter.get("base_model_name_or_path") or ""
+    if Path(name).is_dir():
+        return Path(name)
+    try:
+        from huggingface_hub import snapshot_download
+
+        patterns = ["*.safetensors", "*.json"]
+        try:
+            return Path(snapshot_download(name, allow_patterns=patterns, local_files_only=True))
+        except Exception:  # not cached here
+            return Path(snapshot_download(name, allow_patterns=patterns))
+    except Exception as e:
+        raise MergeError(
+            f"the adapter's base model {name!r} cannot be read here ({e}); "
+            "merge where the base model is, or with access to the Hugging Face Hub"
+        ) from None
+
+
+def _merge_lora(dcp_dir, tensors, hf_src: Path, out: Path, dtype, shard_bytes, progress) -> None:
+    """The base model's weights with the adapters folded in (W + alpha/r · B·A), streamed shard by
+    shard like any merge: the base's tensors from its safetensors, the adapters from the DCP files."""
+    import torch.distributed.checkpoint as dcp
+    from safetensors import safe_open
+
+    from .checkpoints import filesystem
+
+    fs, path = filesystem(dcp_dir)
+    try:
+        adapter = json.loads(fs.cat_file(f"{path.rstrip('/')}/{ADAPTER_CONFIG}"))
+    except FileNotFoundError:
+        raise MergeError(f"{dcp_dir} holds LoRA adapters but no {ADAPTER_CONFIG}") from None
+    scale = adapter["lora_alpha"] / (adapter["r"] ** 0.5 if adapter.get("use_rslora") else adapter["r"])
+    base = base_model(adapter)
+    where: dict[str, Path] = {}
+    sizes: list[tuple[str, int]] = []
+    for f in sorted(base.glob("*.safetensors")):
+        with safe_open(str(f), "pt") as sf:
+            for k in sf.keys():  # noqa: SIM118 - safe_open is not a dict
+                where[k] = f
+                piece = sf.get_slice(k)
+                width = dtype.itemsize if dtype is not None else sf.get_tensor(k).element_size()
+                sizes.append((k, torch.Size(piece.get_shape()).numel() * width))
+    if not where:
+        raise MergeError(f"{base}: the adapter's base model has no safetensors weights")
+    adapted = {n.split(".lora_A.")[0] for n in tensors if ".lora_A." in n}
+    config = copy_hf_files(hf_src, out)
+    keep = set(_skip_tied(list(where), config))
+
+    def fill(chunk: list[str]) -> dict[str, torch.Tensor]:
+        layers = [n.removesuffix(".weight") for n in chunk if n.removesuffix(".weight") in adapted]
+        wanted = [f"{layer}.lora_{ab}.default.weight" for layer in layers for ab in "AB"]
+        state = {
+            f"model.{n}": torch.empty(tensors[n].size, dtype=tensors[n].properties.dtype) for n in wanted
+        }
+        if state:
+            dcp.load(state, storage_reader=_dcp_reader(dcp_dir), no_dist=True)
+        result = {}
+        for name in chunk:
+            with safe_open(str(where[name]), "pt") as sf:
+                w = sf.get_tensor(name)
+            layer = name.removesuffix(".weight")
+            if layer in adapted:
+                a, b = (
+                    state[f"model.{layer}.lora_A.default.weight"],
+                    state[f"model.{layer}.lora_B.default.weight"],
+                )
+                w = (w.float() + scale * (b.float() @ a.float())).to(w.dtype)
+            result[name] = w
+        return result
+
+    _write(_plan([x for x in sizes if x[0] in keep], shard_bytes), fill, out, dtype, progress)
 
 
 # ---------------------------------------------------------------------------- EasyR1 / verl shards
@@ -293,7 +374,7 @@ def _download(checkpoint, into: Path):
     for path in fs.find(base):
         rel = path[len(base) :].lstrip("/")
         if rel.startswith(hf):
-            wanted = rel[len(hf) :] in HF_FILES
+            wanted = rel[len(hf) :] in (*HF_FILES, ADAPTER_CONFIG)
         elif checkpoint.format == "r1cloud":
             wanted = rel.startswith("actor/")
         else:

@@ -219,15 +219,18 @@ def dcp_storage(path: str, write: bool) -> dict:
     return {"storage_reader": FsspecReader(path, skip_instance_cache=True)}
 
 
-def write_hf_files(checkpoints, where: str, model_cfg, saver, scratch: Path, merged: bool) -> None:
-    """Config, generation config and tokenizer (a VLM's processor) beside every checkpoint; merged
+def write_hf_files(
+    checkpoints, where: str, model_cfg, saver, scratch: Path, merged: bool, adapter: dict | None = None
+) -> None:
+    """Config, generation config and tokenizer (a VLM's processor) beside every checkpoint, and a
+    LoRA run's `actor/adapter_config.json` (naming the base model the adapter needs); merged
     safetensors too for the last one (trainer.save_hf), so it is INFERENCE READY with no merge step.
     Written locally, then put in the bucket when the checkpoints live in one (`Bucket`)."""
     import contextlib
 
     from transformers import AutoConfig, GenerationConfig
 
-    from ..merge import DTYPES, merge_dcp
+    from ..merge import ADAPTER_CONFIG, DTYPES, merge_dcp
 
     path = model_cfg.model_path
     bucket = isinstance(checkpoints, Bucket)
@@ -242,6 +245,15 @@ def write_hf_files(checkpoints, where: str, model_cfg, saver, scratch: Path, mer
         with contextlib.suppress(OSError):
             GenerationConfig.from_pretrained(path).save_pretrained(hf)
         saver.save_pretrained(hf)
+        if (
+            adapter
+        ):  # beside the adapter's shards (in huggingface/ it would make the merged model load as one)
+            file = Path(folder) / ADAPTER_CONFIG
+            file.write_text(json.dumps(adapter, indent=2))
+            if bucket:
+                checkpoints.put(file, f"{where}/actor/{ADAPTER_CONFIG}")
+            else:
+                os.replace(file, Path(where) / "actor" / ADAPTER_CONFIG)
         if merged:
             dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(
                 str(getattr(config, "dtype", "") or "").removeprefix("torch.")

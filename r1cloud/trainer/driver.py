@@ -109,6 +109,7 @@ class Trainer:
         self.workers = launch(self.spec, self.world)
         engine = pick_engine(self.spec.worker.rollout.name)
         self.share_prompts = self.call("shares_prompts")[0]
+        self.adapter = self.call("adapter")[0]  # LoRA: adapter_config.json and what it trains
         names = self.call("start_engine", engine)
         self.call("set_schedule", self.steps)
         return names[0]
@@ -444,6 +445,7 @@ class Trainer:
             saver,
             self.run_dir,
             last and self.spec.trainer.save_hf,
+            self.adapter and self.adapter["config"],
         )
         state = {
             "step": step,
@@ -507,6 +509,8 @@ class Trainer:
         signal.signal(signal.SIGTERM, lambda *_: stop.append(True))  # finish the step, save, exit
         packing = "each group's prompt packed once" if self.share_prompts else "a prompt copy per sample"
         self.log(f"[start] {self.world} workers, rollout engine {self.engine}, {self.steps} steps, {packing}")
+        if self.adapter:
+            self.log(f"[start] {self.adapter['line']}")
         nodes = sorted(set(ips := self.call("node_ip")))
         if len(nodes) > 1:
             self.log("[start] workers on " + ", ".join(f"{ip} ×{ips.count(ip)}" for ip in nodes))

@@ -6,6 +6,7 @@ and gives every worker the same number of micro-batches, so FSDP's collectives a
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ import torch.distributed as dist
 
 from ..spec import Spec
 from . import algorithms as alg
-from . import onednn
+from . import lora, onednn
 from .checkpoint import dcp_storage
 from .model import (
     Seq,
@@ -31,6 +32,7 @@ from .model import (
 )
 from .rollout import Request, Sampling
 
+VALUE_HEADS = ("score", "classifier")  # a critic's new head: trained in full when it has LoRA
 DTYPES = {
     "bf16": torch.bfloat16,
     "bfloat16": torch.bfloat16,
@@ -70,7 +72,10 @@ class HybridWorker:
         self.mesh = init_device_mesh("cuda" if self.cuda else "cpu", (world,))
         w, a = self.spec.worker, self.spec.algorithm
         self.actor = self._build(w.actor.model, w.actor.fsdp, train=True)
-        self.ref = None if a.disable_kl else self._build(w.actor.model, w.ref.fsdp, train=False)
+        # the reference model: a second copy of the base, or with LoRA the actor with its adapters off
+        self.lora = lora.has_adapters(self.actor)
+        no_ref = a.disable_kl or self.lora
+        self.ref = None if no_ref else self._build(w.actor.model, w.ref.fsdp, train=False)
         self.optim = self._optimizer(self.actor, w.actor.optim)
         # GAE's critic: the same kind of backbone with a one-label token-classification head
         self.critic = None
@@ -117,14 +122,18 @@ class HybridWorker:
         if getattr(model.config, "attn_logit_softcapping", None):  # sdpa has no soft cap
             model.set_attn_implementation("sdpa")
         model = model.to(self.device)
+        tower = vision_tower(model)
+        if train and m.freeze_vision_tower and tower is not None:
+            tower.requires_grad_(False)
+        if train and m.lora.rank:  # adapters (a frozen tower gets none), everything else frozen
+            frozen = [n for n, x in model.named_modules() if x is tower and m.freeze_vision_tower]
+            torch.manual_seed(self.spec.data.seed)  # the same A matrices on every worker
+            lora.add(model, m.lora, frozen, also_train=VALUE_HEADS if value_head else ())
         if not self.cuda and DTYPES[fsdp_cfg.mp_param_dtype] == torch.float32:
             onednn.use_in(model)  # fp32 linear layers at twice MKL's speed on AMD CPUs
         if train and m.enable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
-        tower = vision_tower(model)
-        if train and m.freeze_vision_tower and tower is not None:
-            tower.requires_grad_(False)
         # as EasyR1: weights stored in torch_dtype, computed in mp_param_dtype, reduced in mp_reduce_dtype
         mp = MixedPrecisionPolicy(
             param_dtype=DTYPES[fsdp_cfg.mp_param_dtype], reduce_dtype=DTYPES[fsdp_cfg.mp_reduce_dtype]
@@ -158,6 +167,10 @@ class HybridWorker:
             roles.append(("critic", self.critic_optim, self.spec.worker.critic.optim))
         for role, optim, o in roles:
             self.schedulers[role] = torch.optim.lr_scheduler.LambdaLR(optim, _lr_factor(o, total_steps))
+
+    def adapter(self) -> dict | None:
+        """LoRA: the adapter's config and what it trains (lora.describe); None for full training."""
+        return lora.describe(self.actor, self.spec.worker.actor.model.model_path) if self.lora else None
 
     def shares_prompts(self) -> bool:
         return self.share_prompts
@@ -222,7 +235,8 @@ class HybridWorker:
                         module.reshard()
 
     def sync_weights(self) -> None:
-        self.engine.load_weights(self.full_weights())
+        weights = self.full_weights()
+        self.engine.load_weights(lora.merged(weights, self.actor) if self.lora else weights)
 
     def generate(self, prompts: list[Request], sampling: dict) -> list[dict]:
         samples = self.engine.generate(prompts, Sampling(**sampling))
@@ -233,12 +247,15 @@ class HybridWorker:
     def log_probs(
         self, micro_batches: list[list[Seq]], role: str = "actor", temperature: float | None = None
     ) -> list[list[list[float]]]:
-        model = self.actor if role == "actor" else self.ref
+        base = role == "ref" and self.lora  # LoRA's reference: the actor's base weights
+        model = self.actor if role == "actor" or base else self.ref
         model.eval()
         t = self._temperature if temperature is None else temperature
-        return [
-            [lp.tolist() for lp in packed_log_probs(model, micro, t, self.device)] for micro in micro_batches
-        ]
+        with lora.disabled(model) if base else contextlib.nullcontext():
+            return [
+                [lp.tolist() for lp in packed_log_probs(model, micro, t, self.device)]
+                for micro in micro_batches
+            ]
 
     # ------------------------------------------------------------------ update
     def update(self, minibatches: list[dict], apply: bool = True) -> list[dict]:
@@ -379,8 +396,8 @@ class HybridWorker:
         """Full gradients (a collective), for tests against a single process."""
         out = {}
         for name, p in self.actor.named_parameters():
-            g = p.grad
-            out[name] = (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().clone()
+            if (g := p.grad) is not None:  # frozen weights (LoRA's base, a frozen tower) have none
+                out[name] = (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().clone()
         self.optim.zero_grad(set_to_none=True)
         return out
 
@@ -393,7 +410,10 @@ class HybridWorker:
         from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
         model, optim = self._role(role)
-        state = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optim)}
+        state = {
+            "model": get_model_state_dict(model, options=_state_options(model)),
+            "optim": get_optimizer_state_dict(model, optim),
+        }
         dcp.save(state, **dcp_storage(path, write=True))
         dist.barrier()
 
@@ -411,9 +431,13 @@ class HybridWorker:
         for module in model.modules():  # no gathered copy (full_weights) may outlive the new weights
             if isinstance(module, FSDPModule):
                 module.reshard()
-        state = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optim)}
+        options = _state_options(model)
+        state = {
+            "model": get_model_state_dict(model, options=options),
+            "optim": get_optimizer_state_dict(model, optim),
+        }
         dcp.load(state, **dcp_storage(path, write=False))
-        set_model_state_dict(model, state["model"])
+        set_model_state_dict(model, state["model"], options=options)
         set_optimizer_state_dict(model, optim, state["optim"])
         if scheduler_state is not None and role in self.schedulers:
             self.schedulers[role].load_state_dict(scheduler_state)
@@ -424,6 +448,15 @@ class HybridWorker:
     def shutdown(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _state_options(model):
+    """With LoRA a checkpoint holds the adapters only (the base is the model it started from)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(
+        ignore_frozen_params=lora.has_adapters(model), strict=not lora.has_adapters(model)
+    )
 
 
 def _lr_factor(o, total_steps: int):

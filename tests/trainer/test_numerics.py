@@ -149,8 +149,11 @@ def test_segment_attention_keeps_a_sliding_window(tiny_model):
     )
 
 
-def single_process_grads(model_path, samples, clip, mode, kl_coef, kl_kind):
+def single_process_grads(model_path, samples, clip, mode, kl_coef, kl_kind, adapt=None):
+    """The loss's gradients in one process; `adapt(model)` first changes the model (LoRA)."""
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    if adapt is not None:
+        adapt(model)
     logps = packed_log_probs(model, [s["seq"] for s in samples], 1.0)
     logp, mask = pad(logps)
     old = pad([s["old"] for s in samples])[0]
@@ -161,7 +164,7 @@ def single_process_grads(model_path, samples, clip, mode, kl_coef, kl_kind):
         alg.kl_estimate(logp, ref, kl_kind), mask, mode
     )
     loss.backward()
-    return {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 @pytest.mark.parametrize("mode", ["token", "seq"])

@@ -1,0 +1,128 @@
+"""LoRA on the actor (EasyR1's `worker.actor.model.lora`): peft adapters injected into the
+transformers model itself (no PeftModel wrapper, so packing, FSDP2's shard units and the forward
+pass are the same code as for full fine-tuning), the reference model as the same weights with the
+adapters switched off, and the merged weights the rollout engine loads.
+
+peft, not hand-written adapters: it is what EasyR1, verl, TRL and OpenRLHF use, its LoRA layers
+and `adapter_config.json` are what vLLM and `PeftModel.from_pretrained` read back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+
+import torch
+
+ADAPTER = "default"  # peft's adapter name, as in the saved keys (`lora_A.default.weight`)
+
+
+def targets(spec: str | list[str] | None) -> str | list[str] | None:
+    """EasyR1's `target_modules`/`exclude_modules` string ("all-linear", or names separated by
+    commas) as peft takes it."""
+    if spec is None or isinstance(spec, list):
+        return spec
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    return names[0] if names == ["all-linear"] else names
+
+
+def peft_config(lora, exclude_prefixes: list[str] = ()):
+    """peft's LoraConfig for a spec's `lora` block. `exclude_prefixes`: module paths that get no
+    adapter (a frozen vision tower), on top of the user's `exclude_modules`."""
+    from peft import LoraConfig
+
+    exclude = targets(lora.exclude_modules)
+    if exclude_prefixes:  # peft matches a string as a regex over the whole module path
+        own = [] if exclude is None else [exclude] if isinstance(exclude, str) else exclude
+        exclude = "|".join(
+            [rf"(.*\.)?{re.escape(n)}" for n in own] + [rf"{re.escape(p)}(\..*)?" for p in exclude_prefixes]
+        )
+    return LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        target_modules=targets(lora.target_modules),
+        exclude_modules=exclude,
+        lora_dropout=0.0,
+        bias="none",
+    )
+
+
+def add(
+    model: torch.nn.Module, lora, exclude_prefixes: list[str] = (), also_train: tuple[str, ...] = ()
+) -> torch.nn.Module:
+    """Injects the adapters (B starts at zero: the adapted model equals the base at step 0) and
+    freezes everything else but the modules named in `also_train` (a critic's new value head)."""
+    model.add_adapter(peft_config(lora, exclude_prefixes), adapter_name=ADAPTER)
+    for name, p in model.named_parameters():
+        p.requires_grad_(".lora_" in name or name.split(".", 1)[0] in also_train)
+    return model
+
+
+def has_adapters(model: torch.nn.Module) -> bool:
+    return getattr(model, "_hf_peft_config_loaded", False)
+
+
+@contextlib.contextmanager
+def disabled(model: torch.nn.Module):
+    """The base model: the adapters switched off (the reference model of a LoRA run)."""
+    model.disable_adapters()
+    try:
+        yield model
+    finally:
+        model.enable_adapters()
+
+
+def describe(model: torch.nn.Module, base: str) -> dict:
+    """The adapter's `adapter_config.json` (as peft writes it, naming `base`) and a line saying what
+    is trained: rank, trainable parameters and their share (full sizes; a DTensor's numel is)."""
+    import copy
+    import json
+    import tempfile
+    from pathlib import Path
+
+    config = copy.copy(model.peft_config[ADAPTER])
+    config.base_model_name_or_path = base
+    with tempfile.TemporaryDirectory() as tmp:
+        config.save_pretrained(tmp)
+        saved = json.loads((Path(tmp) / "adapter_config.json").read_text())
+    params = list(model.parameters())
+    trained, total = sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
+    line = f"LoRA rank {config.r}: {trained:,} of {total:,} parameters trained ({100 * trained / total:.2f}%)"
+    return {"config": saved, "line": line}
+
+
+def base_name(name: str) -> str:
+    """The base model's name of a parameter of an adapted layer (`….q_proj.base_layer.weight` →
+    `….q_proj.weight`)."""
+    return name.replace(".base_layer.", ".")
+
+
+def merged(
+    named: Iterator[tuple[str, torch.Tensor]], model: torch.nn.Module
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """The base model's tensors with each adapter folded in: W + (alpha/r)·B·A, under the base
+    names; the adapter tensors themselves are consumed. `named` yields full (gathered) tensors in
+    the model's parameter order, a layer's `lora_A`/`lora_B` right after its `base_layer`."""
+    from peft.tuners.lora import LoraLayer
+
+    scaling = {n: m.scaling[ADAPTER] for n, m in model.named_modules() if isinstance(m, LoraLayer)}
+    pending: dict[str, torch.Tensor] = {}  # a base weight waiting for its A and B
+    parts: dict[str, dict[str, torch.Tensor]] = {}
+    for name, tensor in named:
+        if ".lora_" in name:
+            layer, kind = name.split(".lora_", 1)
+            parts.setdefault(layer, {})[kind.split(".", 1)[0]] = tensor
+            got = parts[layer]
+            if len(got) == 2:
+                w = pending.pop(layer)
+                delta = (got["B"].float() @ got["A"].float()) * scaling[layer]
+                yield f"{layer}.weight", (w.float() + delta).to(w.dtype)
+                del parts[layer]
+            continue
+        if name.endswith(".base_layer.weight"):
+            pending[name[: -len(".base_layer.weight")]] = tensor
+            continue
+        yield base_name(name), tensor
+    if pending:  # a base weight whose adapter never came: a bug, not a silent un-merged weight
+        raise RuntimeError(f"adapter tensors missing for {sorted(pending)[:3]}")
