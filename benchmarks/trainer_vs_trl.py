@@ -1,8 +1,12 @@
 """r1cloud's trainer against TRL's GRPOTrainer on the same work, in one run.
 
-Same model, prompts (data/arithmetic with the quickstart's format prompt and chat template), group
-size, response length, learning rate, loss (token-mean, clip 0.2/0.28, no KL) and reward
-(reward_functions/math.py, half format, half answer), on the same 2 cores: r1cloud with 2 worker
+Same model, prompts, group size, response length, learning rate, loss (token-mean, clip 0.2/0.28,
+no KL) and reward, on the same 2 cores. Text models (`tiny`, `smollm2`) do data/arithmetic with the
+quickstart's format prompt and reward_functions/math.py (half format, half answer);
+vision-language models (`tinyvlm`: a random Qwen2-VL; `smolvlm`: quickstart_vl's offline
+SmolVLM-style build) count shapes in data/shapes pictures with format_prompts/one_number.jinja and
+reward_functions/count.py, each image through the model's own processor and chat template in both
+tools (TRL's GRPOTrainer trains VLMs as R1-V does). r1cloud with 2 worker
 processes and each rollout engine (`hf`, `vllm`), TRL in one process with 2 threads and
 transformers' generate, as installed (glibc's malloc) and again under the jemalloc Ray ships with
 freed pages kept (`trl-jemalloc`: the allocator alone is worth 1.3–1.5× to TRL here; r1cloud's
@@ -16,7 +20,7 @@ Reported per system: rollout tokens/s (response tokens ÷ generation time), trai
 sync), wall seconds per step, peak RSS of the whole process tree, the mean reward over all steps
 and of the last step; r1cloud's seconds per step by phase; and r1cloud's ratios to each TRL run.
 
-Usage: python benchmarks/trainer_vs_trl.py [--model tiny|smollm2|PATH] [--steps 4] [--repeats 1]
+Usage: python benchmarks/trainer_vs_trl.py [--model tiny|smollm2|tinyvlm|smolvlm|PATH] [--steps 4] [--repeats 1]
        [--precision fp32|bf16] [--workers 2] [--json out.json]
 """
 
@@ -51,6 +55,32 @@ SETTINGS = {
     "precision": "fp32",  # or bf16: fp32 weights, bf16 compute (EasyR1's and TRL's default)
 }
 
+# What the model is asked: text models do arithmetic, VLMs count shapes in pictures.
+TASKS = {
+    "text": {
+        "data": "data/arithmetic",
+        "template": "format_prompts/arithmetic.jinja",
+        "reward": "reward_functions/math.py",
+        "reward_kwargs": {"format_weight": 0.5, "require_think": False},
+    },
+    "vl": {
+        "data": "data/shapes",
+        "template": "format_prompts/one_number.jinja",
+        "reward": "reward_functions/count.py",
+        "reward_kwargs": {"format_weight": 0.0},
+    },
+}
+VLMS = ("tinyvlm", "smolvlm")
+
+
+def task_of(model: str | Path) -> dict:
+    """The task for a model name, or for a model folder by its config (a vision config: VL)."""
+    if str(model) in VLMS:
+        return TASKS["vl"]
+    config = Path(model) / "config.json"
+    vl = config.is_file() and "vision_config" in json.loads(config.read_text())
+    return TASKS["vl" if vl else "text"]
+
 
 # ---------------------------------------------------------------------------- shared pieces
 
@@ -67,6 +97,14 @@ def resolve_model(name: str, work: Path) -> Path:
 
             export_smollm2(path)
         return path
+    if name == "tinyvlm":
+        from r1cloud.testing import make_tiny_vlm
+
+        return make_tiny_vlm(work / "tinyvlm", "qwen2_vl")
+    if name == "smolvlm":  # the quickstart_vl model: SmolLM2-135M-Instruct and a fresh encoder
+        from r1cloud.offline import export_smolvlm
+
+        return export_smolvlm(ROOT / ".models/SmolVLM-shapes", resolve_model("smollm2", work))
     return Path(name)
 
 
@@ -125,14 +163,16 @@ def summarize(steps: list[dict]) -> dict:
 
 
 def blueprint(model: Path, engine: str, steps: int) -> str:
-    s = SETTINGS
+    s, task = SETTINGS, task_of(model)
+    images = f"image_key: images\n  image_dir: {ROOT}/{task['data']}" if task is TASKS["vl"] else ""
     return f"""
 name: bench
 data:
-  train_files: {ROOT}/data/arithmetic/train.jsonl
+  train_files: {ROOT}/{task["data"]}/train.jsonl
   prompt_key: problem
   answer_key: answer
-  format_prompt: {ROOT}/format_prompts/arithmetic.jinja
+  format_prompt: {ROOT}/{task["template"]}
+  {images}
   max_prompt_length: 128
   max_response_length: {s["max_new_tokens"]}
   rollout_batch_size: {s["prompts_per_step"]}
@@ -155,8 +195,8 @@ worker:
     dtype: {s["precision"]}
     max_num_batched_tokens: 2048
   reward:
-    reward_function: {ROOT}/reward_functions/math.py:compute_score
-    reward_function_kwargs: {{format_weight: 0.5, require_think: false}}
+    reward_function: {ROOT}/{task["reward"]}:compute_score
+    reward_function_kwargs: {json.dumps(task["reward_kwargs"])}
 trainer:
   max_steps: {steps}
   logger: [console]
@@ -248,26 +288,34 @@ def trl_worker(model: str, steps: int, out: str) -> None:
     import jinja2
     import torch
     from datasets import Dataset
-    from transformers import AutoTokenizer, TrainerCallback
+    from PIL import Image
+    from transformers import AutoProcessor, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
+    from trl.data_utils import prepare_multimodal_messages
 
-    s = SETTINGS
+    s, task = SETTINGS, task_of(model)
+    vl = task is TASKS["vl"]
     torch.set_num_threads(s["threads"])
-    template = jinja2.Template((ROOT / "format_prompts/arithmetic.jinja").read_text())
-    rows = [json.loads(x) for x in (ROOT / "data/arithmetic/train.jsonl").read_text().splitlines()]
-    data = Dataset.from_list(
-        [
-            {
-                "prompt": [{"role": "user", "content": template.render(content=r["problem"])}],
-                "answer": r["answer"],
-            }
-            for r in rows
-        ]
-    )
-    spec = importlib.util.spec_from_file_location("math_reward", ROOT / "reward_functions/math.py")
+    template = jinja2.Template((ROOT / task["template"]).read_text())
+    folder = ROOT / task["data"]
+    rows = [json.loads(x) for x in (folder / "train.jsonl").read_text().splitlines()]
+
+    def example(r: dict) -> dict:  # TRL puts the images before the text, as the <image> in our rows
+        text = template.render(content=r["problem"].replace("<image>", ""))
+        out = {"prompt": [{"role": "user", "content": text}], "answer": r["answer"]}
+        if vl:
+            out["images"] = [Image.open(folder / p).convert("RGB") for p in r["images"]]
+        return out
+
+    data = Dataset.from_list([example(r) for r in rows])
+    spec = importlib.util.spec_from_file_location("reward", ROOT / task["reward"])
     reward_module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(reward_module)
-    tok = AutoTokenizer.from_pretrained(model)
+    if vl:  # Qwen-VL's processors need torchvision, absent here: the same stand-in r1cloud uses
+        from r1cloud import vision_compat
+
+        vision_compat.install()
+    processing = (AutoProcessor if vl else AutoTokenizer).from_pretrained(model)
     record: list[dict] = []
     current: dict = {}
 
@@ -277,9 +325,11 @@ def trl_worker(model: str, steps: int, out: str) -> None:
             {"response": t, "response_length": len(ids), "ground_truth": a}
             for t, ids, a in zip(texts, completion_ids, answer, strict=True)
         ]
-        scores = [
-            x["overall"] for x in reward_module.compute_score(inputs, format_weight=0.5, require_think=False)
-        ]
+        score, kwargs = reward_module.compute_score, task["reward_kwargs"]
+        if getattr(reward_module, "REWARD_TYPE", "batch") == "batch":
+            scores = [x["overall"] for x in score(inputs, **kwargs)]
+        else:
+            scores = [score(x, **kwargs)["overall"] for x in inputs]
         current["response_tokens"] = sum(len(ids) for ids in completion_ids)
         current["reward"] = sum(scores) / len(scores)
         return scores
@@ -308,7 +358,7 @@ def trl_worker(model: str, steps: int, out: str) -> None:
         dataloader_num_workers=0,
     )
     trainer = GRPOTrainer(
-        model=model, reward_funcs=reward, args=config, train_dataset=data, processing_class=tok
+        model=model, reward_funcs=reward, args=config, train_dataset=data, processing_class=processing
     )
     generate = trainer._generate_single_turn
 
@@ -332,15 +382,22 @@ def trl_worker(model: str, steps: int, out: str) -> None:
 
     trainer.add_callback(Steps())
     trainer.train()
-    # prompt + response tokens per step: the prompts' token counts from the same chat template
-    prompt_tokens = statistics.mean(
-        len(
-            tok.apply_chat_template(
-                data[i]["prompt"], add_generation_prompt=True, tokenize=True, return_dict=True
-            )["input_ids"]
+
+    # prompt + response tokens per step: the prompts' token counts (image tokens expanded) from the
+    # same processor and chat template
+    def prompt_length(i: int) -> int:
+        ex = data[i]
+        if not vl:
+            chat = processing.apply_chat_template(
+                ex["prompt"], add_generation_prompt=True, tokenize=True, return_dict=True
+            )
+            return len(chat["input_ids"])
+        text = processing.apply_chat_template(
+            prepare_multimodal_messages(ex["prompt"], images=ex["images"]), add_generation_prompt=True
         )
-        for i in range(len(data))
-    )
+        return len(processing(text=text, images=ex["images"])["input_ids"][0])
+
+    prompt_tokens = statistics.mean(prompt_length(i) for i in range(len(data)))
     for r in record:
         r["tokens"] = r["response_tokens"] + prompt_tokens * s["prompts_per_step"] * s["group"]
     Path(out).write_text(json.dumps(record))
