@@ -4,10 +4,11 @@ Each benchmark runs in its own process, one after another (they would disturb ea
 timings); their printed reports go into RESULTS.md with the date, the machine and the versions,
 and the trainer comparison's numbers into results.json as well.
 
-Usage: python benchmarks/run_all.py [--only cli,rewards,merge,serve,trainer] [--quick]
+Usage: python benchmarks/run_all.py [--only cli,rewards,merge,serve,lora,trainer] [--quick]
   --only: run these; the other sections of RESULTS.md and results.json are kept from the last run,
-          each under the date it was measured. `trainer` is its three runs, each also a section of
-          its own: trainer-tiny-fp32, trainer-smollm2-fp32, trainer-smollm2-bf16
+          each under the date it was measured. `trainer` is its four runs, each also a section of
+          its own: trainer-tiny-fp32, trainer-smollm2-fp32, trainer-smollm2-bf16, trainer-smolvlm-fp32
+          (quickstart_vl's SmolVLM-style model counting shapes in pictures)
   --quick: fewer rounds and the tiny model only for the trainer (a smoke run, minutes)
 The trainer comparison runs the tiny model in fp32 and SmolLM2-135M-Instruct in fp32 and in bf16
 (fp32 weights, bf16 compute: EasyR1's and TRL's default).
@@ -31,7 +32,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-TRAINER_RUNS = ("tiny-fp32", "smollm2-fp32", "smollm2-bf16")  # MODEL-PRECISION
+TRAINER_RUNS = ("tiny-fp32", "smollm2-fp32", "smollm2-bf16", "smolvlm-fp32")  # MODEL-PRECISION
 
 
 def benchmarks(quick: bool, trainer_json: dict[str, Path]) -> dict[str, list[str]]:
@@ -42,6 +43,7 @@ def benchmarks(quick: bool, trainer_json: dict[str, Path]) -> dict[str, list[str
         "rewards": [*py, str(HERE / "rewards.py"), "--n", "300" if quick else "2000"],
         "merge": [*py, str(HERE / "merge.py"), "--rounds", "1" if quick else "2"],
         "serve": [*py, str(HERE / "serve.py"), "--prompts", "8" if quick else "16"],
+        "lora": [*py, str(HERE / "lora.py"), "--steps", "4" if quick else "16"],
     }
     for run, path in trainer_json.items():
         model, precision = run.split("-")
@@ -70,7 +72,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", default="cli,rewards,merge,serve,trainer")
+    parser.add_argument("--only", default="cli,rewards,merge,serve,lora,trainer")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-all-"))

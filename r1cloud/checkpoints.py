@@ -31,6 +31,7 @@ class Checkpoint:
     size: int
     inference_ready: bool
     id: str
+    lora_rank: int | None = None  # a LoRA run's checkpoint: its adapters only (actor/adapter_config.json)
 
     @property
     def hf_dir(self) -> str:
@@ -126,8 +127,31 @@ def list_checkpoints(root: str, label: str | None = None) -> list[Checkpoint]:
             step, proto + path, fmt, when, train, val, int(fs.du(path)), False, f"{label}:step-{step}"
         )
         ck.inference_ready = inference_ready(fs, ck.hf_dir.removeprefix(proto))
+        if fmt == "r1cloud" and (adapter := _read_json(fs, f"{path}/actor/adapter_config.json")):
+            ck.lora_rank = adapter.get("r")
         found.append(ck)
     return sorted(found, key=lambda c: c.step)
+
+
+def base_model(adapter: dict) -> Path:
+    """The local folder of the base model a LoRA adapter (its adapter_config.json) was trained
+    on; a Hub name: its cached copy, fetched when it is not cached. NotFound when neither works."""
+    name = adapter.get("base_model_name_or_path") or ""
+    if Path(name).is_dir():
+        return Path(name)
+    try:
+        from huggingface_hub import snapshot_download
+
+        patterns = ["*.safetensors", "*.json"]
+        try:
+            return Path(snapshot_download(name, allow_patterns=patterns, local_files_only=True))
+        except Exception:  # not cached here
+            return Path(snapshot_download(name, allow_patterns=patterns))
+    except Exception as e:
+        raise NotFound(
+            f"error: the adapter's base model {name!r} cannot be read here ({e})",
+            ["merge or serve where the base model is, or with access to the Hugging Face Hub"],
+        ) from None
 
 
 def job_checkpoint_root(run_dir: Path) -> str:

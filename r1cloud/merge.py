@@ -161,42 +161,24 @@ def merge_dcp(
 ADAPTER_CONFIG = "adapter_config.json"  # in a LoRA checkpoint's actor/ (never in a merged model)
 
 
-def base_model(adapter: dict) -> Path:
-    """The local folder of the base model an adapter was trained on (a Hub name: its cached copy,
-    fetched when it is not cached)."""
-    name = adapter.get("base_model_name_or_path") or ""
-    if Path(name).is_dir():
-        return Path(name)
-    try:
-        from huggingface_hub import snapshot_download
-
-        patterns = ["*.safetensors", "*.json"]
-        try:
-            return Path(snapshot_download(name, allow_patterns=patterns, local_files_only=True))
-        except Exception:  # not cached here
-            return Path(snapshot_download(name, allow_patterns=patterns))
-    except Exception as e:
-        raise MergeError(
-            f"the adapter's base model {name!r} cannot be read here ({e}); "
-            "merge where the base model is, or with access to the Hugging Face Hub"
-        ) from None
-
-
 def _merge_lora(dcp_dir, tensors, hf_src: Path, out: Path, dtype, shard_bytes, progress) -> None:
     """The base model's weights with the adapters folded in (W + alpha/r · B·A), streamed shard by
     shard like any merge: the base's tensors from its safetensors, the adapters from the DCP files."""
     import torch.distributed.checkpoint as dcp
     from safetensors import safe_open
 
-    from .checkpoints import filesystem
+    from .checkpoints import NotFound, base_model, filesystem
 
     fs, path = filesystem(dcp_dir)
     try:
         adapter = json.loads(fs.cat_file(f"{path.rstrip('/')}/{ADAPTER_CONFIG}"))
     except FileNotFoundError:
         raise MergeError(f"{dcp_dir} holds LoRA adapters but no {ADAPTER_CONFIG}") from None
+    try:
+        base = base_model(adapter)
+    except NotFound as e:
+        raise MergeError(f"{e.args[0].removeprefix('error: ')}; {e.args[1][0]}") from None
     scale = adapter["lora_alpha"] / (adapter["r"] ** 0.5 if adapter.get("use_rslora") else adapter["r"])
-    base = base_model(adapter)
     where: dict[str, Path] = {}
     sizes: list[tuple[str, int]] = []
     for f in sorted(base.glob("*.safetensors")):
@@ -235,6 +217,36 @@ def _merge_lora(dcp_dir, tensors, hf_src: Path, out: Path, dtype, shard_bytes, p
         return result
 
     _write(_plan([x for x in sizes if x[0] in keep], shard_bytes), fill, out, dtype, progress)
+
+
+def write_adapter(dcp_dir: str, out: Path) -> None:
+    """A LoRA checkpoint as the folder peft writes (adapter_config.json and
+    adapter_model.safetensors, keys `base_model.model.<module>.lora_A.weight`): what
+    `PeftModel.from_pretrained` and `vllm serve --enable-lora` load."""
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import save_file
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    from .checkpoints import filesystem
+
+    meta = _dcp_reader(dcp_dir).read_metadata().state_dict_metadata
+    names = [
+        k
+        for k, m in meta.items()
+        if k.startswith("model.") and ".lora_" in k and isinstance(m, TensorStorageMetadata)
+    ]
+    if not names:
+        raise MergeError(
+            f"{dcp_dir} holds no LoRA adapters: this run trained every weight (merge without --adapter-only)"
+        )
+    state = {k: torch.empty(meta[k].size, dtype=meta[k].properties.dtype) for k in names}
+    dcp.load(state, storage_reader=_dcp_reader(dcp_dir), no_dist=True)
+    from .trainer.lora import peft_name
+
+    tensors = {peft_name(k.removeprefix("model.")): v.contiguous() for k, v in state.items()}
+    save_file(tensors, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+    fs, path = filesystem(dcp_dir)
+    (out / ADAPTER_CONFIG).write_bytes(fs.cat_file(f"{path.rstrip('/')}/{ADAPTER_CONFIG}"))
 
 
 # ---------------------------------------------------------------------------- EasyR1 / verl shards
@@ -325,8 +337,10 @@ def merge(
     model_src: str | None = None,
     shard_bytes: int = DEFAULT_SHARD,
     progress=None,
+    adapter_only: bool = False,
 ) -> str:
-    """Merge `checkpoint` (a checkpoints.Checkpoint) into `out` (default: its huggingface/ folder),
+    """Merge `checkpoint` (a checkpoints.Checkpoint) into `out` (default: its huggingface/ folder;
+    with `adapter_only`, a LoRA run's adapters as a peft folder, by default its adapter/ folder),
     atomically: written beside the target, then renamed into place. A bucket checkpoint (a URL) is
     copied to a local folder first — only the weights and the config/tokenizer files — and, with no
     `out`, the merged model is uploaded back into its huggingface/ folder, config.json last, so the
@@ -334,17 +348,24 @@ def merge(
     if "://" in checkpoint.path:
         with tempfile.TemporaryDirectory(prefix="r1cloud-merge-") as tmp:
             local = _download(checkpoint, Path(tmp))
+            args = (dtype, model_src, shard_bytes, progress, adapter_only)
             if out:
-                return merge(local, out, dtype, model_src, shard_bytes, progress)
-            _upload(Path(merge(local, None, dtype, model_src, shard_bytes, progress)), checkpoint.hf_dir)
-            return checkpoint.hf_dir
-    target = Path(out) if out else Path(checkpoint.hf_dir)
+                return merge(local, out, *args)
+            where = f"{checkpoint.path.rstrip('/')}/adapter" if adapter_only else checkpoint.hf_dir
+            _upload(Path(merge(local, None, *args)), where)
+            return where
+    default = Path(checkpoint.path) / "adapter" if adapter_only else Path(checkpoint.hf_dir)
+    target = Path(out) if out else default
     tmp = target.with_name(f".{target.name}.merging")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     torch_dtype = DTYPES[dtype] if dtype else None
     try:
-        if checkpoint.format == "r1cloud":
+        if adapter_only:
+            if checkpoint.format != "r1cloud":
+                raise MergeError("--adapter-only reads r1cloud's LoRA checkpoints; this one is EasyR1's")
+            write_adapter(f"{checkpoint.path}/actor", tmp)
+        elif checkpoint.format == "r1cloud":
             src = Path(checkpoint.path) / "huggingface"
             hf_src = src if (src / "config.json").exists() else model_src
             if hf_src is None:

@@ -33,6 +33,8 @@ class Model:
     path: str  # a local folder or a Hub id, as the engine loads it
     name: str  # the default served model name
     origin: str  # what it is, for the user
+    adapter: str | None = None  # a LoRA adapter folder served on top of `path` (the base)
+    adapter_rank: int = 0
 
 
 def is_hf_folder(path: Path) -> bool:
@@ -89,6 +91,35 @@ def resolve(target: str, merge_fn: Callable, cache: Path) -> Model:
     return Model(chosen.hf_dir, name, f"{chosen.id} ({chosen.hf_dir})")
 
 
+def resolve_adapter(target: str, adapter_fn: Callable) -> Model:
+    """`target`, a LoRA run's checkpoint on this machine -> its base model with the adapter on
+    top. `adapter_fn(checkpoint)` writes the checkpoint's adapter/ folder when it is missing."""
+    from .checkpoints import NotFound, base_model
+
+    found = _lookup(target)
+    chosen, name = found if not isinstance(found, Model) else (None, None)
+    if chosen is None or not chosen.lora_rank:
+        what = found.origin if chosen is None else chosen.id
+        raise ServeError(
+            f"error: {what} is not a LoRA run's checkpoint: --adapter has no adapter to serve",
+            ["serve it without --adapter"],
+        )
+    if "://" in chosen.path:
+        raise ServeError(
+            f"error: --adapter serves checkpoints on this machine; {chosen.id} is in a bucket",
+            ["serve it without --adapter (its merged model)"],
+        )
+    folder = Path(chosen.path) / "adapter"
+    if not (folder / "adapter_model.safetensors").is_file():
+        adapter_fn(chosen)
+    try:
+        base = base_model(json.loads((folder / "adapter_config.json").read_text()))
+    except NotFound as e:
+        raise ServeError(*e.args) from None
+    origin = f"{chosen.id}'s LoRA adapter (rank {chosen.lora_rank}) on {base}"
+    return Model(str(base), name, origin, adapter=str(folder), adapter_rank=chosen.lora_rank)
+
+
 def resolve_for_cloud(target: str) -> Model:
     """`target` -> a model a cloud replica can load: a Hub id, or a merged model in a bucket
     (`path` is then its URL, mounted on the replica)."""
@@ -132,6 +163,12 @@ def command(
     engine: str, model: Model, host: str, port: int, name: str, max_model_len: int | None, extra: list[str]
 ) -> list[str]:
     limit = ["--max-model-len", str(max_model_len)] if max_model_len else []
+    if model.adapter:  # the base under NAME-base, the adapter under NAME (vLLM only: serve_adapter checks)
+        from .trainer.lora import vllm_max_rank
+
+        rank = str(vllm_max_rank(model.adapter_rank))
+        limit += ["--enable-lora", "--lora-modules", f"{name}={model.adapter}", "--max-lora-rank", rank]
+        name = f"{name}-base"
     if engine == "vllm":  # vLLM's server module through r1cloud's launcher (Qwen-VL without torchvision)
         head = [sys.executable, "-m", "r1cloud.vllm_server", "--model", model.path]
     else:

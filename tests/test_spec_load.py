@@ -29,6 +29,8 @@ def test_library_has_the_promised_blueprints():
         "math12k_rloo.yaml",
         "math12k_dapo.yaml",
         "math12k_ppo.yaml",
+        "math12k_grpo_lora.yaml",
+        "geo3k_grpo_lora.yaml",
     } <= names
 
 

@@ -32,7 +32,8 @@ def checkpoints(
         ),
     ] = None,
 ) -> None:
-    """List checkpoints: step, time, rewards, size, INFERENCE READY, and the ID to merge or serve."""
+    """List checkpoints: step, time, rewards, what they hold (all weights, or a LoRA run's adapters),
+    size, INFERENCE READY, and the ID to merge or serve."""
     from ..checkpoints import human_size, list_checkpoints
 
     root, label, _ = _checkpoint_source(target)
@@ -41,7 +42,7 @@ def checkpoints(
         out.print(f"no checkpoints yet in {root}", markup=False)
         return
     table = Table(box=None, header_style="bold")
-    for col in ("ID", "STEP", "TIME", "TRAIN REWARD", "VAL REWARD", "SIZE", "INFERENCE READY"):
+    for col in ("ID", "STEP", "TIME", "TRAIN REWARD", "VAL REWARD", "WEIGHTS", "SIZE", "INFERENCE READY"):
         table.add_column(col, no_wrap=True)
     for c in found:
         fmt = lambda v: f"{v:.3f}" if v is not None else "—"  # noqa: E731
@@ -52,6 +53,7 @@ def checkpoints(
             when(c.time),
             fmt(c.train_reward),
             fmt(c.val_reward),
+            f"LoRA r={c.lora_rank}" if c.lora_rank else "all",
             human_size(c.size),
             ready,
         )
@@ -82,10 +84,19 @@ def merge(
         ),
     ] = None,
     private: Annotated[bool, typer.Option("--private", help="Create the Hub repo private.")] = False,
+    adapter_only: Annotated[
+        bool,
+        typer.Option(
+            "--adapter-only",
+            help="LoRA runs: write the adapter as peft does (adapter_config.json, adapter_model.safetensors;"
+            " default folder: the checkpoint's adapter/), for PeftModel or `vllm serve --enable-lora`.",
+        ),
+    ] = False,
 ) -> None:
     """Write a Hugging Face model folder (config, tokenizer, sharded safetensors) from a checkpoint,
-    streaming: memory stays about one output shard. A bucket checkpoint (s3://…) is merged locally
-    and uploaded back into its huggingface/ folder unless --out is given."""
+    streaming: memory stays about one output shard. A LoRA run's adapters are folded into its base
+    model (or, with --adapter-only, written as a peft folder). A bucket checkpoint (s3://…) is
+    merged locally and uploaded back into its huggingface/ folder unless --out is given."""
     from ..checkpoints import NotFound, select
 
     if dtype not in ("bf16", "fp16", "fp32"):
@@ -120,7 +131,11 @@ def merge(
         ) as bar:
             task = bar.add_task(chosen.id, total=None)
             path = do_merge(
-                chosen, out_dir, dtype, progress=lambda i, n: bar.update(task, completed=i, total=n)
+                chosen,
+                out_dir,
+                dtype,
+                progress=lambda i, n: bar.update(task, completed=i, total=n),
+                adapter_only=adapter_only,
             )
     except MergeError as e:
         fail("error: cannot merge", [str(e)])

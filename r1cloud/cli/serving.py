@@ -27,6 +27,16 @@ def _merge_for_serving(checkpoint, out_dir) -> None:
         fail("error: cannot merge", [str(e)])
 
 
+def _write_adapter(checkpoint) -> None:
+    from ..merge import MergeError, merge
+
+    err.print(f"{checkpoint.id}: writing its adapter folder first…", markup=False)
+    try:
+        merge(checkpoint, None, adapter_only=True)
+    except MergeError as e:
+        fail("error: cannot write the adapter", [str(e)])
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def serve(
     ctx: typer.Context,
@@ -82,6 +92,15 @@ def serve(
     ready_timeout: Annotated[
         float, typer.Option("--ready-timeout", help="Seconds to wait for /v1/models to answer.")
     ] = 900.0,
+    adapter: Annotated[
+        bool,
+        typer.Option(
+            "--adapter",
+            help="A LoRA run's checkpoint: serve its base model with the adapter on top (vLLM's"
+            " --enable-lora; the adapter answers to the served name, the base to NAME-base) instead"
+            " of the merged model.",
+        ),
+    ] = False,
 ) -> None:
     """Serve a checkpoint behind an OpenAI-compatible API (/v1/models, /v1/completions,
     /v1/chat/completions), merging it first when it is not INFERENCE READY. Runs as a job: `jobs`
@@ -103,7 +122,14 @@ def serve(
         sv.check_port(host, port)
         from ..jobs.store import home
 
-        model = sv.resolve(checkpoint, _merge_for_serving, home() / "models")
+        if adapter and chosen_engine != "vllm":
+            raise sv.ServeError(
+                "error: --adapter needs vLLM", ["use --engine vllm, or serve the merged model"]
+            )
+        if adapter:
+            model = sv.resolve_adapter(checkpoint, _write_adapter)
+        else:
+            model = sv.resolve(checkpoint, _merge_for_serving, home() / "models")
     except sv.ServeError as e:
         fail(e.args[0], e.args[1])
     served = served_model_name or model.name

@@ -246,8 +246,19 @@ def check_images(spec: Spec, problem: Report) -> None:
         )
 
 
+def check_lora(spec: Spec, problem: Report) -> None:
+    lora = spec.worker.actor.model.lora
+    if lora.rank > 512 and lora.merge is not True:  # vLLM 0.32's largest max_lora_rank
+        problem(
+            "worker.actor.model.lora.rank",
+            f"{lora.rank} is above the largest adapter rank vLLM serves (512); lower it, or set "
+            "worker.actor.model.lora.merge=true to sync merged weights instead of adapters",
+        )
+
+
 CHECKS = [
     check_required,
+    check_lora,
     check_batches,
     check_algorithm,
     check_rollout,

@@ -43,6 +43,10 @@ ALIASES = {
     "reward_fn": "worker.reward.reward_function",
     "path": "worker.actor.model.model_path",
     "kl_loss_coef": "algorithm.kl_coef",
+    "lora_rank": "worker.actor.model.lora.rank",
+    "lora_alpha": "worker.actor.model.lora.alpha",
+    "target_modules": "worker.actor.model.lora.target_modules",
+    "exclude_modules": "worker.actor.model.lora.exclude_modules",
     "kl_loss_type": "algorithm.kl_penalty",
     "entropy_coeff": "worker.actor (no entropy bonus key in EasyR1)",
 }

@@ -114,6 +114,9 @@ class LoraConfig(Model):
     alpha: int = Field(64, ge=1)
     target_modules: str = "all-linear"
     exclude_modules: str | None = None
+    # verl's `lora.merge`: true syncs merged weights into vLLM, false the adapters only (a
+    # LoRA-enabled engine); null: adapters on GPUs, merged weights on CPU (README: LoRA)
+    merge: bool | None = None
 
     @field_validator("target_modules", "exclude_modules")
     @classmethod

@@ -114,6 +114,17 @@ def extras(spec: Spec) -> list[tuple[str, str]]:
                 f"{_short(w.critic.model.model_path)} with a value head, γ {a.gamma:g} λ {a.lam:g}{warm}",
             )
         )
+    lora = w.actor.model.lora
+    if lora.rank:
+        where = lora.target_modules + (f" except {lora.exclude_modules}" if lora.exclude_modules else "")
+        tower = ", vision tower frozen" if w.actor.model.freeze_vision_tower else ""
+        rows.append(
+            (
+                "trains",
+                f"LoRA adapters, rank {lora.rank}, alpha {lora.alpha}, on {where}{tower}; the base is frozen "
+                "(and is the KL reference: no second copy); the trainable share is printed at start",
+            )
+        )
     if w.actor.rollout_is:
         rows.append(
             ("correction", f"{w.actor.rollout_is} importance sampling, cap {w.actor.rollout_is_cap:g}")

@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # light at import: `serve` reads VLLM_RANKS without loading torch
+    import torch
 
 ADAPTER = "default"  # peft's adapter name, as in the saved keys (`lora_A.default.weight`)
 
@@ -59,18 +61,43 @@ def add(
     return model
 
 
+VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM 0.32's choices of max_lora_rank
+
+
+def sync_adapters(lora, cuda: bool) -> bool:
+    """Whether vLLM gets the adapters only (a LoRA-enabled engine) or the merged weights:
+    `lora.merge` when the blueprint says; otherwise adapters on GPUs, merged weights on CPU."""
+    return not lora.merge if lora.merge is not None else cuda
+
+
+def vllm_max_rank(rank: int) -> int:
+    """The smallest `max_lora_rank` vLLM takes that holds `rank` (validate refuses ranks above
+    vLLM's largest for adapter syncs)."""
+    return next(r for r in VLLM_RANKS if r >= rank)
+
+
 def has_adapters(model: torch.nn.Module) -> bool:
     return getattr(model, "_hf_peft_config_loaded", False)
 
 
 @contextlib.contextmanager
 def disabled(model: torch.nn.Module):
-    """The base model: the adapters switched off (the reference model of a LoRA run)."""
-    model.disable_adapters()
+    """The base model: the adapters switched off (the reference model of a LoRA run).
+
+    The layers' own flag is set, not through peft's `disable_adapters()`: that also flips the
+    adapters' requires_grad, and under FSDP2 it skips the unsharded (non-leaf) parameters a
+    forward pass leaves registered, so the sharded ones stayed frozen afterwards and the next
+    checkpoint held no adapters (found by the CLI test)."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+    for layer in layers:
+        layer._disable_adapters = True
     try:
         yield model
     finally:
-        model.enable_adapters()
+        for layer in layers:
+            layer._disable_adapters = False
 
 
 def describe(model: torch.nn.Module, base: str) -> dict:
@@ -92,6 +119,22 @@ def describe(model: torch.nn.Module, base: str) -> dict:
     return {"config": saved, "line": line}
 
 
+def peft_name(name: str) -> str:
+    """The name peft and vLLM give an adapter tensor of the model's parameter `name`
+    (`model.layers.0.q_proj.lora_A.default.weight` → `base_model.model.model.layers.0.q_proj.lora_A.weight`)."""
+    return "base_model.model." + name.replace(f".{ADAPTER}.", ".")
+
+
+def adapter_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The adapters' full tensors under peft's names (a collective under FSDP: every worker calls)."""
+    out = {}
+    for name, p in model.named_parameters():
+        if ".lora_" in name:
+            full = p.full_tensor() if hasattr(p, "full_tensor") else p
+            out[peft_name(name)] = full.detach().contiguous()
+    return out
+
+
 def base_name(name: str) -> str:
     """The base model's name of a parameter of an adapted layer (`….q_proj.base_layer.weight` →
     `….q_proj.weight`)."""
@@ -107,8 +150,8 @@ def merged(
     from peft.tuners.lora import LoraLayer
 
     scaling = {n: m.scaling[ADAPTER] for n, m in model.named_modules() if isinstance(m, LoraLayer)}
-    pending: dict[str, torch.Tensor] = {}  # a base weight waiting for its A and B
-    parts: dict[str, dict[str, torch.Tensor]] = {}
+    pending: dict = {}  # a base weight waiting for its A and B
+    parts: dict[str, dict] = {}
     for name, tensor in named:
         if ".lora_" in name:
             layer, kind = name.split(".lora_", 1)

@@ -74,6 +74,7 @@ class HybridWorker:
         self.actor = self._build(w.actor.model, w.actor.fsdp, train=True)
         # the reference model: a second copy of the base, or with LoRA the actor with its adapters off
         self.lora = lora.has_adapters(self.actor)
+        self._adapter = lora.describe(self.actor, w.actor.model.model_path) if self.lora else None
         no_ref = a.disable_kl or self.lora
         self.ref = None if no_ref else self._build(w.actor.model, w.ref.fsdp, train=False)
         self.optim = self._optimizer(self.actor, w.actor.optim)
@@ -86,6 +87,7 @@ class HybridWorker:
         self.share_prompts = all(uses_segments(m) for m in (self.actor, self.critic) if m is not None)
         self.schedulers: dict = {}  # set by the driver once the step count is known (set_schedule)
         self.engine = None
+        self.adapter_sync = False  # LoRA into vLLM: the adapters only (start_engine decides)
         self._temperature = self.spec.worker.rollout.temperature
 
     def node_ip(self) -> str:
@@ -170,7 +172,7 @@ class HybridWorker:
 
     def adapter(self) -> dict | None:
         """LoRA: the adapter's config and what it trains (lora.describe); None for full training."""
-        return lora.describe(self.actor, self.spec.worker.actor.model.model_path) if self.lora else None
+        return self._adapter
 
     def shares_prompts(self) -> bool:
         return self.share_prompts
@@ -189,7 +191,9 @@ class HybridWorker:
         if engine == "vllm":
             from .rollout.vllm import VLLMEngine
 
-            self.engine = VLLMEngine(m.model_path, m.tokenizer_path, r, eos, seed=r.seed)
+            self.adapter_sync = self.lora and lora.sync_adapters(m.lora, self.cuda)
+            rank = lora.vllm_max_rank(m.lora.rank) if self.adapter_sync else 0
+            self.engine = VLLMEngine(m.model_path, m.tokenizer_path, r, eos, seed=r.seed, lora_rank=rank)
         else:
             from .rollout.hf import HFEngine
 
@@ -235,6 +239,9 @@ class HybridWorker:
                         module.reshard()
 
     def sync_weights(self) -> None:
+        if self.adapter_sync:  # the engine holds the base: only the adapters move
+            self.engine.load_adapter(lora.adapter_tensors(self.actor), self.adapter()["config"])
+            return
         weights = self.full_weights()
         self.engine.load_weights(lora.merged(weights, self.actor) if self.lora else weights)
 

@@ -3,11 +3,14 @@ the base with the adapters off (no second copy), FSDP2 gradients of the adapters
 equal one process, vLLM's log-probs after a merged sync equal the trainer's, and a checkpoint holds
 the adapters only and merges into a full model equal to the trained one."""
 
+import importlib.util
 import json
 
 import pytest
 import torch
+from openai import OpenAI
 from test_numerics import SEQS, single_process_grads
+from test_serve import free_port
 from transformers import AutoModelForCausalLM
 
 from r1cloud.spec import load_resolved
@@ -16,6 +19,7 @@ from r1cloud.trainer import lora
 from r1cloud.trainer.driver import Trainer
 from r1cloud.trainer.model import packed_log_probs, pad
 from r1cloud.trainer.rollout import Request
+from tinyrun import r1, tiny_blueprint
 
 LORA = ("worker.actor.model.lora.rank=4", "worker.actor.model.lora.alpha=8")
 
@@ -100,9 +104,13 @@ def test_lora_gradients_across_two_workers_equal_one_process(make_run, tiny_mode
         trainer.shutdown()
 
 
-def test_vllm_log_probs_after_a_lora_sync_equal_the_trainer(make_run):
+@pytest.mark.parametrize("merge", ["true", "false"])
+def test_vllm_log_probs_after_a_lora_sync_equal_the_trainer(make_run, merge):
+    """Merged weights, or the adapters alone into a LoRA-enabled engine."""
     pytest.importorskip("vllm")
-    run = make_run(*LORA, "worker.actor.optim.lr=0.05", engine="vllm")
+    run = make_run(
+        *LORA, "worker.actor.optim.lr=0.05", f"worker.actor.model.lora.merge={merge}", engine="vllm"
+    )
     trainer = Trainer(run)
     try:
         assert trainer.start_workers() == "vllm"
@@ -120,7 +128,8 @@ def test_vllm_log_probs_after_a_lora_sync_equal_the_trainer(make_run):
         samples = trainer.call("generate", prompts, sampling)[0]
         seqs = [(prompts[s["prompt"]].ids, s["response"]) for s in samples]
         trainer.call("update", per_rank=[[{"total": 8.0, "micro": [samples_for(seqs)]}]] * 2)
-        trainer.call("sync_weights")  # the adapters folded into the engine's weights
+        trainer.call("sync_weights")  # the adapters, folded into the weights or on their own
+        assert trainer.call("__ray_call__", lambda w: w.adapter_sync) == [merge == "false"] * 2
         samples = trainer.call("generate", prompts, sampling)[0]
         seqs = [(prompts[s["prompt"]].ids, s["response"]) for s in samples]
         mine = trainer.call("log_probs", temperature=0.8, per_rank=[[seqs], [seqs]])[0][0]
@@ -129,33 +138,108 @@ def test_vllm_log_probs_after_a_lora_sync_equal_the_trainer(make_run):
         trainer.shutdown()
 
 
-def test_lora_checkpoint_holds_adapters_and_merges_to_the_trained_model(make_run, tmp_path, tiny_model):
+@pytest.mark.slow
+def test_lora_run_through_the_cli_lists_merges_both_ways_and_resumes_on_one_worker(
+    make_run, tmp_path, tiny_model, digits_reward
+):
+    """2 LoRA steps on 2 workers: the checkpoints hold the adapters only and say so; the last one is
+    INFERENCE READY (merged with the base); step 1 merges into a full model and, with
+    --adapter-only, into a peft folder; both equal the trained policy, which a 1-worker trainer
+    loads back from the adapter checkpoint."""
     import torch.distributed.checkpoint as dcp
+    from peft import PeftModel
 
-    from r1cloud.checkpoints import select
-    from r1cloud.merge import merge
-
-    run = make_run(*LORA, "worker.actor.optim.lr=0.05", "trainer.max_steps=1", "trainer.save_freq=1")
-    trainer = Trainer(run)
-    try:
-        trainer.fit()
-    finally:
-        trainer.shutdown()
-    step = run / "checkpoints" / "global_step_1"
+    home = {"R1CLOUD_HOME": str(tmp_path / "home")}
+    bp = tmp_path / "lora.yaml"
+    bp.write_text(tiny_blueprint(tiny_model, digits_reward))
+    args = [*LORA, "worker.actor.optim.lr=0.05", "trainer.max_steps=2", "trainer.save_freq=1"]
+    done = r1("train", bp, *args, "--name", "lora-job", env=home)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "LoRA rank 4:" in (tmp_path / "home" / "jobs" / "lora-job" / "train.log").read_text()
+    listed = r1("checkpoints", "lora-job", env=home)
+    assert listed.stdout.count("LoRA r=4") == 2, listed.stdout
+    step = tmp_path / "home" / "jobs" / "lora-job" / "checkpoints" / "global_step_1"
     names = set(dcp.FileSystemReader(str(step / "actor")).read_metadata().state_dict_metadata)
     weights = {n for n in names if n.startswith("model.")}
-    assert weights and all(".lora_" in n for n in weights)
-    adapter = json.loads((step / "actor" / "adapter_config.json").read_text())
-    assert adapter["r"] == 4 and adapter["base_model_name_or_path"] == str(tiny_model)
-    out = merge(select(str(run / "checkpoints"), "run", 1), tmp_path / "merged", dtype="fp32")
-    merged = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    assert weights and all(".lora_" in n for n in weights)  # the frozen base is not saved again
+    assert json.loads((step / "actor" / "adapter_config.json").read_text())["base_model_name_or_path"] == str(
+        tiny_model
+    )
+
+    assert (
+        r1("merge", "lora-job:step-1", "--out", tmp_path / "full", "--dtype", "fp32", env=home).returncode
+        == 0
+    )
+    made = r1("merge", "lora-job:step-1", "--adapter-only", env=home)
+    assert made.returncode == 0, made.stderr
+    assert sorted(p.name for p in (step / "adapter").iterdir()) == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    ]
+    from safetensors import safe_open
+
+    with safe_open(str(step / "adapter" / "adapter_model.safetensors"), "pt") as f:
+        keys = list(f.keys())  # noqa: SIM118 - safe_open is not a dict
+    assert keys and all(
+        k.startswith("base_model.model.") and k.endswith((".lora_A.weight", ".lora_B.weight")) for k in keys
+    )
+    full = AutoModelForCausalLM.from_pretrained(tmp_path / "full", dtype=torch.float32).eval()
+    base = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    adapted = PeftModel.from_pretrained(base, step / "adapter").eval()
+    with torch.no_grad():
+        merged_lp = [lp.tolist() for lp in packed_log_probs(full, SEQS, 1.0, "cpu")]
+        ids = torch.tensor([SEQS[0][0] + SEQS[0][1]])
+        torch.testing.assert_close(adapted(ids).logits, full(ids).logits, rtol=0, atol=1e-5)
+    ready = r1("checkpoints", "lora-job", env=home).stdout
+    assert "lora-job:step-2" in ready and "yes" in ready  # the last one: merged with its base at save
+
+    # served with the adapter on its base (vLLM --enable-lora), asked through the openai client
+    if importlib.util.find_spec("vllm"):
+        port = free_port()
+        served = r1(
+            "serve", "-c", "lora-job:step-1", "--adapter", "--port", port, "--max-model-len", "128",
+            "--detach", "--name", "lora-serve", "--", "--enforce-eager", "--dtype", "float32", env={**home, "VLLM_CPU_KVCACHE_SPACE": "1"},
+        )  # fmt: skip
+        assert served.returncode == 0, served.stdout + served.stderr
+        try:
+            client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
+            assert {m.id for m in client.models.list()} >= {"lora-job-step-1", "lora-job-step-1-base"}
+            prompt = SEQS[0][0]
+
+            def first_logprob(name):
+                r = client.completions.create(
+                    model=name, prompt=prompt, max_tokens=1, temperature=0, logprobs=1,
+                    extra_body={"return_tokens_as_token_ids": True},
+                )  # fmt: skip
+                lp = r.choices[0].logprobs
+                return int(lp.tokens[0].removeprefix("token_id:")), lp.token_logprobs[0]
+
+            token, got = first_logprob("lora-job-step-1")
+            with torch.no_grad():
+                want = torch.log_softmax(full(torch.tensor([prompt])).logits[0, -1].float(), -1)[token].item()
+            assert abs(got - want) <= 1e-3, (got, want)  # the served adapter is the trained policy
+            base_token, base_got = first_logprob("lora-job-step-1-base")
+            with torch.no_grad():
+                base_want = torch.log_softmax(plain_logits(tiny_model, prompt), -1)[base_token].item()
+            assert abs(base_got - base_want) <= 1e-3, (base_got, base_want)  # and the base, the base
+        finally:
+            assert r1("stop", "lora-serve", env=home).returncode == 0
+
+    run = make_run(*LORA, "trainer.n_gpus_per_node=1")  # the same adapters on one worker
     trainer = Trainer(run)
     try:
         trainer.start_workers()
         trainer.call("load", str(step / "actor"), None)
-        mine = trainer.call("log_probs", per_rank=[[SEQS], [SEQS]])[0][0]
+        mine = trainer.call("log_probs", per_rank=[[SEQS]])[0][0]
     finally:
         trainer.shutdown()
+    assert worst(mine, merged_lp) <= 1e-5
     with torch.no_grad():
-        theirs = [lp.tolist() for lp in packed_log_probs(merged, SEQS, 1.0, "cpu")]
-    assert worst(mine, theirs) <= 1e-5
+        plain = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
+        base_lp = [lp.tolist() for lp in packed_log_probs(plain, SEQS, 1.0, "cpu")]
+    assert worst(mine, base_lp) > 1e-3  # the adapters did change the policy
+
+
+def plain_logits(model_path, prompt: list[int]) -> torch.Tensor:
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    return model(torch.tensor([prompt])).logits[0, -1].float()

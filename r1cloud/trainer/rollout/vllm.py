@@ -4,13 +4,19 @@ workers' torch.distributed world, tensor parallel inside it).
 Weights are streamed per tensor from the actor into the live engine with the `reload_weights`
 worker RPC (the path that also works on vLLM's CPU build, where `model.load_weights` after init
 fails on repacked weights), then the prefix cache is reset so no stale KV survives the sync. On
-GPU the engine sleeps between phases (weights and KV cache released to the trainer).
+GPU the engine sleeps between phases (weights and KV cache released to the trainer). A LoRA
+run may sync its adapters only (`load_adapter`, a LoRA-enabled engine) instead of merged weights.
 """
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
+import shutil
+import tempfile
 from collections.abc import Iterable
+from pathlib import Path
 
 import torch
 
@@ -29,7 +35,10 @@ DTYPES = {
 class VLLMEngine:
     name = "vllm"
 
-    def __init__(self, model_path: str, tokenizer_path: str, cfg, eos_ids: set[int], seed: int):
+    def __init__(
+        self, model_path: str, tokenizer_path: str, cfg, eos_ids: set[int], seed: int, lora_rank: int = 0
+    ):
+        """`lora_rank`: LoRA enabled, for adapter syncs (`load_adapter`) instead of merged weights."""
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         from transformers import AutoConfig
 
@@ -74,7 +83,12 @@ class VLLMEngine:
             trust_remote_code=cfg.trust_remote_code,
             disable_log_stats=cfg.disable_log_stats,
             **mm,
+            **({"enable_lora": True, "max_lora_rank": lora_rank, "max_loras": 1} if lora_rank else {}),
         )
+        self.adapter = None  # the LoRARequest every generate uses once an adapter is synced
+        if lora_rank:
+            self.adapter_dir = Path(tempfile.mkdtemp(prefix="r1cloud-lora-", dir=_ram_disk()))
+            atexit.register(shutil.rmtree, self.adapter_dir, ignore_errors=True)
         self.eos = eos_ids
         self.sleeping = False
         self.sleep()
@@ -99,6 +113,21 @@ class VLLMEngine:
         if self.forbidden:  # a VLM: image embeddings from the old vision weights must not be reused
             self.llm.llm_engine.reset_encoder_cache()
 
+    def load_adapter(self, tensors: dict[str, torch.Tensor], config: dict) -> None:
+        """The policy's adapters (peft's names and config) replace the engine's: written to a RAM
+        folder, loaded in place under one fixed id (a load per sync, not per scheduling step)."""
+        from safetensors.torch import save_file
+        from vllm.lora.request import LoRARequest
+
+        save_file(tensors, str(self.adapter_dir / "adapter_model.safetensors"))
+        (self.adapter_dir / "adapter_config.json").write_text(json.dumps(config))
+        self.wake(["weights"])
+        self.llm.llm_engine.add_lora(LoRARequest("policy", 1, str(self.adapter_dir), load_inplace=True))
+        self.adapter = LoRARequest("policy", 1, str(self.adapter_dir))
+        self.llm.reset_prefix_cache()
+        if self.forbidden:
+            self.llm.llm_engine.reset_encoder_cache()
+
     def generate(self, prompts: list[Request], s: Sampling) -> list[Sample]:
         from vllm import SamplingParams
 
@@ -119,7 +148,7 @@ class VLLMEngine:
             for j in range(s.n)
         ]
         inputs = [_input(p) for p in prompts for _ in range(s.n)]
-        outputs = self.llm.generate(inputs, params, use_tqdm=False)
+        outputs = self.llm.generate(inputs, params, use_tqdm=False, lora_request=self.adapter)
         samples = []
         for k, out in enumerate(outputs):
             o = out.outputs[0]
@@ -130,6 +159,10 @@ class VLLMEngine:
             samples.append(Sample(k // s.n, resp, lp, done))
         self.sleep()
         return samples
+
+
+def _ram_disk() -> str | None:
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
 def _input(p: Request) -> dict:
