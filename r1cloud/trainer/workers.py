@@ -129,8 +129,9 @@ class HybridWorker:
             tower.requires_grad_(False)
         if train and m.lora.rank:  # adapters (a frozen tower gets none), everything else frozen
             frozen = [n for n, x in model.named_modules() if x is tower and m.freeze_vision_tower]
+            heads = [n for n, _ in model.named_children() if n in VALUE_HEADS] if value_head else []
             torch.manual_seed(self.spec.data.seed)  # the same A matrices on every worker
-            lora.add(model, m.lora, frozen, also_train=VALUE_HEADS if value_head else ())
+            lora.add(model, m.lora, frozen + heads, also_train=tuple(heads))  # a new head trains in full
         if not self.cuda and DTYPES[fsdp_cfg.mp_param_dtype] == torch.float32:
             onednn.use_in(model)  # fp32 linear layers at twice MKL's speed on AMD CPUs
         if train and m.enable_gradient_checkpointing:

@@ -243,3 +243,29 @@ def test_lora_run_through_the_cli_lists_merges_both_ways_and_resumes_on_one_work
 def plain_logits(model_path, prompt: list[int]) -> torch.Tensor:
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
     return model(torch.tensor([prompt])).logits[0, -1].float()
+
+
+def test_gae_critic_takes_its_own_adapter_and_trains_its_new_head_in_full(make_run, tiny_model):
+    run = make_run(
+        *LORA,
+        "algorithm.adv_estimator=gae",
+        "worker.critic.model.lora.rank=4",
+        f"worker.critic.model.model_path={tiny_model}",
+        "worker.critic.global_batch_size=4",
+    )
+    trainer = Trainer(run)
+    try:
+        trainer.start_workers()
+        trainable, in_optim = trainer.call(
+            "__ray_call__",
+            lambda w: (
+                [n for n, p in w.critic.named_parameters() if p.requires_grad],
+                sum(len(g["params"]) for g in w.critic_optim.param_groups),
+            ),
+        )[0]
+    finally:
+        trainer.shutdown()
+    head = [n for n in trainable if n.startswith("score.")]
+    assert head == ["score.weight", "score.bias"]  # the value head: new, trained in full, no adapter
+    assert all(".lora_" in n for n in trainable if n not in head) and len(trainable) > len(head)
+    assert in_optim == len(trainable)
