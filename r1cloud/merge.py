@@ -159,6 +159,8 @@ def merge_dcp(
 
 
 ADAPTER_CONFIG = "adapter_config.json"  # in a LoRA checkpoint's actor/ (never in a merged model)
+SAFETENSORS_BYTES = {"F64": 8, "I64": 8, "F32": 4, "I32": 4, "BF16": 2, "F16": 2, "I16": 2}
+SAFETENSORS_BYTES |= dict.fromkeys(("F8_E4M3", "F8_E5M2", "I8", "U8", "BOOL"), 1)
 
 
 def _merge_lora(dcp_dir, tensors, hf_src: Path, out: Path, dtype, shard_bytes, progress) -> None:
@@ -185,8 +187,8 @@ def _merge_lora(dcp_dir, tensors, hf_src: Path, out: Path, dtype, shard_bytes, p
         with safe_open(str(f), "pt") as sf:
             for k in sf.keys():  # noqa: SIM118 - safe_open is not a dict
                 where[k] = f
-                piece = sf.get_slice(k)
-                width = dtype.itemsize if dtype is not None else sf.get_tensor(k).element_size()
+                piece = sf.get_slice(k)  # shape and dtype from the header, no tensor read
+                width = dtype.itemsize if dtype is not None else SAFETENSORS_BYTES[piece.get_dtype()]
                 sizes.append((k, torch.Size(piece.get_shape()).numel() * width))
     if not where:
         raise MergeError(f"{base}: the adapter's base model has no safetensors weights")
@@ -203,18 +205,18 @@ def _merge_lora(dcp_dir, tensors, hf_src: Path, out: Path, dtype, shard_bytes, p
         if state:
             dcp.load(state, storage_reader=_dcp_reader(dcp_dir), no_dist=True)
         result = {}
-        for name in chunk:
-            with safe_open(str(where[name]), "pt") as sf:
-                w = sf.get_tensor(name)
+        for file in dict.fromkeys(where[n] for n in chunk):  # each base file opened once per shard
+            with safe_open(str(file), "pt") as sf:
+                result.update({n: sf.get_tensor(n) for n in chunk if where[n] == file})
+        for name, w in result.items():
             layer = name.removesuffix(".weight")
             if layer in adapted:
                 a, b = (
                     state[f"model.{layer}.lora_A.default.weight"],
                     state[f"model.{layer}.lora_B.default.weight"],
                 )
-                w = (w.float() + scale * (b.float() @ a.float())).to(w.dtype)
-            result[name] = w
-        return result
+                result[name] = (w.float() + scale * (b.float() @ a.float())).to(w.dtype)
+        return {n: result[n] for n in chunk}
 
     _write(_plan([x for x in sizes if x[0] in keep], shard_bytes), fill, out, dtype, progress)
 
@@ -228,6 +230,7 @@ def write_adapter(dcp_dir: str, out: Path) -> None:
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     from .checkpoints import filesystem
+    from .trainer.lora import peft_name
 
     meta = _dcp_reader(dcp_dir).read_metadata().state_dict_metadata
     names = [
@@ -241,8 +244,6 @@ def write_adapter(dcp_dir: str, out: Path) -> None:
         )
     state = {k: torch.empty(meta[k].size, dtype=meta[k].properties.dtype) for k in names}
     dcp.load(state, storage_reader=_dcp_reader(dcp_dir), no_dist=True)
-    from .trainer.lora import peft_name
-
     tensors = {peft_name(k.removeprefix("model.")): v.contiguous() for k, v in state.items()}
     save_file(tensors, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
     fs, path = filesystem(dcp_dir)

@@ -163,7 +163,7 @@ def command(
     engine: str, model: Model, host: str, port: int, name: str, max_model_len: int | None, extra: list[str]
 ) -> list[str]:
     limit = ["--max-model-len", str(max_model_len)] if max_model_len else []
-    if model.adapter:  # the base under NAME-base, the adapter under NAME (vLLM only: serve_adapter checks)
+    if model.adapter:  # the base under NAME-base, the adapter under NAME (vLLM only: the CLI checks)
         from .trainer.lora import vllm_max_rank
 
         rank = str(vllm_max_rank(model.adapter_rank))

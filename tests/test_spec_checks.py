@@ -182,6 +182,26 @@ CHECKS = [
         id="mix-missing-file",
     ),
     pytest.param(["worker.rollout.n"], ["is not an override", "key.path=value"], id="override-syntax"),
+    pytest.param(
+        ["worker.actor.model.lora.rank=600"],
+        ["worker.actor.model.lora.rank", "largest adapter rank vLLM serves", "lora.merge=true"],
+        id="lora-rank-beyond-vllm",
+    ),
+    pytest.param(
+        ["worker.actor.model.lora.merge=true"],
+        ["worker.actor.model.lora.merge", "no effect without LoRA"],
+        id="lora-merge-without-lora",
+    ),
+    pytest.param(
+        ["worker.actor.model.lora.rank=8", "worker.actor.model.lora.merge=false", "worker.rollout.name=hf"],
+        ["worker.actor.model.lora.merge", "rollout engine is hf"],
+        id="lora-adapter-sync-needs-vllm",
+    ),
+    pytest.param(
+        ["worker.critic.model.lora.merge=false"],
+        ["worker.critic.model.lora.merge", "never synced"],
+        id="lora-merge-on-the-critic",
+    ),
 ]
 
 

@@ -254,6 +254,20 @@ def check_lora(spec: Spec, problem: Report) -> None:
             f"{lora.rank} is above the largest adapter rank vLLM serves (512); lower it, or set "
             "worker.actor.model.lora.merge=true to sync merged weights instead of adapters",
         )
+    # lora.merge chooses how the actor's adapters reach vLLM: where nothing is synced it cannot act
+    if lora.merge is not None and not lora.rank:
+        problem("worker.actor.model.lora.merge", "has no effect without LoRA (lora.rank > 0); remove it")
+    elif lora.merge is False and spec.worker.rollout.name == "hf":
+        problem(
+            "worker.actor.model.lora.merge",
+            "false syncs adapters into vLLM, and the rollout engine is hf (it takes merged weights); "
+            "use worker.rollout.name=vllm or remove it",
+        )
+    if spec.worker.critic.model.lora.merge is not None:
+        problem(
+            "worker.critic.model.lora.merge",
+            "has no effect: the critic is never synced into a rollout engine; remove it",
+        )
 
 
 CHECKS = [

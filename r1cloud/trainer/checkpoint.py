@@ -245,9 +245,9 @@ def write_hf_files(
         with contextlib.suppress(OSError):
             GenerationConfig.from_pretrained(path).save_pretrained(hf)
         saver.save_pretrained(hf)
-        if (
-            adapter
-        ):  # beside the adapter's shards (in huggingface/ it would make the merged model load as one)
+        # a LoRA run's adapter config goes beside the adapter's shards: in huggingface/ it would
+        # make the merged model load as an adapter
+        if adapter:
             file = Path(folder) / ADAPTER_CONFIG
             file.write_text(json.dumps(adapter, indent=2))
             if bucket:
