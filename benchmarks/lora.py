@@ -5,14 +5,15 @@ lengths, loss and reward), vLLM rollouts, 2 workers on the same 2 cores. Variant
 full fine-tuning at its usual learning rate (1e-5 here), and LoRA rank 8 and 64 (alpha = 2·rank)
 at LoRA's usual rate (ten times that, as EasyR1's LoRA script against its config), each with the
 adapters synced into vLLM merged into the weights (`lora.merge: true`) and as adapters alone
-(`false`: a LoRA-enabled engine).
+(`false`: a LoRA-enabled engine), and QLoRA (`r8-qlora`: the base in 4-bit NF4 through
+bitsandbytes, merged sync).
 
 Reported per variant: seconds per step and per phase (the weight sync and generation are where
 the two LoRA syncs differ), peak RSS of the largest worker process and of the whole tree, and the
 mean reward of the first and the last quarter of the steps. The first step is warm-up and is left
 out of the times.
 
-Usage: python benchmarks/lora.py [--steps 16] [--variants full,r8-merged,r8-adapter,r64-merged,r64-adapter]
+Usage: python benchmarks/lora.py [--steps 16] [--variants full,r8-merged,r8-adapter,r64-merged,r64-adapter,r8-qlora]
        [--json out.json]
 """
 
@@ -42,10 +43,15 @@ def variant_overrides(name: str) -> list[str]:
     if name == "full":
         return [f"worker.actor.optim.lr={FULL_LR}"]
     rank, sync = name.removeprefix("r").split("-")
+    how = (  # QLoRA: a 4-bit base, always synced merged (dequantised)
+        "worker.actor.model.lora.load_in_4bit=true"
+        if sync == "qlora"
+        else f"worker.actor.model.lora.merge={'true' if sync == 'merged' else 'false'}"
+    )
     return [
         f"worker.actor.model.lora.rank={rank}",
         f"worker.actor.model.lora.alpha={2 * int(rank)}",
-        f"worker.actor.model.lora.merge={'true' if sync == 'merged' else 'false'}",
+        how,
         f"worker.actor.optim.lr={LORA_LR}",
     ]
 
@@ -126,7 +132,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--steps", type=int, default=16)
-    parser.add_argument("--variants", default="full,r8-merged,r8-adapter,r64-merged,r64-adapter")
+    parser.add_argument("--variants", default="full,r8-merged,r8-adapter,r64-merged,r64-adapter,r8-qlora")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
     from trainer_vs_trl import resolve_model

@@ -202,6 +202,25 @@ CHECKS = [
         ["worker.critic.model.lora.merge", "never synced"],
         id="lora-merge-on-the-critic",
     ),
+    pytest.param(
+        ["worker.actor.model.lora.load_in_4bit=true"],
+        ["worker.actor.model.lora.load_in_4bit", "set worker.actor.model.lora.rank"],
+        id="qlora-without-lora",
+    ),
+    pytest.param(
+        [
+            "worker.actor.model.lora.rank=8",
+            "worker.actor.model.lora.load_in_4bit=true",
+            "worker.actor.model.lora.merge=false",
+        ],
+        ["worker.actor.model.lora.merge", "not supported with a 4-bit base yet"],
+        id="qlora-adapter-sync",
+    ),
+    pytest.param(
+        ["worker.critic.model.lora.load_in_4bit=true"],
+        ["worker.critic.model.lora.load_in_4bit", "not supported yet"],
+        id="qlora-critic",
+    ),
 ]
 
 

@@ -6,6 +6,7 @@ Each check names the keys involved, their values, and what to set. Pure: a Spec 
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import os
 from collections.abc import Callable
 
@@ -248,7 +249,7 @@ def check_images(spec: Spec, problem: Report) -> None:
 
 def check_lora(spec: Spec, problem: Report) -> None:
     lora = spec.worker.actor.model.lora
-    if lora.rank > 512 and lora.merge is not True:  # vLLM 0.32's largest max_lora_rank
+    if lora.rank > 512 and lora.merge is not True and not lora.load_in_4bit:  # vLLM 0.32's largest
         problem(
             "worker.actor.model.lora.rank",
             f"{lora.rank} is above the largest adapter rank vLLM serves (512); lower it, or set "
@@ -262,6 +263,31 @@ def check_lora(spec: Spec, problem: Report) -> None:
             "worker.actor.model.lora.merge",
             "false syncs adapters into vLLM, and the rollout engine is hf (it takes merged weights); "
             "use worker.rollout.name=vllm or remove it",
+        )
+    if lora.load_in_4bit and not lora.rank:
+        problem(
+            "worker.actor.model.lora.load_in_4bit",
+            "QLoRA trains adapters on a 4-bit base: set worker.actor.model.lora.rank (e.g. 16), or remove it",
+        )
+    elif lora.load_in_4bit and lora.merge is False:
+        problem(
+            "worker.actor.model.lora.merge",
+            "false (adapters-only sync) is not supported with a 4-bit base yet: vLLM would hold the "
+            "full-precision base, not the trainer's 4-bit one; remove it (4-bit syncs merged weights)",
+        )
+    if (
+        lora.load_in_4bit
+        and spec.resources.infra == "local"
+        and importlib.util.find_spec("bitsandbytes") is None
+    ):
+        problem(
+            "worker.actor.model.lora.load_in_4bit",
+            "needs bitsandbytes, which is not installed here: pip install 'r1cloud[train]'",
+        )
+    if spec.worker.critic.model.lora.load_in_4bit:
+        problem(
+            "worker.critic.model.lora.load_in_4bit",
+            "a 4-bit critic is not supported yet; train the critic with LoRA alone (lora.rank), or remove it",
         )
     if spec.worker.critic.model.lora.merge is not None:
         problem(

@@ -92,7 +92,7 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
             setattr(d, key, _resolve_local_or_hub(at, value, bases(at), problem, "data"))
     for key in ("train_files", "val_files"):
         for value in getattr(d, key) if isinstance(getattr(d, key), list) else [getattr(d, key)]:
-            if value and str(value).endswith(".jsonl") and Path(value).is_file():
+            if value and Path(value).is_file() and Path(value).suffix.lower() in ROW_FILES:
                 message = _image_rows(Path(value), d)
                 if message:
                     problem(f"data.{key}", message)
@@ -114,31 +114,70 @@ def placeholder_mismatch(where: str, row: int, wanted: int, images: int, d) -> s
     )
 
 
-def _image_rows(path: Path, d, limit: int = 20000) -> str | None:
-    """The first row (of a local JSON-lines file's first `limit`) whose `<image>` placeholders and
-    images differ, or that holds videos: what the trainer would refuse at data load, said now."""
+def mixed_rows(where: str, bare: int, with_images: int) -> str:
+    """The one line for a data set that mixes text-only rows with image rows (validate, data load)."""
+    return (
+        f"{where} mixes {bare} text-only rows with {with_images} rows with images, which is not "
+        "supported yet (FSDP's workers would wait on each other's vision tower): give every row an "
+        "image, or train the text rows as their own data set"
+    )
+
+
+ROW_FILES = (".jsonl", ".json", ".parquet")  # local files whose rows validate reads
+
+
+def _rows(path: Path, columns: list[str], limit: int):
+    """The first `limit` rows of a local JSON-lines, JSON-array or parquet file (parquet: only
+    `columns`), as dicts; a row that is not one ends the check (the data loader names it)."""
     import json
 
+    if path.suffix.lower() == ".parquet":
+        import pyarrow.parquet as pq
+
+        f = pq.ParquetFile(path)
+        have = [c for c in columns if c in f.schema_arrow.names]
+        seen = 0
+        for batch in f.iter_batches(batch_size=1024, columns=have):
+            yield from batch.to_pylist()[: limit - seen]
+            seen += batch.num_rows
+            if seen >= limit:
+                return
+        return
     with open(path, encoding="utf-8") as f:
+        if f.read(1) == "[":  # a JSON array: the data loader reads it whole too
+            f.seek(0)
+            yield from json.load(f)[:limit]
+            return
+        f.seek(0)
         for i, line in enumerate(f):
             if i >= limit:
-                break
-            try:
-                row = json.loads(line)
-            except ValueError:
-                return None  # not this check's business: the data loader names a broken row
+                return
+            yield json.loads(line)
+
+
+def _image_rows(path: Path, d, limit: int = 20000) -> str | None:
+    """The first row (of a local data file's first `limit`) whose `<image>` placeholders and images
+    differ, that holds videos, or text-only rows among image rows: what the trainer would refuse
+    at data load, said now."""
+    bare = with_images = 0
+    try:
+        for i, row in enumerate(_rows(path, [d.prompt_key, d.image_key, d.video_key], limit)):
             if not isinstance(row, dict):
                 return None
             if row.get(d.video_key):
                 return f"{path.name}: row {i} holds videos ({d.video_key!r}), which are not supported yet; give their frames as images"
-            if d.image_key not in row:
+            if d.image_key not in row:  # no image column: a text prompt, as EasyR1 decides
+                bare += 1
                 continue
             images = row[d.image_key] or []
             images = images if isinstance(images, list) else [images]
             wanted = str(row.get(d.prompt_key, "")).count("<image>")
             if wanted != len(images):
                 return placeholder_mismatch(path.name, i, wanted, len(images), d)
-    return None
+            bare, with_images = bare + (not images), with_images + bool(images)
+    except (ValueError, OSError, ImportError):
+        return None  # not this check's business: the data loader names a broken file or row
+    return mixed_rows(path.name, bare, with_images) if bare and with_images else None
 
 
 def _unique(paths: list[Path]) -> list[Path]:

@@ -117,6 +117,9 @@ class LoraConfig(Model):
     # verl's `lora.merge`: true syncs merged weights into vLLM, false the adapters only (a
     # LoRA-enabled engine); null: adapters on GPUs, merged weights on CPU (README: LoRA)
     merge: bool | None = None
+    # QLoRA (TRL's and OpenRLHF's `load_in_4bit`): the frozen base loaded in 4-bit NF4 through
+    # bitsandbytes; the adapters train in full precision
+    load_in_4bit: bool = False
 
     @field_validator("target_modules", "exclude_modules")
     @classmethod

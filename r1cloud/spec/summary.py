@@ -117,12 +117,21 @@ def extras(spec: Spec) -> list[tuple[str, str]]:
     lora = w.actor.model.lora
     if lora.rank:
         where = lora.target_modules + (f" except {lora.exclude_modules}" if lora.exclude_modules else "")
+        from ..trainer.lora import plan
+
         tower = ", vision tower frozen" if w.actor.model.freeze_vision_tower else ""
+        tower += ", base in 4-bit NF4 (QLoRA)" if lora.load_in_4bit else ""
+        counted = plan(w.actor.model)  # from the model's config, where it is on this machine
         rows.append(
             (
                 "trains",
                 f"LoRA adapters, rank {lora.rank}, alpha {lora.alpha}, on {where}{tower}; the base is frozen "
-                "(and is the KL reference: no second copy); the trainable share is printed at start",
+                "(and is the KL reference: no second copy); "
+                + (
+                    counted.replace("LoRA rank", "rank", 1)
+                    if counted
+                    else "the trainable share is printed at start"
+                ),
             )
         )
     if w.actor.rollout_is:

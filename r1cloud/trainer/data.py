@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..spec.files import placeholder_mismatch
+from ..spec.files import mixed_rows, placeholder_mismatch
 from . import vision
 
 EXTENSION_BUILDERS = {
@@ -244,11 +244,7 @@ class PromptSet:
             )
         bare = counts.count(0)
         if 0 < bare < len(counts):
-            raise ValueError(
-                f"the {name} data mixes {bare} text-only rows with {len(counts) - bare} rows with images, "
-                "which is not supported yet (FSDP's workers would wait on each other's vision tower): "
-                "give every row an image, or train the text rows as their own data set"
-            )
+            raise ValueError(mixed_rows(f"the {name} data", bare, len(counts) - bare))
 
     def render(self, content: str, with_images: bool = False) -> str:
         """The prompt as the model sees it: the format prompt over `content`, in the chat template."""

@@ -61,12 +61,101 @@ def add(
     return model
 
 
+def adapt(model: torch.nn.Module, m, tower: torch.nn.Module | None, heads: list[str] = (), seed: int = 0):
+    """The adapters a run trains for `m` (a spec's worker model block): none in a frozen vision
+    `tower`; `heads` (a critic's new value head) kept out and trained in full; A drawn from `seed`,
+    so every worker starts the same."""
+    import torch
+
+    frozen = [n for n, x in model.named_modules() if x is tower and m.freeze_vision_tower]
+    torch.manual_seed(seed)
+    return add(model, m.lora, frozen + list(heads), also_train=tuple(heads))
+
+
+def share(model: torch.nn.Module, rank: int) -> str:
+    """What is trained: rank, trainable parameters and their share (full sizes: a DTensor's numel
+    is; a 4-bit weight counts its unpacked size)."""
+    import math
+
+    def size(p) -> int:
+        state = getattr(p, "quant_state", None)
+        return math.prod(state.shape) if state is not None else p.numel()
+
+    params = list(model.parameters())
+    trained, total = sum(size(p) for p in params if p.requires_grad), sum(size(p) for p in params)
+    four = ", base in 4-bit NF4" if any(getattr(p, "quant_state", None) is not None for p in params) else ""
+    return (
+        f"LoRA rank {rank}: {trained:,} of {total:,} parameters trained ({100 * trained / total:.2f}%){four}"
+    )
+
+
+def nf4(compute_dtype: torch.dtype):
+    """QLoRA's quantisation (`lora.load_in_4bit`): the frozen base in 4-bit NormalFloat with its
+    scales quantised too, computed in `compute_dtype`, as the QLoRA paper and TRL/OpenRLHF do."""
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=compute_dtype,
+    )
+
+
+def four_bit_params(model: torch.nn.Module) -> set:
+    """The 4-bit weights, which FSDP2 leaves out (`ignored_params`): each worker holds them whole,
+    a quarter of bf16's bytes, as DDP-style QLoRA does; FSDP cannot shard bitsandbytes' packed
+    weights with their quantisation state. Also turns off bitsandbytes' CPU inference repacking,
+    which an eval-mode forward applies for good and which has no backward."""
+    found = set()
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if getattr(weight, "quant_state", None) is not None:
+            module.support_avx512bf16_for_cpu = False
+            found.update(module.parameters(recurse=False))
+    return found
+
+
+def dense(p: torch.Tensor) -> torch.Tensor:
+    """A weight in full precision: a 4-bit one dequantised (what the trainer computes with, so
+    the rollout engine samples from the same policy), any other as it is."""
+    state = getattr(p, "quant_state", None)
+    if state is None:
+        return p.detach()
+    from bitsandbytes.functional import dequantize_4bit
+
+    return dequantize_4bit(p.data, state)
+
+
+def plan(m) -> str | None:
+    """`validate`'s line of what LoRA trains, from the model's config alone: the model built on the
+    meta device (no weights read, no memory), adapted as the trainer adapts it. None when the config
+    is not on this machine (a Hub model not yet downloaded)."""
+    import torch
+    from transformers import AutoConfig
+
+    from .model import auto_class, vision_tower
+
+    try:
+        config = AutoConfig.from_pretrained(
+            m.model_path, trust_remote_code=m.trust_remote_code, local_files_only=True
+        )
+        with torch.device("meta"):
+            model = auto_class(config).from_config(config, trust_remote_code=m.trust_remote_code)
+        return share(adapt(model, m, vision_tower(model)), m.lora.rank)
+    except Exception:  # no config here, or one transformers cannot build: the run's first line says
+        return None
+
+
 VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM 0.32's choices of max_lora_rank
 
 
 def sync_adapters(lora, cuda: bool) -> bool:
     """Whether vLLM gets the adapters only (a LoRA-enabled engine) or the merged weights:
-    `lora.merge` when the blueprint says; otherwise adapters on GPUs, merged weights on CPU."""
+    `lora.merge` when the blueprint says; otherwise adapters on GPUs, merged weights on CPU. A 4-bit
+    base always syncs merged (dequantised): vLLM's own base would be the full-precision one."""
+    if lora.load_in_4bit:
+        return False
     return not lora.merge if lora.merge is not None else cuda
 
 
@@ -101,8 +190,7 @@ def disabled(model: torch.nn.Module):
 
 
 def describe(model: torch.nn.Module, base: str) -> dict:
-    """The adapter's `adapter_config.json` (as peft writes it, naming `base`) and a line saying what
-    is trained: rank, trainable parameters and their share (full sizes; a DTensor's numel is)."""
+    """The adapter's `adapter_config.json` (as peft writes it, naming `base`) and its `share` line."""
     import copy
     import json
     import tempfile
@@ -113,10 +201,7 @@ def describe(model: torch.nn.Module, base: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         config.save_pretrained(tmp)
         saved = json.loads((Path(tmp) / "adapter_config.json").read_text())
-    params = list(model.parameters())
-    trained, total = sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
-    line = f"LoRA rank {config.r}: {trained:,} of {total:,} parameters trained ({100 * trained / total:.2f}%)"
-    return {"config": saved, "line": line}
+    return {"config": saved, "line": share(model, config.r)}
 
 
 def peft_name(name: str) -> str:

@@ -117,21 +117,25 @@ class HybridWorker:
             **extra,
             **m.override_config,
         )
+        four_bit = train and m.lora.rank and m.lora.load_in_4bit  # QLoRA: quantised as it loads
+        if four_bit:
+            kwargs.update(
+                quantization_config=lora.nf4(DTYPES[fsdp_cfg.mp_param_dtype]), device_map={"": self.device}
+            )
         try:  # packed segments (attention.py) where the model's attention is pluggable
             model = load.from_pretrained(m.model_path, attn_implementation=attention_for(config), **kwargs)
         except (ValueError, NotImplementedError):
             model = load.from_pretrained(m.model_path, **kwargs)
         if getattr(model.config, "attn_logit_softcapping", None):  # sdpa has no soft cap
             model.set_attn_implementation("sdpa")
-        model = model.to(self.device)
+        if not four_bit:  # a quantised model is placed as it loads, and cannot be moved
+            model = model.to(self.device)
         tower = vision_tower(model)
         if train and m.freeze_vision_tower and tower is not None:
             tower.requires_grad_(False)
         if train and m.lora.rank:  # adapters (a frozen tower gets none), everything else frozen
-            frozen = [n for n, x in model.named_modules() if x is tower and m.freeze_vision_tower]
             heads = [n for n, _ in model.named_children() if n in VALUE_HEADS] if value_head else []
-            torch.manual_seed(self.spec.data.seed)  # the same A matrices on every worker
-            lora.add(model, m.lora, frozen + heads, also_train=tuple(heads))  # a new head trains in full
+            lora.adapt(model, m, tower, heads, seed=self.spec.data.seed)  # a new head trains in full
         if not self.cuda and DTYPES[fsdp_cfg.mp_param_dtype] == torch.float32:
             onednn.use_in(model)  # fp32 linear layers at twice MKL's speed on AMD CPUs
         if train and m.enable_gradient_checkpointing:
@@ -146,9 +150,12 @@ class HybridWorker:
         reshard = fsdp_cfg.enable_full_shard and self.cuda
         # each decoder layer and vision block its own group (the model's _no_split_modules), then the
         # vision tower's remaining weights, then the rest
+        shard = dict(mesh=self.mesh, mp_policy=mp, reshard_after_forward=reshard)
+        if four_bit:  # whole on every worker; FSDP shards the adapters and the rest
+            shard["ignored_params"] = lora.four_bit_params(model)
         for module in shard_units(model) + ([tower] if tower is not None else []):
-            fully_shard(module, mesh=self.mesh, mp_policy=mp, reshard_after_forward=reshard)
-        fully_shard(model, mesh=self.mesh, mp_policy=mp, reshard_after_forward=reshard)
+            fully_shard(module, **shard)
+        fully_shard(model, **shard)
         if not train:
             model.eval().requires_grad_(False)
         return model
@@ -215,7 +222,7 @@ class HybridWorker:
 
         fsdp = self.spec.worker.actor.fsdp
         compute, engine = DTYPES[fsdp.mp_param_dtype], DTYPES[self.spec.worker.rollout.dtype]
-        if compute not in (torch.float32, engine):
+        if compute not in (torch.float32, engine) and not self.spec.worker.actor.model.lora.load_in_4bit:
             for name, tensor in self.actor.state_dict().items():
                 full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
                 yield name, full.detach()
@@ -233,8 +240,8 @@ class HybridWorker:
                     continue
                 module.unshard()
                 try:
-                    for name in names[prefix]:
-                        yield name, self.actor.get_parameter(name).detach()
+                    for name in names[prefix]:  # a 4-bit base weight dequantised (QLoRA)
+                        yield name, lora.dense(self.actor.get_parameter(name))
                 finally:
                     if self.cuda:  # on CPU they stay: the next forward pass needs these same values
                         module.reshard()

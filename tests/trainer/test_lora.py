@@ -41,14 +41,34 @@ def worst(a, b) -> float:
     return max(max(abs(x - y) for x, y in zip(p, q, strict=True)) for p, q in zip(a, b, strict=True))
 
 
-def test_lora_starts_at_the_base_its_reference_is_the_base_and_only_adapters_learn(make_run, tiny_model):
-    run = make_run(*LORA, "worker.actor.optim.lr=0.05")
+def base_model(path, four_bit: bool = False):
+    """The base a LoRA run starts from: as it is, or quantised to 4-bit NF4 as QLoRA loads it."""
+    if not four_bit:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float32, quantization_config=lora.nf4(torch.float32), device_map={"": "cpu"}
+    )
+    assert lora.four_bit_params(model)
+    return model
+
+
+@pytest.mark.parametrize("four_bit", [False, True], ids=["lora", "qlora"])
+def test_lora_starts_at_the_base_its_reference_is_the_base_and_only_adapters_learn(
+    make_run, tiny_model, four_bit
+):
+    """QLoRA: the same, on a base each worker quantised to 4-bit NF4 as it loaded it (FSDP leaves
+    the 4-bit weights whole on every worker and shards the adapters)."""
+    run = make_run(*LORA, "worker.actor.optim.lr=0.05", f"worker.actor.model.lora.load_in_4bit={four_bit}")
     trainer = Trainer(run)
     try:
         trainer.start_workers()
         assert "LoRA rank 4" in trainer.adapter["line"]
+        if four_bit:
+            assert trainer.adapter["line"].endswith("base in 4-bit NF4")
+        else:  # validate counts the same from the config alone (a meta-device model)
+            assert lora.plan(trainer.spec.worker.actor.model) == trainer.adapter["line"]
         assert trainer.adapter["config"]["base_model_name_or_path"] == str(tiny_model)
-        base = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
+        base = base_model(tiny_model, four_bit).eval()
         with torch.no_grad():
             want = [lp.tolist() for lp in packed_log_probs(base, SEQS, 1.0, "cpu")]
         per_rank = [[SEQS], [SEQS]]
@@ -68,12 +88,18 @@ def test_lora_starts_at_the_base_its_reference_is_the_base_and_only_adapters_lea
         assert trainer.call("__ray_call__", lambda w: len(w.optim.param_groups[0]["params"]))[0] == len(
             trainable
         )
+        if four_bit:  # the 4-bit weights are no worse than the full ones by much, and not the same
+            full = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
+            with torch.no_grad():
+                plain = [lp.tolist() for lp in packed_log_probs(full, SEQS, 1.0, "cpu")]
+            assert 1e-4 < worst(plain, want) < 0.5
     finally:
         trainer.shutdown()
 
 
-def test_lora_gradients_across_two_workers_equal_one_process(make_run, tiny_model):
-    run = make_run(*LORA)
+@pytest.mark.parametrize("four_bit", [False, True], ids=["lora", "qlora"])
+def test_lora_gradients_across_two_workers_equal_one_process(make_run, tiny_model, four_bit):
+    run = make_run(*LORA, f"worker.actor.model.lora.load_in_4bit={four_bit}")
     spec = load_resolved(run / "spec.yaml")
     seqs = [(p, answer) for p, r in SEQS for answer in (r, [t + 40 for t in reversed(r)])]
     samples = samples_for(seqs)
@@ -85,7 +111,8 @@ def test_lora_gradients_across_two_workers_equal_one_process(make_run, tiny_mode
         lora.add(model, a.model.lora)
 
     kl = (spec.algorithm.kl_coef, spec.algorithm.kl_penalty)
-    want = single_process_grads(tiny_model, samples, clip, "token", *kl, adapt=adapt)
+    load = lambda: base_model(tiny_model, four_bit)  # noqa: E731
+    want = single_process_grads(load, samples, clip, "token", *kl, adapt=adapt)
     assert want and all(".lora_" in n for n in want)  # B = 0: only B has a gradient at the start
     mask = pad([torch.ones(len(s["seq"][1])) for s in samples])[1]
 
@@ -104,13 +131,17 @@ def test_lora_gradients_across_two_workers_equal_one_process(make_run, tiny_mode
         trainer.shutdown()
 
 
-@pytest.mark.parametrize("merge", ["true", "false"])
+@pytest.mark.parametrize("merge", ["true", "false", "4bit"])
 def test_vllm_log_probs_after_a_lora_sync_equal_the_trainer(make_run, merge):
-    """Merged weights, or the adapters alone into a LoRA-enabled engine."""
+    """Merged weights, or the adapters alone into a LoRA-enabled engine; QLoRA's 4-bit base goes
+    dequantised with the adapters folded in."""
     pytest.importorskip("vllm")
-    run = make_run(
-        *LORA, "worker.actor.optim.lr=0.05", f"worker.actor.model.lora.merge={merge}", engine="vllm"
+    how = (
+        ["worker.actor.model.lora.load_in_4bit=true"]
+        if merge == "4bit"
+        else [f"worker.actor.model.lora.merge={merge}"]
     )
+    run = make_run(*LORA, "worker.actor.optim.lr=0.05", *how, engine="vllm")
     trainer = Trainer(run)
     try:
         assert trainer.start_workers() == "vllm"

@@ -150,8 +150,12 @@ def test_segment_attention_keeps_a_sliding_window(tiny_model):
 
 
 def single_process_grads(model_path, samples, clip, mode, kl_coef, kl_kind, adapt=None):
-    """The loss's gradients in one process; `adapt(model)` first changes the model (LoRA)."""
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    """The loss's gradients in one process; `model_path` may be a function that loads the model;
+    `adapt(model)` first changes the model (LoRA)."""
+    if callable(model_path):
+        model = model_path()
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     if adapt is not None:
         adapt(model)
     logps = packed_log_probs(model, [s["seq"] for s in samples], 1.0)

@@ -346,8 +346,23 @@ def test_validate_refuses_crossed_pixel_bounds(cli, blueprint):
     assert "data.min_pixels" in r.stdout + r.stderr and "lower min_pixels" in r.stdout + r.stderr
 
 
-def test_validate_reads_local_image_rows(cli, blueprint, shapes, tmp_path):
-    """`validate` finds a placeholder/image mismatch in a local JSON-lines file, as data load would."""
+def write_rows(path, rows: list[dict]) -> None:
+    """Rows as a local data file of `path`'s kind: JSON lines, a JSON array or parquet."""
+    if path.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    elif path.suffix == ".json":
+        path.write_text(json.dumps(rows))
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.mark.parametrize("kind", [".jsonl", ".json", ".parquet"])
+def test_validate_reads_local_image_rows(cli, blueprint, shapes, tmp_path, kind):
+    """`validate` finds what data load would refuse in a local file of each kind: a row whose
+    placeholders and images differ, and text-only rows among image rows."""
     rows = [json.loads(line) for line in (shapes / "train.jsonl").read_text().splitlines()]
     good = blueprint()
     local = [
@@ -356,11 +371,16 @@ def test_validate_reads_local_image_rows(cli, blueprint, shapes, tmp_path):
         "data.prompt_key=problem",
     ]
     assert cli("validate", good, *local).exit_code == 0
-    rows[5]["images"] = rows[5]["images"] * 2
-    (tmp_path / "bad.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    r = cli("validate", good, *local, f"data.train_files={tmp_path / 'bad.jsonl'}")
+    bad = tmp_path / f"bad{kind}"
+    write_rows(bad, [*rows[:5], {**rows[5], "images": rows[5]["images"] * 2}, *rows[6:]])
+    r = cli("validate", good, *local, f"data.train_files={bad}")
+    assert r.exit_code == 2
+    said = r.stdout + r.stderr
+    assert f"bad{kind}: row 5 has 1 <image> placeholder(s)" in said and "2 image(s)" in said
+    write_rows(bad, [*rows[:3], {"problem": "How many sides has a square?", "images": [], "answer": "4"}])
+    r = cli("validate", good, *local, f"data.val_files={bad}")
     assert r.exit_code == 2
     assert (
-        "bad.jsonl: row 5 has 1 <image> placeholder(s)" in r.stdout + r.stderr
-        and "2 image(s)" in r.stdout + r.stderr
+        "data.val_files" in r.stdout + r.stderr
+        and f"bad{kind} mixes 1 text-only rows with 3" in r.stdout + r.stderr
     )
