@@ -422,20 +422,16 @@ class HybridWorker:
 
     def save(self, path: str, role: str = "actor") -> None:
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
         model, optim = self._role(role)
-        state = {
-            "model": get_model_state_dict(model, options=_state_options(model)),
-            "optim": get_optimizer_state_dict(model, optim),
-        }
+        state = {"model": _model_state(model), "optim": get_optimizer_state_dict(model, optim)}
         dcp.save(state, **dcp_storage(path, write=True))
         dist.barrier()
 
     def load(self, path: str, scheduler_state: dict | None, role: str = "actor") -> None:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import (
-            get_model_state_dict,
             get_optimizer_state_dict,
             set_model_state_dict,
             set_optimizer_state_dict,
@@ -446,13 +442,9 @@ class HybridWorker:
         for module in model.modules():  # no gathered copy (full_weights) may outlive the new weights
             if isinstance(module, FSDPModule):
                 module.reshard()
-        options = _state_options(model)
-        state = {
-            "model": get_model_state_dict(model, options=options),
-            "optim": get_optimizer_state_dict(model, optim),
-        }
+        state = {"model": _model_state(model), "optim": get_optimizer_state_dict(model, optim)}
         dcp.load(state, **dcp_storage(path, write=False))
-        set_model_state_dict(model, state["model"], options=options)
+        set_model_state_dict(model, state["model"], options=_state_options(model))
         set_optimizer_state_dict(model, optim, state["optim"])
         if scheduler_state is not None and role in self.schedulers:
             self.schedulers[role].load_state_dict(scheduler_state)
@@ -463,6 +455,19 @@ class HybridWorker:
     def shutdown(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _model_state(model) -> dict:
+    """The weights a checkpoint holds: all of them, or with LoRA what trains (the adapters, a
+    critic's new head), without the 4-bit base's quantisation state bitsandbytes adds as extra
+    entries, which are no parameters and so pass `ignore_frozen_params`."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    state = get_model_state_dict(model, options=_state_options(model))
+    if not lora.has_adapters(model):
+        return state
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    return {k: v for k, v in state.items() if k in trained}
 
 
 def _state_options(model):

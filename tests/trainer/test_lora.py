@@ -11,6 +11,7 @@ import torch
 from openai import OpenAI
 from test_numerics import SEQS, single_process_grads
 from test_serve import free_port
+from torch.distributed.checkpoint import FileSystemReader
 from transformers import AutoModelForCausalLM
 
 from r1cloud.spec import load_resolved
@@ -54,7 +55,7 @@ def base_model(path, four_bit: bool = False):
 
 @pytest.mark.parametrize("four_bit", [False, True], ids=["lora", "qlora"])
 def test_lora_starts_at_the_base_its_reference_is_the_base_and_only_adapters_learn(
-    make_run, tiny_model, four_bit
+    make_run, tiny_model, tmp_path, four_bit
 ):
     """QLoRA: the same, on a base each worker quantised to 4-bit NF4 as it loaded it (FSDP leaves
     the 4-bit weights whole on every worker and shards the adapters)."""
@@ -88,6 +89,13 @@ def test_lora_starts_at_the_base_its_reference_is_the_base_and_only_adapters_lea
         assert trainer.call("__ray_call__", lambda w: len(w.optim.param_groups[0]["params"]))[0] == len(
             trainable
         )
+        # a checkpoint holds the adapters alone (no 4-bit quantisation state), and loads back
+        trainer.call("save", str(tmp_path / "ckpt"))
+        saved = FileSystemReader(tmp_path / "ckpt").read_metadata().state_dict_metadata
+        assert {k.removeprefix("model.") for k in saved if k.startswith("model.")} == set(trainable)
+        trainer.call("update", per_rank=plan)
+        trainer.call("load", str(tmp_path / "ckpt"), None)
+        assert worst(trainer.call("log_probs", per_rank=per_rank)[0][0], after) <= 1e-6
         if four_bit:  # the 4-bit weights are no worse than the full ones by much, and not the same
             full = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
             with torch.no_grad():
