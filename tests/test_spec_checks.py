@@ -221,6 +221,16 @@ CHECKS = [
         ["worker.critic.model.lora.load_in_4bit", "not supported yet"],
         id="qlora-critic",
     ),
+    pytest.param(
+        ["worker.actor.model.freeze_language_model=true", "worker.actor.model.freeze_vision_tower=true"],
+        ["worker.actor.model.freeze_language_model", "keep one of them"],
+        id="freeze-both",
+    ),
+    pytest.param(
+        ["worker.actor.model.freeze_language_model=true", "worker.actor.model.lora.rank=8"],
+        ["worker.actor.model.freeze_language_model", "not supported with LoRA"],
+        id="freeze-language-model-with-lora",
+    ),
 ]
 
 

@@ -247,6 +247,22 @@ def check_images(spec: Spec, problem: Report) -> None:
         )
 
 
+def check_freezing(spec: Spec, problem: Report) -> None:
+    m = spec.worker.actor.model
+    if m.freeze_language_model and m.freeze_vision_tower:
+        problem(
+            "worker.actor.model.freeze_language_model",
+            "and freeze_vision_tower together leave at most the connector to train; keep one of them",
+            "worker.actor.model.freeze_vision_tower",
+        )
+    if m.freeze_language_model and m.lora.rank:
+        problem(
+            "worker.actor.model.freeze_language_model",
+            "is not supported with LoRA (which freezes the whole base already); choose the adapted "
+            "modules with lora.target_modules instead, or remove it",
+        )
+
+
 def check_lora(spec: Spec, problem: Report) -> None:
     lora = spec.worker.actor.model.lora
     if lora.rank > 512 and lora.merge is not True and not lora.load_in_4bit:  # vLLM 0.32's largest
@@ -299,6 +315,7 @@ def check_lora(spec: Spec, problem: Report) -> None:
 CHECKS = [
     check_required,
     check_lora,
+    check_freezing,
     check_batches,
     check_algorithm,
     check_rollout,

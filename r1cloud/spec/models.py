@@ -134,6 +134,9 @@ class ModelConfig(Model):
     enable_gradient_checkpointing: bool = True
     trust_remote_code: bool = True
     freeze_vision_tower: bool = False
+    # r1cloud (LLaVA's stage 1, Qwen-VL fine-tuning's freeze_llm): a VLM's language model frozen,
+    # only the vision tower and connector train
+    freeze_language_model: bool = False
     lora: LoraConfig = Field(default_factory=LoraConfig)
 
 

@@ -115,6 +115,8 @@ def extras(spec: Spec) -> list[tuple[str, str]]:
             )
         )
     lora = w.actor.model.lora
+    if w.actor.model.freeze_language_model:
+        rows.append(("trains", "the vision tower and connector; the language model is frozen"))
     if lora.rank:
         where = lora.target_modules + (f" except {lora.exclude_modules}" if lora.exclude_modules else "")
         from ..trainer.lora import plan

@@ -58,6 +58,10 @@ class Trainer:
                 "worker.rollout.enable_chunked_prefill: vLLM's CPU build crashes on a chunked prompt of a "
                 "seeded request, so on CPU r1cloud schedules whole prompts; set it to false here"
             )
+        if s.worker.actor.model.freeze_language_model and getattr(self.train_set, "vision", 0) is None:
+            raise ValueError(
+                "worker.actor.model.freeze_language_model: a text model has nothing else to train"
+            )
         limit = s.worker.rollout.limit_images
         for name, ps in (("train", self.train_set), ("val", self.val_set)):
             if ps is not None and ps.dropped:

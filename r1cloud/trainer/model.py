@@ -168,6 +168,11 @@ def vision_tower(model):
     return None
 
 
+def language_model(model) -> list[torch.nn.Module]:
+    """A VLM's language model: its decoder (with the word embeddings) and its output layer."""
+    return [model.get_decoder(), model.get_output_embeddings()]
+
+
 def shard_units(model) -> list[torch.nn.Module]:
     """The modules FSDP shards one by one: every instance of the model's `_no_split_modules`
     (decoder layers, vision blocks), outermost first."""

@@ -23,6 +23,7 @@ from .model import (
     Seq,
     attention_for,
     auto_class,
+    language_model,
     packed_log_probs,
     packed_values,
     pad,
@@ -133,6 +134,9 @@ class HybridWorker:
         tower = vision_tower(model)
         if train and m.freeze_vision_tower and tower is not None:
             tower.requires_grad_(False)
+        if train and m.freeze_language_model:  # a VLM (the driver refuses it for a text model)
+            for part in language_model(model):
+                part.requires_grad_(False)
         if train and m.lora.rank:  # adapters (a frozen tower gets none), everything else frozen
             heads = [n for n, _ in model.named_children() if n in VALUE_HEADS] if value_head else []
             lora.adapt(model, m, tower, heads, seed=self.spec.data.seed)  # a new head trains in full

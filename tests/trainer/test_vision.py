@@ -165,16 +165,25 @@ def test_fsdp_gradients_with_images_across_two_workers_equal_one_process(make_vl
         trainer.shutdown()
 
 
-@pytest.mark.parametrize("arch", ["qwen2_vl", "idefics3"])
-def test_vllm_image_log_probs_equal_trainer_and_frozen_tower_stays(make_vl_run, tmp_path, arch):
+FROZEN = {  # what each freezing key keeps still, by parameter name
+    "freeze_vision_tower": ("model.visual.", "model.vision_model."),
+    "freeze_language_model": ("model.text_model.", "model.language_model.", "lm_head."),
+}
+
+
+@pytest.mark.parametrize(
+    "arch,freeze", [("qwen2_vl", "freeze_vision_tower"), ("idefics3", "freeze_language_model")]
+)
+def test_vllm_image_log_probs_equal_trainer_and_frozen_part_stays(make_vl_run, tmp_path, arch, freeze):
     """vLLM (one placeholder per image, multi_modal_data) samples with the trainer's log-probs
     (≤ 1e-4, fp32) before and after an update and a weight sync; with freeze_vision_tower the
-    vision weights are bit-identical after the update and the language weights are not."""
+    vision weights are bit-identical after the update and the language weights are not, and
+    with freeze_language_model the other way round."""
     pytest.importorskip("vllm")
     model = make_tiny_vlm(tmp_path / arch, arch)
     run = make_vl_run(
         "worker.actor.optim.lr=0.05",
-        "worker.actor.model.freeze_vision_tower=true",
+        f"worker.actor.model.{freeze}=true",
         f"worker.actor.model.model_path={model}",
         engine="vllm",
     )
@@ -214,9 +223,9 @@ def test_vllm_image_log_probs_equal_trainer_and_frozen_tower_stays(make_vl_run, 
         ]
         trainer.call("update", per_rank=[[{"total": 8.0, "micro": [samples]}]] * 2)
         end = trainer.call("__ray_call__", weights)[0]
-        tower = [n for n in start if n.startswith(("model.visual.", "model.vision_model."))]
-        assert tower and all(torch.equal(start[n], end[n]) for n in tower)
-        assert max((start[n] - end[n]).abs().max().item() for n in start if n not in tower) > 1e-3
+        frozen = [n for n in start if n.startswith(FROZEN[freeze])]
+        assert frozen and all(torch.equal(start[n], end[n]) for n in frozen)
+        assert max((start[n] - end[n]).abs().max().item() for n in start if n not in frozen) > 1e-3
         trainer.call("sync_weights")
         after, _ = compare()
         assert after <= 1e-4, after
