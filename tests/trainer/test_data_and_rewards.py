@@ -520,3 +520,11 @@ def test_chunked_prefill_on_cpu_is_refused_not_dropped(make_run):
 
     with pytest.raises(ValueError, match="enable_chunked_prefill: vLLM's CPU build"):
         Trainer(make_run("worker.rollout.enable_chunked_prefill=true", engine="vllm"))
+
+
+def test_freezing_the_language_model_of_a_text_model_is_refused(make_run):
+    """freeze_language_model is for VLMs: on a text model nothing would train, which is said."""
+    from r1cloud.trainer.driver import Trainer
+
+    with pytest.raises(ValueError, match="freeze_language_model: a text model has nothing else"):
+        Trainer(make_run("worker.actor.model.freeze_language_model=true"))
