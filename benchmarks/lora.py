@@ -20,15 +20,11 @@ Usage: python benchmarks/lora.py [--steps 16] [--variants full,r8-merged,r8-adap
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -56,59 +52,11 @@ def variant_overrides(name: str) -> list[str]:
     ]
 
 
-class WorkerRSS:
-    """Peak RSS of the largest Ray worker process and of the whole process tree (0.2 s samples)."""
-
-    def __init__(self, pid: int):
-        import psutil
-
-        self.root, self.worker, self.tree, self._stop = psutil.Process(pid), 0, 0, threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        import psutil
-
-        while not self._stop.is_set():
-            with contextlib.suppress(psutil.Error):
-                total = 0
-                for p in [self.root, *self.root.children(recursive=True)]:
-                    with contextlib.suppress(psutil.Error):
-                        rss = p.memory_info().rss
-                        total += rss
-                        if "HybridWorker" in " ".join(p.cmdline()):
-                            self.worker = max(self.worker, rss)
-                self.tree = max(self.tree, total)
-            time.sleep(0.2)
-
-    def stop(self) -> tuple[int, int]:
-        self._stop.set()
-        self._thread.join()
-        return self.worker, self.tree
-
-
 def run(name: str, model: Path, steps: int, work: Path) -> dict:
-    from trainer_vs_trl import blueprint
-
-    from r1cloud.spec import dump_spec, load_spec
+    from trainer_vs_trl import blueprint, launch
 
     folder = Path(tempfile.mkdtemp(prefix=f"lora-{name}-", dir=work))
-    bp = folder / "bp.yaml"
-    bp.write_text(blueprint(model, "vllm", steps))
-    (folder / "spec.yaml").write_text(dump_spec(load_spec(bp, variant_overrides(name)).spec))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "r1cloud.trainer", str(folder)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    rss = WorkerRSS(proc.pid)
-    out, _ = proc.communicate()
-    worker, tree = rss.stop()
-    if proc.returncode:
-        raise RuntimeError(f"{name} failed:\n{out[-3000:]}")
-    rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+    out, rows, rss = launch(folder, blueprint(model, "vllm", steps), variant_overrides(name))
     timed = rows[1:] or rows
     quarter = max(1, len(rows) // 4)
     line = next((x for x in out.splitlines() if "LoRA rank" in x), "")
@@ -119,8 +67,8 @@ def run(name: str, model: Path, steps: int, work: Path) -> dict:
             for k in timed[0]
             if k.startswith("timing_s/") and k != "timing_s/step"
         },
-        "worker_rss": worker,
-        "tree_rss": tree,
+        "worker_rss": rss.worker,
+        "tree_rss": rss.peak,
         "reward_first": statistics.mean(m["reward/overall"] for m in rows[:quarter]),
         "reward_last": statistics.mean(m["reward/overall"] for m in rows[-quarter:]),
         "trained": line.split("] ", 1)[-1],

@@ -109,12 +109,13 @@ def resolve_model(name: str, work: Path) -> Path:
 
 
 class PeakRSS:
-    """Peak resident memory of a process and all its descendants, sampled every 0.2 s."""
+    """Peak resident memory of a process and all its descendants (`peak`), and of the largest
+    trainer worker among them (`worker`, Ray's HybridWorker), sampled every 0.2 s."""
 
     def __init__(self, pid: int):
         import psutil
 
-        self.root, self.peak, self._stop = psutil.Process(pid), 0, threading.Event()
+        self.root, self.peak, self.worker, self._stop = psutil.Process(pid), 0, 0, threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -122,15 +123,15 @@ class PeakRSS:
         import psutil
 
         while not self._stop.is_set():
-            try:
-                procs = [self.root, *self.root.children(recursive=True)]
+            with contextlib.suppress(psutil.Error):
                 total = 0
-                for p in procs:
+                for p in [self.root, *self.root.children(recursive=True)]:
                     with contextlib.suppress(psutil.Error):
-                        total += p.memory_info().rss
+                        rss = p.memory_info().rss
+                        total += rss
+                        if "HybridWorker" in " ".join(p.cmdline()):
+                            self.worker = max(self.worker, rss)
                 self.peak = max(self.peak, total)
-            except psutil.Error:
-                pass
             time.sleep(0.2)
 
     def stop(self) -> int:
@@ -208,13 +209,14 @@ trainer:
 """
 
 
-def run_r1cloud(model: Path, engine: str, steps: int, work: Path) -> dict:
+def launch(run: Path, text: str, overrides: list[str] = ()) -> tuple[str, list[dict], PeakRSS]:
+    """r1cloud's trainer in its own process on blueprint `text` (+ `overrides`) in the folder `run`:
+    its output, its metrics rows and its memory (stopped)."""
     from r1cloud.spec import dump_spec, load_spec
 
-    run = Path(tempfile.mkdtemp(prefix=f"r1-{engine}-", dir=work))
     bp = run / "bp.yaml"
-    bp.write_text(blueprint(model, engine, steps))
-    (run / "spec.yaml").write_text(dump_spec(load_spec(bp).spec))
+    bp.write_text(text)
+    (run / "spec.yaml").write_text(dump_spec(load_spec(bp, list(overrides)).spec))
     proc = subprocess.Popen(
         [sys.executable, "-m", "r1cloud.trainer", str(run)],
         stdout=subprocess.PIPE,
@@ -224,11 +226,16 @@ def run_r1cloud(model: Path, engine: str, steps: int, work: Path) -> dict:
     )
     rss = PeakRSS(proc.pid)
     out, _ = proc.communicate()
-    peak = rss.stop()
+    rss.stop()
     if proc.returncode:
-        raise RuntimeError(f"r1cloud ({engine}) failed:\n{out[-3000:]}")
+        raise RuntimeError(f"r1cloud ({run.name}) failed:\n{out[-3000:]}")
+    return out, [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()], rss
+
+
+def run_r1cloud(model: Path, engine: str, steps: int, work: Path) -> dict:
+    run = Path(tempfile.mkdtemp(prefix=f"r1-{engine}-", dir=work))
+    _, rows, rss = launch(run, blueprint(model, engine, steps))
     n = SETTINGS["prompts_per_step"] * SETTINGS["group"]
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     steps_out = [
         {
             "gen_s": m["timing_s/gen"],
@@ -240,7 +247,7 @@ def run_r1cloud(model: Path, engine: str, steps: int, work: Path) -> dict:
         }
         for m in rows
     ]
-    return {**summarize(steps_out), "peak_rss": peak}
+    return {**summarize(steps_out), "peak_rss": rss.peak}
 
 
 # ---------------------------------------------------------------------------- TRL
