@@ -231,6 +231,11 @@ CHECKS = [
         ["worker.actor.model.freeze_language_model", "not supported with LoRA"],
         id="freeze-language-model-with-lora",
     ),
+    pytest.param(
+        ["worker.critic.model.freeze_language_model=true"],
+        ["worker.critic.model.freeze_language_model", "not supported for the critic"],
+        id="freeze-language-model-of-the-critic",
+    ),
 ]
 
 

@@ -255,6 +255,11 @@ def check_freezing(spec: Spec, problem: Report) -> None:
             "and freeze_vision_tower together leave at most the connector to train; keep one of them",
             "worker.actor.model.freeze_vision_tower",
         )
+    if spec.worker.critic.model.freeze_language_model:
+        problem(
+            "worker.critic.model.freeze_language_model",
+            "is not supported for the critic (its value head reads the language model); remove it",
+        )
     if m.freeze_language_model and m.lora.rank:
         problem(
             "worker.actor.model.freeze_language_model",
