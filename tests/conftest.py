@@ -65,5 +65,18 @@ def s3(monkeypatch):
         server.close()
 
 
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """A real MLflow tracking server on loopback with a sqlite store (one per session: it takes
+    tens of seconds to start)."""
+    from mlflow_server import MlflowServer
+
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow"))
+    try:
+        yield server
+    finally:
+        server.close()
+
+
 def pytest_configure(config):
     os.environ.setdefault("COLUMNS", "200")

@@ -81,8 +81,8 @@ def test_summary_names_what_will_run():
     assert r.returncode == 0, r.stderr
     for text in (
         "HuggingFaceTB/SmolLM2-135M-Instruct",
-        "4 prompts × 8 samples = 32 responses",
-        "20 (trainer.max_steps)",
+        "8 prompts × 8 samples = 64 responses",
+        "40 (trainer.max_steps)",
         "local",
         "is valid",
     ):

@@ -444,3 +444,30 @@ def test_deprecation_warning_for_legacy_keys(blueprint, cli):
     )
     assert any("worker.reward.reward_type: is deprecated" in w for w in warnings)
     assert '"lr_scheduler_type": "cosine"' in r.stdout
+
+
+@pytest.mark.parametrize(
+    "overrides,warned",
+    [
+        (["trainer.logger=['console','wandb']"], "wandb has no WANDB_API_KEY"),
+        (["trainer.logger=['console','wandb']", "envs.WANDB_MODE=offline"], None),
+        (["trainer.logger=['console','wandb']", "secrets=[WANDB_API_KEY]"], None),
+        (["trainer.logger=['swanlab']"], "swanlab has no SWANLAB_API_KEY"),
+        (["trainer.logger=['swanlab']", "envs.SWANLAB_MODE=local"], None),
+        (
+            ["trainer.logger=['mlflow']"],
+            "mlflow has no MLFLOW_TRACKING_URI: it logs to mlflow.db in the run folder",
+        ),
+        (["trainer.logger=['mlflow']", "envs.MLFLOW_TRACKING_URI=http://mlflow:5000"], None),
+    ],
+)
+def test_an_online_tracker_without_a_key_is_a_warning(
+    blueprint, cli, monkeypatch, tmp_path, overrides, warned
+):
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "SWANLAB_API_KEY", "SWANLAB_MODE", "MLFLOW_TRACKING_URI"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc from `wandb login`
+    r = cli("validate", blueprint(), *overrides, "--secret", "WANDB_API_KEY=x")
+    assert r.exit_code == 0, r.stderr
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("warning: trainer.logger")]
+    assert [warned in w for w in warnings] == ([True] if warned else [])

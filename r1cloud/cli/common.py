@@ -155,7 +155,37 @@ def report_end(job) -> int:
     (out if job.status != "FAILED" else err).print(
         f"{job.name} {job.status}{tail}", style=style, markup=False
     )
+    for line in next_steps(job):
+        (out if job.status != "FAILED" else err).print(f"  {line}", markup=False)
     return exit_code(job)
+
+
+def next_steps(job) -> list[str]:
+    """What to run after a training job ends, with its real names."""
+    if job.kind != "train":
+        return []
+    name = job.name
+    if job.status == "FAILED":
+        return [f"the whole log: r1cloud logs {name}", f"after a fix, resume: r1cloud train --resume {name}"]
+    if job.status != "SUCCEEDED":
+        return [f"resume: r1cloud train --resume {name}", f"the curves so far: r1cloud plot {name}"]
+    base = _base_model(job)
+    return [
+        f"the curves:   r1cloud plot {name}",
+        f"checkpoints:  r1cloud checkpoints {name}",
+        "before/after: r1cloud chat " + name + (f" --compare {base}" if base else " --compare BASE_MODEL"),
+        f"serve it:     r1cloud serve -c {name}",
+    ]
+
+
+def _base_model(job) -> str | None:
+    import yaml
+
+    try:
+        spec = yaml.safe_load((job.dir / "spec.yaml").read_text())
+        return spec["worker"]["actor"]["model"]["model_path"] or None
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
 
 
 def when(ts: float | None) -> str:

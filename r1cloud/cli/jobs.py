@@ -158,6 +158,7 @@ def status(
             f"step       {m['step']}/{total or '?'}  " + "  ".join(f"{k}={m[k]:.4g}" for k in keys if k in m),
             markup=False,
         )
+        out.print(f"trend      {_trend(run)}  (r1cloud plot {record.name})", markup=False)
     from ..checkpoints import job_checkpoint_root, list_checkpoints
 
     root = job_checkpoint_root(run)  # honours save_checkpoint_path (a cloud job's bucket)
@@ -177,6 +178,22 @@ def status(
         out.print("log tail:", style="bold")
         for line in lines:
             out.print("  " + line, markup=False)
+
+
+def _trend(run) -> str:
+    """The reward's shape over the run in one line, and the validation reward's first and last."""
+    from .. import plot as p
+
+    try:
+        rows = p.read_rows(str(run))
+    except (p.PlotError, OSError):
+        return "—"
+    _, reward = p.series(rows, "reward/overall")
+    text = f"reward {reward[0]:.3f} {p.sparkline(reward)} {reward[-1]:.3f}" if reward else "—"
+    _, val = p.series(rows, "val/reward_score")
+    if val:
+        text += f" · val {val[0]:.3f} → {val[-1]:.3f}"
+    return text
 
 
 @app.command()

@@ -58,7 +58,12 @@ def train(
         typer.Argument(help="key.path=value overrides, as for validate.", show_default=False),
     ] = None,
     name: Annotated[
-        str | None, typer.Option("--name", help="Job name (default: the blueprint's name).")
+        str | None,
+        typer.Option(
+            "--name",
+            help="Job name; taken names are an error. Default: the blueprint's name:, else "
+            "trainer.experiment_name, else the file's name, with -2, -3, … added when taken.",
+        ),
     ] = None,
     accels: Annotated[
         int | None,
@@ -133,7 +138,7 @@ def train(
     secrets = {n: provided.get(n) or os.environ[n] for n in spec.secrets}
     secrets.update(provided)
     if spec.resources.infra != "local":
-        _train_in_cloud(store, spec, secrets, source, managed, dry_run, detach)
+        _train_in_cloud(store, spec, secrets, source, managed, dry_run, detach, unique=name is None)
         return
     if dry_run:
         for label, value in summarize(spec):
@@ -151,7 +156,12 @@ def train(
 
     try:
         job, fresh, log_start = submit(
-            store, spec, secrets, resume=resume, blueprint="" if resuming_job else target
+            store,
+            spec,
+            secrets,
+            resume=resume,
+            blueprint="" if resuming_job else target,
+            unique=name is None,
         )
     except JobExists as e:
         fail(
@@ -163,6 +173,8 @@ def train(
     except JobRunning:
         fail(f"error: {spec.name} is already running", [f"follow it with: r1cloud logs -f {spec.name}"])
     verb = "started" if fresh else "resumed"
+    if job.name != spec.name:
+        err.print(f"a job named {spec.name} exists; this one is {job.name} (--name to choose)", markup=False)
     out.print(
         f"{verb} {job.name} · {spec.trainer.n_gpus_per_node} worker slot(s) · run folder {job.dir}",
         markup=False,
@@ -173,7 +185,9 @@ def train(
     raise typer.Exit(_follow_with_progress(store, job.name, log_start))
 
 
-def _train_in_cloud(store, spec, secrets: dict, blueprint: Path, managed: bool, dry_run: bool, detach: bool):
+def _train_in_cloud(
+    store, spec, secrets: dict, blueprint: Path, managed: bool, dry_run: bool, detach: bool, unique: bool
+):
     from ..jobs.cloud import CloudError
     from ..jobs.sky_task import TaskError
     from ..jobs.store import JobExists, home
@@ -193,7 +207,9 @@ def _train_in_cloud(store, spec, secrets: dict, blueprint: Path, managed: bool, 
         from ..jobs.remote import submit
 
         err.print(f"launching {spec.name} on {spec.resources.infra} as {kind}…", markup=False)
-        job = submit(store, spec, secrets, blueprint, managed)
+        job = submit(store, spec, secrets, blueprint, managed, unique)
+        if job.name != spec.name:
+            err.print(f"a job named {spec.name} exists; this one is {job.name}", markup=False)
     except (TaskError, CloudError) as e:
         fail(f"error: {e}", getattr(e, "hints", []))
     except JobExists:

@@ -16,12 +16,13 @@ class JobRunning(Exception):
 
 
 def submit(
-    store: JobStore, spec, secrets: dict[str, str], *, resume: bool, blueprint: str = ""
+    store: JobStore, spec, secrets: dict[str, str], *, resume: bool, blueprint: str = "", unique: bool = False
 ) -> tuple[Job, bool, int]:
     """Create the job (or, with `resume`, reuse a finished one), write its spec, launch it.
 
     Returns the job, whether it is new, and where its log stood before (a resumed job's log goes on).
-    Raises JobExists(name, status) for a taken name without `resume`, JobRunning if it runs."""
+    Raises JobExists(name, status) for a taken name without `resume` or `unique` (which takes the
+    first free of NAME-2, NAME-3, …), JobRunning if it runs."""
     from ..spec import dump_spec
 
     accel = str(spec.resources.accelerators or f"{spec.trainer.n_gpus_per_node} slots")
@@ -34,7 +35,8 @@ def submit(
     )
     fresh = True
     try:
-        store.create(job)
+        store.create_unique(job) if unique and not resume else store.create(job)
+        spec = spec.model_copy(update={"name": job.name})
     except JobExists:
         existing = store.get(spec.name)
         if not resume or existing.kind != "train":
@@ -48,7 +50,7 @@ def submit(
     (job.dir / "spec.yaml").write_text(dump_spec(spec))
     log = job.dir / "train.log"
     log_start = log.stat().st_size if log.exists() else 0
-    return launch(store, store.get(spec.name), secrets, spec.envs), fresh, log_start
+    return launch(store, store.get(job.name), secrets, spec.envs), fresh, log_start
 
 
 def launch(store: JobStore, job: Job, secrets: dict[str, str], envs: dict[str, str]) -> Job:

@@ -34,9 +34,12 @@ def prepare(spec: Spec, blueprint: Path, folder: Path, managed: bool) -> tuple[d
     return config, local
 
 
-def submit(store: JobStore, spec: Spec, secrets: dict[str, str], blueprint: Path, managed: bool) -> Job:
-    """Claim the job name, launch, record what SkyPilot returned. Raises JobExists, CloudError
-    or TaskError; on any failure the job's folder is removed."""
+def submit(
+    store: JobStore, spec: Spec, secrets: dict[str, str], blueprint: Path, managed: bool, unique: bool = False
+) -> Job:
+    """Claim the job name (with `unique`, the first free of NAME, NAME-2, …), launch, record what
+    SkyPilot returned. Raises JobExists, CloudError or TaskError; on any failure the job's folder
+    is removed."""
     job = Job(
         spec.name,
         infra=spec.resources.infra,
@@ -44,7 +47,8 @@ def submit(store: JobStore, spec: Spec, secrets: dict[str, str], blueprint: Path
         nodes=spec.trainer.nnodes,
         blueprint=str(blueprint),
     )
-    store.create(job)
+    store.create_unique(job) if unique else store.create(job)
+    spec = spec.model_copy(update={"name": job.name})
     try:
         config, local = prepare(spec, blueprint, job.dir, managed)
         (job.dir / "spec.yaml").write_text(dump_spec(local))

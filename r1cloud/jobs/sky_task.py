@@ -117,11 +117,13 @@ def source_checkout() -> Path | None:
     return root if (root / "pyproject.toml").is_file() and (root / "r1cloud").is_dir() else None
 
 
-def setup_script(source: Path | None) -> str:
+def setup_script(source: Path | None, loggers: tuple[str, ...] = ()) -> str:
+    """Install r1cloud on the node with the trainer and the trackers the blueprint logs to."""
     from .. import __version__
 
     on_node = SOURCE_ON_NODE.replace("~", "$HOME")  # quoted, so the shell would not expand ~
-    package = f'"{on_node}[train]"' if source else f'"r1cloud[train]=={__version__}"'
+    extras = ",".join(["train", *(x for x in ("wandb", "swanlab", "mlflow") if x in loggers)])
+    package = f'"{on_node}[{extras}]"' if source else f'"r1cloud[{extras}]=={__version__}"'
     return "\n".join(
         [
             "set -euo pipefail",
@@ -165,7 +167,7 @@ def task_config(spec: Spec, root: Path, spec_file: Path, managed: bool = True) -
         "workdir": str(root),
         "file_mounts": mounts,
         "envs": {**spec.envs, "R1CLOUD_JOB": spec.name},
-        "setup": setup_script(source),
+        "setup": setup_script(source, spec.trainer.logger),
         "run": RUN.format(name=spec.name, spec=SPEC_ON_NODE),
     }
     secrets = [*spec.secrets, *([RAY_TOKEN] if spec.trainer.nnodes > 1 else [])]

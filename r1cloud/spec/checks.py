@@ -236,6 +236,57 @@ def check_secrets_and_envs(spec: Spec, problem: Report) -> None:
             )
 
 
+# An online tracker: the key it needs, and the setting that runs it without one.
+TRACKER_KEYS = {
+    "wandb": ("WANDB_API_KEY", "WANDB_MODE", ("offline", "disabled", "dryrun")),
+    "swanlab": ("SWANLAB_API_KEY", "SWANLAB_MODE", ("offline", "local", "disabled")),
+}
+
+
+def check_trackers(spec: Spec, problem: Report) -> None:
+    local = spec.resources.infra == "local"
+
+    def given(name: str) -> str | None:  # a cloud node sees only the spec's envs and secrets
+        if name in spec.secrets:
+            return "(secret)"
+        return spec.envs.get(name) or (os.environ.get(name) if local else None)
+
+    for name in spec.trainer.logger:
+        if name in ("console", "file"):
+            continue
+        if local and importlib.util.find_spec(name) is None:
+            problem("trainer.logger", f"names {name}, which is not installed here: pip install {name}")
+        if name in TRACKER_KEYS:
+            key, mode, offline = TRACKER_KEYS[name]
+            if not given(key) and (given(mode) or "").lower() not in offline and not _logged_in(name, local):
+                problem(
+                    "trainer.logger",
+                    f"{name} has no {key}: add {key} to secrets (its value from your environment or "
+                    f"--secret), or set envs.{mode}=offline; as it is, the job stops before its first step",
+                    warning=True,
+                )
+        if name == "mlflow" and not given("MLFLOW_TRACKING_URI"):
+            where = "the run folder" if local else "the run folder on the head node, lost with the cluster"
+            problem(
+                "trainer.logger",
+                f"mlflow has no MLFLOW_TRACKING_URI: it logs to mlflow.db in {where}; set envs.MLFLOW_TRACKING_URI "
+                "to your tracking server",
+                warning=True,
+            )
+
+
+def _logged_in(name: str, local: bool) -> bool:
+    """`wandb login` keeps the key in ~/.netrc, which a local job reads."""
+    import netrc
+
+    if name != "wandb" or not local:
+        return False
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
 def check_images(spec: Spec, problem: Report) -> None:
     d = spec.data
     if d.min_pixels and d.max_pixels and d.min_pixels > d.max_pixels:
@@ -325,6 +376,7 @@ CHECKS = [
     check_algorithm,
     check_rollout,
     check_secrets_and_envs,
+    check_trackers,
     check_images,
 ]
 

@@ -422,8 +422,14 @@ def load_spec(
     if problems and not raw:
         raise SpecError(problems)
     if "name" not in raw:
-        raw["name"] = normalise_name(source.stem)
-        merged_origins[("name",)] = f"from the file name {source.name}"
+        trainer = raw.get("trainer")
+        experiment = trainer.get("experiment_name") if isinstance(trainer, dict) else None
+        if isinstance(experiment, str) and experiment.strip():  # EasyR1 configs name their run here
+            raw["name"] = normalise_name(experiment)
+            merged_origins[("name",)] = "from trainer.experiment_name"
+        else:
+            raw["name"] = normalise_name(source.stem)
+            merged_origins[("name",)] = f"from the file name {source.name}"
 
     fill_empty_sections(raw)
     warnings = apply_legacy(raw, merged_origins)

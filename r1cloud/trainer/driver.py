@@ -27,6 +27,7 @@ from .group import gather, launch, worker_lost
 from .metrics import actor_metrics, critic_metrics, forget_after, progress_line, rollout_metrics
 from .model import pad
 from .rollout import Request, pick_engine
+from .trackers import TrackerError, Trackers, val_samples
 
 # ---------------------------------------------------------------------------- the trainer
 
@@ -89,11 +90,12 @@ class Trainer:
         ckpt_root = s.trainer.save_checkpoint_path or str(self.run_dir / "checkpoints")
         # a bucket URL: every worker writes its shards there directly (see Bucket)
         self.checkpoints = Bucket(ckpt_root) if "://" in ckpt_root else Checkpoints(ckpt_root)
+        self.trackers = Trackers(s, self.run_dir, self.log, mirror=ckpt_root if "://" in ckpt_root else None)
         self.world = s.world_size
         self.kl_coef = s.algorithm.kl_coef
         self.workers: list = []
         self.share_prompts = False  # whether the workers pack a group's prompt once (start_workers)
-        self.tb = None
+        self.stopped = False  # a stop request ended the run early (fit)
 
     # ------------------------------------------------------------------ plumbing
     def log(self, text: str) -> None:
@@ -432,6 +434,8 @@ class Trainer:
         m["val/reward_score"] = m["val/overall_reward"]
         m.update(stats("val_response_length", [float(len(r.response)) for r in rollouts]))
         m["timing_s/validation"] = time.perf_counter() - tick
+        k = self.spec.trainer.val_generations_to_log
+        self.trackers.generations(step, val_samples(rollouts, self.tokenizer, k))
         return m
 
     # ------------------------------------------------------------------ checkpoints
@@ -488,26 +492,13 @@ class Trainer:
 
     # ------------------------------------------------------------------ metrics
     def record(self, step: int, metrics: dict) -> None:
-        with open(self.run_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps({"step": step, **metrics}) + "\n")
-        if self.tb is not None:
-            for k, v in metrics.items():
-                self.tb.add_scalar(k, v, step)
-            self.tb.flush()
+        self.trackers.record(step, metrics)
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> None:
         s = self.spec
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        if "tensorboard" in s.trainer.logger:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self.tb = SummaryWriter(str(self.run_dir / "tensorboard"))
-            except ImportError:
-                self.log(
-                    "[logger] tensorboard is not installed (pip install tensorboard); metrics go to metrics.jsonl only"
-                )
+        self.trackers.start()  # before the workers: a tracker that cannot start costs no model load
         self.engine = self.start_workers()
         stop = []  # after ray.init, which installs its own SIGTERM handler
         signal.signal(signal.SIGTERM, lambda *_: stop.append(True))  # finish the step, save, exit
@@ -550,12 +541,14 @@ class Trainer:
                 self.log(
                     f"[stop] stopped after step {step}; checkpoint saved, resume continues at step {step + 1}"
                 )
+                self.stopped = True
                 return
 
-    def shutdown(self) -> None:
+    def shutdown(self, status: str) -> None:
         import ray
 
         self.reward.close()
+        self.trackers.close(status)
         if self.workers:
             # no collective wait: after a failure, peers may sit in a collective with a dead one
             with contextlib.suppress(Exception):
@@ -574,8 +567,13 @@ def main(run_dir: str) -> int:
         return 2
     from ray.exceptions import ActorDiedError, ActorUnavailableError, RayTaskError
 
+    status = "FAILED"
     try:
         trainer.fit()
+        status = "KILLED" if trainer.stopped else "FINISHED"
+    except TrackerError as e:  # before the first step: a key or a setting to fix
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
     except RunError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 1
@@ -591,7 +589,7 @@ def main(run_dir: str) -> int:
         )
         return 1
     finally:
-        trainer.shutdown()
+        trainer.shutdown(status)
     return 0
 
 

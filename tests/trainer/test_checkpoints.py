@@ -306,8 +306,13 @@ def test_trainer_saves_to_a_bucket_and_a_new_machine_resumes_from_it(make_run, s
     r = run_trainer(second)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert f"[resume] from step 2 ({url}/global_step_2)" in r.stdout
+    # the curve came down from the bucket with the checkpoint, and went on
     lines = [json.loads(x) for x in (second / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in lines] == [3]
+    assert [m["step"] for m in lines] == [1, 2, 3]
+    assert fs.cat("ckpts/tiny/checkpoints/metrics.jsonl").decode() == (second / "metrics.jsonl").read_text()
+    r = r1("plot", url, "--metric", "reward/overall", "--out", second / "curve.png")
+    assert r.returncode == 0, r.stderr
+    assert (second / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # save_limit=1 in the bucket keeps the newest and the best by validation reward; the best
     # is still known on the new machine because the tracker came down with the checkpoint
     vals = {

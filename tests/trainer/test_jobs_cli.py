@@ -156,27 +156,50 @@ def test_kill_9_is_detected_as_failed(home, blueprint):
     assert r.returncode == 2 and "already exists (FAILED)" in r.stderr and "--resume doomed" in r.stderr
 
 
-def test_two_jobs_at_once_are_isolated(home, blueprint):
+def test_an_easyr1_config_launched_twice_makes_two_named_jobs_both_in_wandb(
+    home, tmp_path, tiny_model, digits_reward
+):
+    """EasyR1's config shape: no `name:`, trainer.project_name/experiment_name, logger file+wandb
+    (offline here). Two launches at once without --name: two jobs named after the experiment (the
+    second with a free suffix, and saying so), isolated, each a wandb run of its own name."""
+    from trackers_readback import wandb_runs
+
+    config = tiny_blueprint(tiny_model, digits_reward).replace("name: tiny\n", "", 1)
+    config = config.replace(
+        "logger: [console]",
+        "project_name: easy_r1\n  experiment_name: qwen2_5_7b_math_grpo\n  logger: ['file', 'wandb']",
+    )
+    bp = tmp_path / "config.yaml"
+    bp.write_text(config + "envs: {WANDB_MODE: offline}\n")
     procs = [
         subprocess.Popen(
-            [R1CLOUD, "train", str(blueprint), "--name", n, "--accels", "1", "--secret", "HF_TOKEN=x"],
+            [R1CLOUD, "train", str(bp), "--accels", "1", "trainer.max_steps=2"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for n in ("alpha", "beta")
+        for _ in range(2)
     ]
     listings = []
     while any(p.poll() is None for p in procs):
         listings.append(r1("jobs"))  # reading the store while both jobs write to it
         time.sleep(0.5)
-    for p in procs:
-        assert p.returncode == 0, p.stderr.read()
+    errs = [p.stderr.read() for p in procs]
+    outs = [p.stdout.read() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs
     assert all(x.returncode == 0 for x in listings)
-    for n in ("alpha", "beta"):
+    names = ("qwen2-5-7b-math-grpo", "qwen2-5-7b-math-grpo-2")
+    assert "a job named qwen2-5-7b-math-grpo exists; this one is qwen2-5-7b-math-grpo-2" in "".join(errs)
+    for n in names:
         assert job_record(home, n)["status"] == "SUCCEEDED"
-        assert steps_done(home, n) == [1, 2, 3]
+        assert steps_done(home, n) == [1, 2]
         assert json.loads((home / "jobs" / n / "trainer.json").read_text())["workers"] == 1
+        ((run,),) = wandb_runs(home / "jobs" / n).values()
+        assert (run["name"], run["project"]) == (n, "easy_r1")
+        assert [s for s, _ in run["history"]["reward/overall"]] == [1, 2]
+    assert all(f"r1cloud chat {n} --compare" in "".join(outs) for n in names)  # what to do next
+    r = r1("train", bp, "--name", names[0], "--accels", "1")  # --name still refuses a taken name
+    assert r.returncode == 2 and "already exists" in r.stderr
 
 
 def test_same_name_at_once_only_one_wins(home, blueprint):

@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from tinyrun import run_trainer
+from trackers_readback import mlflow_history, wandb_runs
 
 DETERMINISTIC = (
     "reward/overall",
@@ -40,24 +41,35 @@ def checkpoint_weights(path):
     return torch.load(out, weights_only=False)["model"]
 
 
+TRACKED = (
+    "trainer.val_before_train=true",
+    "trainer.val_freq=2",
+    "trainer.val_generations_to_log=2",
+    "trainer.project_name=r1-tests",
+    "trainer.logger=['console','file','tensorboard','wandb','swanlab','mlflow']",
+)
+
+
 @pytest.mark.parametrize("engine", ["hf", "vllm"])
-def test_three_grpo_steps_with_two_workers(make_run, tiny_model, engine):
+def test_three_grpo_steps_with_two_workers(make_run, tiny_model, engine, request):
+    """The hf run also logs to every tracker (wandb and SwanLab offline, MLflow on a real server
+    on loopback, TensorBoard): each one's own store holds the curve metrics.jsonl holds."""
     if engine == "vllm":
         pytest.importorskip("vllm")
-    extra = (
-        ["trainer.val_before_train=true", "trainer.val_freq=2", "trainer.logger=['console','tensorboard']"]
-        if engine == "hf"
-        else []
-    )
+    extra, env = [], {}
+    if engine == "hf":
+        server = request.getfixturevalue("mlflow_server")
+        extra = list(TRACKED)
+        env = {"WANDB_MODE": "offline", "SWANLAB_MODE": "offline", "MLFLOW_TRACKING_URI": server.url}
     run = make_run(*extra, engine=engine, name=f"run-{engine}")
-    r = run_trainer(run)
+    r = run_trainer(run, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert f"rollout engine {engine}" in r.stdout
     lines = metrics(run)
-    if engine == "hf":  # validation before training, every 2 steps and at the end; tensorboard
+    if engine == "hf":  # validation before training, every 2 steps and at the end
         assert [m["step"] for m in lines] == [0, 1, 2, 3]
         assert [("val/reward_score" in m) for m in lines] == [True, False, True, True]
-        assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+        check_trackers(run, lines, r.stdout, server.url)
         lines = lines[1:]
     assert [m["step"] for m in lines] == [1, 2, 3]
     for m in lines:
@@ -81,35 +93,105 @@ def test_three_grpo_steps_with_two_workers(make_run, tiny_model, engine):
     assert "step 3/3" in r.stdout
 
 
+def curve(lines: list[dict], key: str) -> list[tuple[int, float]]:
+    return [(m["step"], m[key]) for m in lines if key in m]
+
+
+def check_trackers(run, lines: list[dict], stdout: str, mlflow_url: str) -> None:
+    from trackers_readback import swanlab_run, tensorboard_history
+
+    want, val = curve(lines, "reward/overall"), curve(lines, "val/reward_score")
+    assert len(want) == 3 and len(val) == 3
+    approx = lambda pairs: [(s, pytest.approx(v, rel=1e-6)) for s, v in pairs]  # noqa: E731
+
+    (attempts,) = wandb_runs(run).values()
+    (wb,) = attempts
+    assert (wb["name"], wb["project"]) == ("tiny", "r1-tests")
+    assert wb["config"]["trainer"]["logger"][-1] == "mlflow"  # the resolved config, logged once
+    assert wb["history"]["reward/overall"] == approx(want)
+    assert wb["history"]["val/reward_score"] == approx(val)
+    assert wb["tables"] == 3  # val/generations at steps 0, 2 and 3
+
+    sw = swanlab_run(run)
+    assert (sw["name"], sw["project"]) == ("tiny", "r1-tests")
+    assert sw["history"]["reward/overall"] == approx(want)
+    assert sw["texts"] == 2 * 3
+
+    tb = tensorboard_history(run / "tensorboard")
+    assert tb["reward/overall"] == approx(want) and tb["val/reward_score"] == approx(val)
+
+    from mlflow import MlflowClient
+
+    ids = json.loads((run / "trackers.json").read_text())
+    client = MlflowClient(mlflow_url)
+    mrun = client.get_run(ids["mlflow"])
+    assert mrun.info.run_name == "tiny" and mrun.info.status == "FINISHED"
+    assert client.get_experiment(mrun.info.experiment_id).name == "r1-tests"
+    assert mrun.data.params["trainer.val_generations_to_log"] == "2"
+    assert mlflow_history(mlflow_url, ids["mlflow"], "reward/overall") == approx(want)
+    tables = [a.path for a in client.list_artifacts(ids["mlflow"], "val_generations")]
+    assert len(tables) == 3
+
+    samples = [json.loads(x) for x in (run / "generations.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in samples] == [0, 0, 2, 2, 3, 3]
+    assert samples[0]["prompt"] == samples[2]["prompt"]  # the same prompts every validation
+    assert set(samples[0]) == {"step", "prompt", "response", "ground_truth", "score"}
+    assert "[val] sample 2: " in stdout and "[logger] mlflow logs to run" in stdout
+
+
+def test_a_tracker_that_cannot_start_stops_the_run_before_its_first_step(make_run, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    run = make_run("trainer.logger=['console','wandb']", name="no-key")
+    r = run_trainer(run, env={"WANDB_MODE": "online", "HOME": str(run)})  # no key, no ~/.netrc
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "error: trainer.logger: wandb could not start" in r.stderr and "WANDB_MODE: offline" in r.stderr
+    assert "Traceback" not in r.stderr and "[start]" not in r.stdout  # no worker was started
+    assert not (run / "metrics.jsonl").exists()
+
+
 def test_killed_run_resumes_with_the_same_data_and_metrics(make_run, tmp_path):
     reference = make_run(name="reference")
     r = run_trainer(reference)
     assert r.returncode == 0, r.stderr[-3000:]
     want = metrics(reference)
 
-    run = make_run(name="killed")
+    # The killed run logs to wandb (offline) and MLflow (its default store in the run folder): the
+    # resumed run must continue the same tracker runs.
+    run = make_run("trainer.logger=['console','wandb','mlflow']", name="killed")
+    env = {"WANDB_MODE": "offline"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "r1cloud.trainer", str(run)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        env={**os.environ, **env},
     )
+    mlflow_uri = f"sqlite:///{run}/mlflow.db"
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         if (run / "metrics.jsonl").exists() and any(m["step"] == 2 for m in metrics(run)):
-            break
+            ids = json.loads((run / "trackers.json").read_text())
+            if len(mlflow_history(mlflow_uri, ids["mlflow"], "reward/overall")) == 2:
+                break
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)  # the driver, its Ray cluster and workers: no goodbye
     proc.wait()
     assert max(m["step"] for m in metrics(run)) == 2
 
-    r = run_trainer(run)
+    r = run_trainer(run, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "[resume] from step 2" in r.stdout
     got = metrics(run)
     assert [m["step"] for m in got] == [1, 2, 3]
     for key in DETERMINISTIC:
         assert got[2][key] == pytest.approx(want[2][key], rel=1e-6, abs=1e-7), key
+    assert json.loads((run / "trackers.json").read_text()) == ids
+    assert f"[logger] mlflow continues run {ids['mlflow']}" in r.stdout
+    assert mlflow_history(mlflow_uri, ids["mlflow"], "reward/overall") == [
+        (s, pytest.approx(v, rel=1e-6)) for s, v in curve(got, "reward/overall")
+    ]
+    (attempts,) = wandb_runs(run).values()  # one wandb run id, two attempts: `wandb sync` joins them
+    assert len(attempts) == 2 and [s for s, _ in attempts[1]["history"]["reward/overall"]] == [3]
 
     # Resume the finished run on one worker instead of two, for one more step.
     one = make_run(

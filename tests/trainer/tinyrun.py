@@ -80,14 +80,15 @@ def tiny_blueprint(model: Path, reward: Path, **kw) -> str:
     )
 
 
-def run_trainer(run: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    """The node entrypoint as a backend starts it: `python -m r1cloud.trainer RUN_DIR`."""
+def run_trainer(run: Path, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The node entrypoint as a backend starts it: `python -m r1cloud.trainer RUN_DIR`, with the
+    job's `env` (a backend sets the spec's envs and secrets)."""
     return subprocess.run(
         [sys.executable, "-m", "r1cloud.trainer", str(run)],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
 
 

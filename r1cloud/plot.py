@@ -1,0 +1,125 @@
+"""A run's curves: read from its metrics.jsonl (a job's run folder, a folder, or a bucket URL; EasyR1's
+experiment_log.jsonl too), smoothed on request, drawn in the terminal with plotext or into a PNG
+with matplotlib. Both libraries are imported only when drawing."""
+
+from __future__ import annotations
+
+import json
+import math
+
+Curve = tuple[list[int], list[float]]
+BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+class PlotError(Exception):
+    pass
+
+
+def read_rows(where: str) -> list[dict]:
+    """The metric lines under `where` (a folder or a bucket URL): r1cloud's metrics.jsonl, else
+    EasyR1's experiment_log.jsonl (nested keys joined with /). A line cut off mid-write is skipped."""
+    from .checkpoints import filesystem
+
+    fs, root = filesystem(where)
+    root = root.rstrip("/")
+    for name in ("metrics.jsonl", "experiment_log.jsonl"):
+        try:
+            text = fs.cat_file(f"{root}/{name}").decode()
+        except FileNotFoundError:
+            continue
+        rows = []
+        for line in text.splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and isinstance(row.get("step"), int):
+                rows.append(flatten(row))
+        return rows
+    raise PlotError(f"{where} has no metrics.jsonl (nor EasyR1's experiment_log.jsonl)")
+
+
+def flatten(row: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in row.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}/"))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def series(rows: list[dict], key: str) -> Curve:
+    """(steps, values) of `key`; a restarted run's later line for a step wins."""
+    by_step = {
+        r["step"]: float(r[key])
+        for r in rows
+        if isinstance(r.get(key), (int, float)) and math.isfinite(float(r[key]))
+    }
+    steps = sorted(by_step)
+    return steps, [by_step[s] for s in steps]
+
+
+def smooth(values: list[float], weight: float) -> list[float]:
+    """TensorBoard's smoothing: an exponential moving average, debiased at the start."""
+    if weight <= 0:
+        return list(values)
+    out, last, norm = [], 0.0, 0.0
+    for v in values:
+        last = last * weight + (1 - weight) * v
+        norm = norm * weight + (1 - weight)
+        out.append(last / norm)
+    return out
+
+
+def sparkline(values: list[float], width: int = 24) -> str:
+    """The values' shape in `width` block characters (each the mean of its slice of the run)."""
+    if not values:
+        return ""
+    n = min(width, len(values))
+    parts = [values[i * len(values) // n : (i + 1) * len(values) // n] for i in range(n)]
+    means = [sum(p) / len(p) for p in parts]
+    lo, hi = min(means), max(means)
+    scale = (len(BLOCKS) - 1) / (hi - lo) if hi > lo else 0.0
+    return "".join(BLOCKS[round((m - lo) * scale)] for m in means)
+
+
+def terminal(panels: dict[str, dict[str, Curve]], width: int, height: int, color: bool) -> str:
+    """One panel per metric, one line per run in each, as text."""
+    import plotext as plt
+
+    plt.clear_figure()
+    plt.subplots(len(panels), 1)
+    plt.plotsize(width, height * len(panels))
+    for i, (metric, runs) in enumerate(panels.items(), 1):
+        plt.subplot(i, 1)
+        plt.plotsize(width, height)
+        plt.title(metric)
+        plt.xlabel("step")
+        if not color:
+            plt.theme("clear")
+        for j, (label, (x, y)) in enumerate(runs.items()):
+            # without colour, runs differ by marker
+            marker = "braille" if color else ("braille", "•", "+", "x")[j % 4]
+            plt.plot(x, y, label=label, marker=marker)
+    text = plt.build()
+    return text if color else plt.uncolorize(text)
+
+
+def png(panels: dict[str, dict[str, Curve]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as mpl
+
+    fig, axes = mpl.subplots(len(panels), 1, figsize=(8, 3.2 * len(panels)), squeeze=False)
+    for ax, (metric, runs) in zip(axes[:, 0], panels.items(), strict=True):
+        for label, (x, y) in runs.items():
+            ax.plot(x, y, label=label, marker="o" if len(x) < 30 else None, markersize=3)
+        ax.set_title(metric)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    mpl.close(fig)
