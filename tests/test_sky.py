@@ -141,6 +141,7 @@ def test_alternatives_nodes_image_and_paths_in_the_task(tmp_path, sky_home):
     assert config["resources"]["image_id"] == "docker:verlai/verl:latest"
     # and the Ray cluster's token, drawn at each launch (two nodes)
     assert config["secrets"] == {"HF_TOKEN": None, "WANDB_API_KEY": None, "RAY_AUTH_TOKEN": None}
+    assert "[train,wandb]" in config["setup"]  # the default logger is EasyR1's: console and wandb
     assert config["envs"]["HF_HUB_ENABLE_HF_TRANSFER"] == "1"
     assert config["workdir"] == str(project)
     node = yaml.safe_load((folder / "node-spec.yaml").read_text())
