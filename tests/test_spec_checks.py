@@ -117,11 +117,6 @@ CHECKS = [
         id="filter-range",
     ),
     pytest.param(
-        ["trainer.save_freq=0"],
-        ["trainer.save_freq", "0 is not valid: must be -1 (off) or a positive number"],
-        id="save-freq-zero",
-    ),
-    pytest.param(
         ["worker.actor.model.model_path=null"],
         ["worker.actor.model.model_path", "is not set"],
         id="model-required",
@@ -471,3 +466,19 @@ def test_an_online_tracker_without_a_key_is_a_warning(
     assert r.exit_code == 0, r.stderr
     warnings = [line for line in r.stderr.splitlines() if line.startswith("warning: trainer.logger")]
     assert [warned in w for w in warnings] == ([True] if warned else [])
+
+
+def test_easyr1s_off_values_are_accepted_with_easyr1s_meaning(blueprint, cli):
+    """EasyR1 reads 0 or less as off (val_freq, save_freq), no limit (save_limit), none
+    (val_generations_to_log); its dual clip takes C = 1."""
+    r = cli(
+        "validate",
+        blueprint(),
+        "trainer.val_freq=0",
+        "trainer.save_freq=0",
+        "trainer.save_limit=0",
+        "trainer.val_generations_to_log=-1",
+        "worker.actor.clip_ratio_dual=1.0",
+        "--json",
+    )
+    assert r.exit_code == 0, r.stderr

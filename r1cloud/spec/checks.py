@@ -287,6 +287,14 @@ def _logged_in(name: str, local: bool) -> bool:
         return False
 
 
+def check_keys(spec: Spec, problem: Report) -> None:
+    """Keys the trainer does not honour (spec/keys.py): one line each when set."""
+    from .keys import REFUSED, not_honoured
+
+    for path, kind, text in not_honoured(spec):
+        problem(path, text, warning=kind != REFUSED)
+
+
 def check_images(spec: Spec, problem: Report) -> None:
     d = spec.data
     if d.min_pixels and d.max_pixels and d.min_pixels > d.max_pixels:
@@ -377,6 +385,7 @@ CHECKS = [
     check_rollout,
     check_secrets_and_envs,
     check_trackers,
+    check_keys,
     check_images,
 ]
 

@@ -56,7 +56,7 @@ def minus_one_or_positive(meaning: str) -> AfterValidator:
     return AfterValidator(check)
 
 
-Off = Annotated[int, minus_one_or_positive("off")]
+Off = int  # EasyR1's meaning: 0 or less is off (val_freq, save_freq) or no limit (save_limit)
 
 
 class Model(BaseModel):
@@ -201,7 +201,7 @@ class TrainedRole(Model):
 class ActorConfig(TrainedRole):
     clip_ratio_low: float = Field(0.2, ge=0)
     clip_ratio_high: float = Field(0.3, ge=0)
-    clip_ratio_dual: float = Field(3.0, gt=1)
+    clip_ratio_dual: float = Field(3.0, ge=1)
     loss_type: Literal[LOSS_TYPES] = "default"  # type: ignore[valid-type]
     padding_free: bool = True
     use_torch_compile: bool = True
@@ -275,7 +275,7 @@ class RewardConfig(Model):
 
 
 class WorkerConfig(Model):
-    hybrid_engine: Literal[True] = True
+    hybrid_engine: bool = True  # only true is supported (spec/keys.py)
     actor: ActorConfig = Field(default_factory=ActorConfig)
     critic: CriticConfig = Field(default_factory=CriticConfig)
     ref: RefConfig = Field(default_factory=RefConfig)
@@ -297,7 +297,7 @@ class TrainerConfig(Model):
     val_freq: Off = -1
     val_before_train: bool = True
     val_only: bool = False
-    val_generations_to_log: int = Field(0, ge=0)
+    val_generations_to_log: int = 0  # 0 or less: none
     save_freq: Off = -1
     save_limit: Off = -1
     save_model_only: bool = False

@@ -195,7 +195,7 @@ def val_samples(rollouts, tokenizer, k: int) -> list[dict]:
             "ground_truth": rollouts[i].ground_truth,
             "score": rollouts[i].scores["overall"],
         }
-        for i in picked[:k]
+        for i in picked[: max(k, 0)]
     ]
 
 

@@ -1,0 +1,154 @@
+"""What becomes of every key a blueprint accepts. No key is accepted and silently ignored:
+
+- HONOURED: the trainer or the job does what it says (the text says where);
+- INERT: accepted on purpose with no effect, because there is nothing for it to do (the text says why);
+- WARNED: not honoured yet; a value other than the default is one warning line from `validate`,
+  saying what happens instead (kept for keys every EasyR1 config sets, so those still run);
+- REFUSED: not supported; a value other than the default is a problem (exit 2) saying what to do.
+
+Patterns are dotted key paths; `*` stands for one or more parts (fnmatch), and the first match
+wins. tests/test_keys.py walks the schema and fails on a key no pattern covers, and sets each
+WARNED and REFUSED key to check its line."""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+
+HONOURED, INERT, WARNED, REFUSED = "honoured", "inert", "warned", "refused"
+
+KEYS: dict[str, tuple[str, str]] = {
+    # r1cloud's own keys
+    "name": (HONOURED, "the job's name (jobs/store.py)"),
+    "resources.infra": (HONOURED, "local, or the SkyPilot infra (jobs/sky_task.py)"),
+    "resources.*": (HONOURED, "the SkyPilot task (jobs/sky_task.py); a local job uses accelerators only"),
+    "envs": (HONOURED, "the job's environment (jobs/local.py, jobs/sky_task.py)"),
+    "secrets": (HONOURED, "the job's environment, never a file (jobs/local.py, jobs/sky_task.py)"),
+    # data
+    "data.filter_overlong_prompts_workers": (
+        INERT,
+        "prompts are measured once, in the driver, with the fast tokenizer: there are no workers to size",
+    ),
+    "data.video_fps": (INERT, "videos are refused by validate (no video path yet), so no frame rate applies"),
+    "data.*": (HONOURED, "the prompt sets (trainer/data.py, trainer/vision.py)"),
+    # algorithm
+    "algorithm.*": (HONOURED, "advantages, KL and filtering (trainer/algorithms.py, trainer/driver.py)"),
+    # workers
+    "worker.hybrid_engine": (
+        REFUSED,
+        "r1cloud always colocates the actor and its rollout engine on each device (EasyR1 requires it "
+        "too); set it to true",
+    ),
+    "worker.*.strategy": (HONOURED, "FSDP2, the only strategy (trainer/workers.py)"),
+    "worker.*.optim.strategy": (
+        WARNED,
+        "adamw_bf16 is not honoured yet: the optimizer states stay in fp32 (about 2× their memory); "
+        "set adamw to silence this",
+    ),
+    "worker.*.optim.training_steps": (INERT, "set by the trainer from the data and max_steps, as in EasyR1"),
+    "worker.*.global_batch_size_per_device": (INERT, "derived from global_batch_size, as in EasyR1"),
+    "worker.*.fsdp.enable_rank0_init": (
+        INERT,
+        "every worker reads the weights from disk and keeps its shard (the same model; more host memory "
+        "while loading)",
+    ),
+    "worker.*.fsdp.use_orig_params": (INERT, "FSDP1's option: FSDP2 always keeps the original parameters"),
+    "worker.*.fsdp.mp_buffer_dtype": (INERT, "FSDP2 keeps buffers (rotary tables) in the model's dtype"),
+    "worker.*.fsdp.enable_cpu_offload": (
+        WARNED,
+        "not honoured yet: parameters, gradients and optimizer states stay on the device; on a CPU run "
+        "there is nothing to offload. If device memory is short, lower micro_batch_size_per_device_for_update",
+    ),
+    "worker.*.fsdp.fsdp_size": (
+        REFUSED,
+        "hybrid sharding (FSDP inside groups of fsdp_size, replicas across them) is not supported yet: "
+        "every model is sharded across all devices; set -1",
+    ),
+    "worker.*.fsdp.*": (HONOURED, "FSDP2's sharding and mixed precision (trainer/workers.py)"),
+    "worker.*.offload.*": (
+        WARNED,
+        "not honoured yet: the model stays on the device during rollout (EasyR1 moves it to CPU); on a "
+        "CPU run there is nothing to offload. If device memory is short, lower "
+        "worker.rollout.gpu_memory_utilization",
+    ),
+    "worker.ref.ulysses_size": (INERT, "copied from worker.actor, as in EasyR1"),
+    "worker.*.ulysses_size": (
+        REFUSED,
+        "Ulysses sequence parallelism is not supported yet: set 1 (shorter responses, or more memory "
+        "per device via micro_batch_size_per_device_for_update)",
+    ),
+    "worker.*.padding_free": (INERT, "r1cloud always packs sequences without padding (trainer/batch.py)"),
+    "worker.*.use_torch_compile": (
+        INERT,
+        "log-probs and entropy are computed in chunks without compiling (trainer/head.py), so there is "
+        "nothing to compile",
+    ),
+    "worker.actor.disable_kl": (INERT, "copied from algorithm.disable_kl, as in EasyR1: set it there"),
+    "worker.actor.use_kl_loss": (INERT, "copied from algorithm.use_kl_loss, as in EasyR1: set it there"),
+    "worker.actor.kl_penalty": (INERT, "copied from algorithm.kl_penalty, as in EasyR1: set it there"),
+    "worker.actor.kl_coef": (INERT, "copied from algorithm.kl_coef, as in EasyR1: set it there"),
+    "worker.ref.micro_batch_size_per_device_for_experience": (
+        INERT,
+        "copied from worker.actor, as in EasyR1",
+    ),
+    "worker.ref.dynamic_batching": (INERT, "copied from worker.actor, as in EasyR1"),
+    "worker.rollout.prompt_length": (INERT, "copied from data.max_prompt_length, as in EasyR1"),
+    "worker.rollout.response_length": (INERT, "copied from data.max_response_length, as in EasyR1"),
+    "worker.rollout.trust_remote_code": (INERT, "copied from worker.actor.model, as in EasyR1"),
+    "worker.rollout.disable_tqdm": (INERT, "the rollout engines draw no progress bars"),
+    "worker.rollout.disable_log_stats": (HONOURED, "vLLM's stats logging (trainer/rollout.py)"),
+    "worker.*": (
+        HONOURED,
+        "the workers (trainer/workers.py, trainer/model.py, trainer/rollout.py, trainer/rewards.py)",
+    ),
+    # trainer
+    "trainer.save_model_only": (
+        WARNED,
+        "not honoured yet: checkpoints also hold the optimizer state, so they can resume (about 3× the "
+        "model's size)",
+    ),
+    "trainer.ray_timeline": (
+        REFUSED,
+        "Ray timelines are not written yet: remove it (py-spy on the trainer profiles a step: README, "
+        "Development)",
+    ),
+    "trainer.*": (HONOURED, "the loop, checkpoints and trackers (trainer/driver.py, trainer/trackers.py)"),
+}
+
+
+def classify(path: str) -> tuple[str, str] | None:
+    """(kind, text) of the first pattern matching the dotted `path`."""
+    for pattern, entry in KEYS.items():
+        if fnmatchcase(path, pattern):
+            return entry
+    return None
+
+
+def leaves(model=None, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every leaf key of the schema (a key whose value is not a section)."""
+    from .load import _nested_model
+    from .models import Spec
+
+    out = []
+    for name, field in (model or Spec).model_fields.items():
+        sub = _nested_model(field.annotation)
+        out += leaves(sub, (*prefix, name)) if sub is not None else [(*prefix, name)]
+    return out
+
+
+def not_honoured(spec) -> list[tuple[str, str, str]]:
+    """(path, kind, text) for each WARNED or REFUSED key whose value differs from its default."""
+    from .models import Spec
+
+    default = Spec(name="defaults").model_dump()
+    current = spec.model_dump()
+    found = []
+    for key in leaves():
+        kind, text = classify(".".join(key)) or (HONOURED, "")
+        if kind not in (WARNED, REFUSED):
+            continue
+        value, base = current, default
+        for part in key:
+            value, base = value[part], base[part]
+        if value != base:
+            found.append((".".join(key), kind, text))
+    return found
