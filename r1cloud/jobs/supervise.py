@@ -8,6 +8,7 @@ checkpoint before its Ray workers go — and records how the job ended in job.js
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -25,12 +26,10 @@ def last_error(log: Path) -> str:
             lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return ""
-    for line in reversed(lines):
-        if line.startswith("error:") or (
-            ": " in line and line.split(":")[0].endswith(("Error", "Exception"))
-        ):
-            return line[:300]
-    return lines[-1][:300] if lines else ""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln) for ln in lines]  # Ray colours its workers' lines
+    said = [ln for ln in lines if ln.startswith("error:")]  # the trainer's own words come first
+    raised = [ln for ln in lines if ": " in ln and ln.split(":")[0].endswith(("Error", "Exception"))]
+    return ((said or raised or lines or [""])[-1])[:300]
 
 
 def main(job_dir: str) -> int:

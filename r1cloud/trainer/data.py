@@ -164,7 +164,7 @@ class PromptSet:
         self.max_len = data_cfg.max_prompt_length
         keep_all = not (data_cfg.filter_overlong_prompts if filter_overlong is None else filter_overlong)
         self.prompts: list[Prompt] = []
-        self.dropped = 0
+        self.dropped, self.longest = 0, 0  # prompts dropped as too long, and the longest of them
         own = {data_cfg.prompt_key, data_cfg.answer_key, data_cfg.image_key, data_cfg.video_key}
         for source, i, row in rows:
             content = str(row[data_cfg.prompt_key])
@@ -178,6 +178,7 @@ class PromptSet:
             if len(ids) > self.max_len:
                 if not keep_all:
                     self.dropped += 1
+                    self.longest = max(self.longest, len(ids))
                     continue
                 if imgs and not data_cfg.filter_overlong_prompts:
                     raise ValueError(
@@ -302,6 +303,38 @@ class Loader:
 
     def load_state_dict(self, state: dict) -> None:
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
+
+def check_sets(sets: dict, data_cfg, limit_images: int, wants, batch: int, log) -> None:
+    """Each prompt set as the trainer will take it — what was dropped, its images, the columns the
+    reward asks for, at least one batch — or one clear error before the first step."""
+    for name, ps in sets.items():
+        if ps is None:
+            continue
+        if ps.dropped:
+            log(
+                f"[data] {name}: dropped {ps.dropped} prompts longer than {data_cfg.max_prompt_length} tokens"
+            )
+        ps.check_images(name, limit_images)
+        missing = [k for k in wants if k != "prompt" and k not in ps.columns]
+        if missing:
+            raise ValueError(
+                f"the reward function asks for {', '.join(missing)} (REWARD_INPUT_KEYS), which the {name} "
+                f"data does not have; its columns are {', '.join(ps.columns)}"
+            )
+        need = batch if name == "train" else 1
+        if len(ps) >= need:
+            continue
+        why = "; lower data.rollout_batch_size (and mini_rollout_batch_size), or add data"
+        if ps.dropped:
+            why = (
+                f": {ps.dropped} were dropped as longer than data.max_prompt_length ({ps.max_len}), the "
+                f"longest {ps.longest} tokens with the format prompt and chat template; raise "
+                f"data.max_prompt_length to {ps.longest}, or set data.filter_overlong_prompts: false to "
+                "cut them to length"
+            )
+        short = f", fewer than one batch of {need}" if name == "train" else ""
+        raise ValueError(f"the {name} data has {len(ps)} prompts{short}{why}")
 
 
 def total_steps(max_steps: int | None, epochs: int, batches_per_epoch: int) -> int:

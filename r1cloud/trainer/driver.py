@@ -22,8 +22,8 @@ from . import algorithms as alg
 from . import rewards
 from .batch import Rollout, RunError, advantages, micro_batches, reward_matrix, split_ranks, stats
 from .checkpoint import Bucket, Checkpoints, read_state, write_hf_files
-from .data import Loader, PromptSet, chunk_evenly, load_tokenizer, total_steps
-from .group import gather, launch, worker_lost
+from .data import Loader, PromptSet, check_sets, chunk_evenly, load_tokenizer, total_steps
+from .group import gather, launch, start_failure, worker_lost
 from .metrics import actor_metrics, critic_metrics, forget_after, progress_line, rollout_metrics
 from .model import pad
 from .rollout import Request, pick_engine
@@ -63,26 +63,14 @@ class Trainer:
             raise ValueError(
                 "worker.actor.model.freeze_language_model: a text model has nothing else to train"
             )
-        limit = s.worker.rollout.limit_images
-        for name, ps in (("train", self.train_set), ("val", self.val_set)):
-            if ps is not None and ps.dropped:
-                self.log(
-                    f"[data] {name}: dropped {ps.dropped} prompts longer than {s.data.max_prompt_length} tokens"
-                )
-            if ps is not None:
-                ps.check_images(name, limit)
-        r = s.worker.reward
-        self.reward = rewards.from_config(r)
-        for name, ps in (("train", self.train_set), ("val", self.val_set)):
-            missing = [k for k in self.reward.wants if k != "prompt" and ps and k not in ps.columns]
-            if missing:
-                raise ValueError(
-                    f"the reward function asks for {', '.join(missing)} (REWARD_INPUT_KEYS), which the {name} "
-                    f"data does not have; its columns are {', '.join(ps.columns)}"
-                )
+        self.reward = rewards.from_config(s.worker.reward)
         batch = s.data.mini_rollout_batch_size or s.data.rollout_batch_size
+        sets = {"train": self.train_set, "val": self.val_set}
+        check_sets(sets, s.data, s.worker.rollout.limit_images, self.reward.wants, batch, self.log)
         self.loader = (
-            Loader(len(self.train_set), batch, s.data.seed, s.data.shuffle) if self.train_set else None
+            Loader(len(self.train_set), batch, s.data.seed, s.data.shuffle)
+            if self.train_set is not None
+            else None
         )
         self.steps = total_steps(
             s.trainer.max_steps, s.trainer.total_epochs, self.loader.batches_per_epoch if self.loader else 0
@@ -578,6 +566,9 @@ def main(run_dir: str) -> int:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 1
     except (ActorDiedError, ActorUnavailableError, RayTaskError) as e:
+        if cause := start_failure(e):  # nothing ran yet: the cause, and no resume to offer
+            print(f"error: a trainer worker could not start: {cause}", file=sys.stderr, flush=True)
+            return 2
         lost = worker_lost(e)
         if lost is None:  # a worker raised: a bug, worth its traceback
             raise

@@ -6,6 +6,7 @@ allocator settings.
 from __future__ import annotations
 
 import os
+import re
 
 import torch
 
@@ -71,6 +72,16 @@ def launch(spec, world: int) -> list:
 
 # What a worker's collective raises when its peer process or node is gone.
 PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "Socket Timeout")
+
+
+def start_failure(e: Exception) -> str | None:
+    """The worker's own error when `e` says a worker failed while starting (loading its model, say)."""
+    from ray.exceptions import ActorDiedError
+
+    if not isinstance(e, ActorDiedError) or "creation task" not in str(e):
+        return None
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln).strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[-1][:400]  # Ray's text ends with the worker's traceback: its last line is the cause
 
 
 def worker_lost(e: Exception) -> str | None:

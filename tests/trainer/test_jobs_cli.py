@@ -257,3 +257,44 @@ def test_no_jobs_yet_and_dry_run(home, blueprint):
     assert r.returncode == 0, r.stderr
     assert "4 local worker slots" in r.stdout and "would run" in r.stdout and "HF_TOKEN (secret)" in r.stdout
     assert not (home / "jobs").exists() or not any((home / "jobs").iterdir())
+
+
+@pytest.mark.parametrize(
+    "overrides,expected",
+    [
+        (
+            ["data.max_prompt_length=8"],
+            "the train data has 0 prompts, fewer than one batch of 4: 2000 were dropped as longer than "
+            "data.max_prompt_length (8), the longest",
+        ),
+        (
+            ["data.rollout_batch_size=4000", "worker.actor.global_batch_size=4000"],
+            "fewer than one batch of 4000",
+        ),
+    ],
+)
+def test_data_that_cannot_fill_a_batch_fails_before_the_first_step_in_one_line(
+    home, blueprint, overrides, expected
+):
+    r = r1("train", blueprint, "--name", "short", "--secret", "HF_TOKEN=x", *overrides)
+    assert r.returncode == 2, r.stdout + r.stderr
+    record = job_record(home, "short")
+    assert record["status"] == "FAILED" and expected in record["reason"], record["reason"]
+    log = (home / "jobs/short/train.log").read_text()
+    assert "Traceback" not in log and "[start]" not in log
+
+
+def test_a_worker_that_cannot_load_its_model_is_a_start_up_error(home, tmp_path, tiny_model, digits_reward):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_model, broken)
+    (broken / "model.safetensors").unlink()  # the folder passes validate; the weights are gone
+    bp = tmp_path / "broken.yaml"
+    bp.write_text(tiny_blueprint(broken, digits_reward))
+    r = r1("train", bp, "--name", "broken")
+    assert r.returncode == 2, r.stdout + r.stderr
+    reason = job_record(home, "broken")["reason"]
+    assert reason.startswith("error: a trainer worker could not start: OSError:"), reason
+    assert "model.safetensors" in reason and "resumes from its last checkpoint" not in reason
+    assert "\x1b[" not in reason
