@@ -482,3 +482,21 @@ def test_easyr1s_off_values_are_accepted_with_easyr1s_meaning(blueprint, cli):
         "--json",
     )
     assert r.exit_code == 0, r.stderr
+
+
+@pytest.mark.parametrize(
+    "setting,ok",
+    [
+        ('{"min_p": 0.05, "repetition_penalty": 1.1, "presence_penalty": -0.5, "min_tokens": 4}', True),
+        ('{"min_p": 1.5}', False),
+        ('{"frequency_penalty": 3}', False),
+        ('{"repetition_penalty": "high"}', False),
+    ],
+)
+def test_val_override_config_takes_vllms_sampling_fields_in_range(blueprint, cli, setting, ok):
+    r = cli("validate", blueprint(), f"worker.rollout.val_override_config={setting}")
+    assert r.exit_code == (0 if ok else 2), r.stderr
+    if not ok:
+        assert (
+            "worker.rollout.val_override_config." in r.stderr and "is not valid: must be a number" in r.stderr
+        )

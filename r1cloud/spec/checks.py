@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 
 from .load import Origins
-from .models import GROUP_ESTIMATORS, SAMPLING_KEYS, Spec
+from .models import EXTRA_SAMPLING, GROUP_ESTIMATORS, SAMPLING_KEYS, Spec
 from .problems import Problem
 
 
@@ -208,11 +208,25 @@ def check_rollout(spec: Spec, problem: Report) -> None:
             "data.max_prompt_length",
             "data.max_response_length",
         )
+    known = (*SAMPLING_KEYS, *EXTRA_SAMPLING)
     for key, value in r.val_override_config.items():
-        if key not in SAMPLING_KEYS:
-            close = difflib.get_close_matches(key, SAMPLING_KEYS, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; use {', '.join(SAMPLING_KEYS)}"
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; use {', '.join(known)}"
             problem(f"worker.rollout.val_override_config.{key}", f"is not a sampling setting{hint}")
+        elif key in EXTRA_SAMPLING:
+            lo, hi = EXTRA_SAMPLING[key]
+            if (
+                not isinstance(value, int | float)
+                or isinstance(value, bool)
+                or value < lo
+                or (hi is not None and value > hi)
+            ):
+                allowed = f"from {lo:g} to {hi:g}" if hi is not None else f"{lo:g} or more"
+                problem(
+                    f"worker.rollout.val_override_config.{key}",
+                    f"{value!r} is not valid: must be a number {allowed}",
+                )
         elif key == "n" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             problem(
                 "worker.rollout.val_override_config.n",

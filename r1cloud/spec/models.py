@@ -35,7 +35,16 @@ DAPO_PRESET = {
 LOGGERS = ("console", "file", "mlflow", "swanlab", "tensorboard", "wandb")
 DTYPES = ("bf16", "fp16", "fp32", "bfloat16", "float16", "float32")
 # SamplingParams fields EasyR1 lets `val_override_config` (and the ReMax baseline) override.
-SAMPLING_KEYS = ("n", "temperature", "top_p", "top_k", "seed", "ignore_eos", "max_tokens", "min_p")
+SAMPLING_KEYS = ("n", "temperature", "top_p", "top_k", "seed", "ignore_eos", "max_tokens")
+# vLLM SamplingParams fields beyond those, passed through to validation's sampling (rollout.EXTRA
+# says which the hf engine has too); the numbers each may take.
+EXTRA_SAMPLING = {
+    "min_p": (0.0, 1.0),
+    "repetition_penalty": (0.0, None),
+    "presence_penalty": (-2.0, 2.0),
+    "frequency_penalty": (-2.0, 2.0),
+    "min_tokens": (0, None),
+}
 KNOWN_INFRA = (
     "local", "aws", "gcp", "azure", "k8s", "kubernetes", "lambda", "runpod", "nebius", "oci", "ibm",
     "cudo", "fluidstack", "paperspace", "vast", "do", "scp", "vsphere", "hyperbolic", "ssh", "seeweb",

@@ -26,7 +26,7 @@ from .data import Loader, PromptSet, check_sets, chunk_evenly, load_tokenizer, t
 from .group import gather, launch, start_failure, worker_lost
 from .metrics import actor_metrics, critic_metrics, forget_after, progress_line, rollout_metrics
 from .model import pad
-from .rollout import Request, pick_engine
+from .rollout import Request, hf_lacks, pick_engine
 from .trackers import TrackerError, Trackers, val_samples
 
 # ---------------------------------------------------------------------------- the trainer
@@ -104,6 +104,11 @@ class Trainer:
         engine = pick_engine(self.spec.worker.rollout.name)
         self.share_prompts = self.call("shares_prompts")[0]
         self.adapter = self.call("adapter")[0]  # LoRA: adapter_config.json and what it trains
+        if engine == "hf" and (lacks := hf_lacks(self.spec.worker.rollout.val_override_config)):
+            raise RunError(
+                f"worker.rollout.val_override_config: {', '.join(lacks)} is vLLM's only; the hf engine "
+                "(transformers generate) has no equivalent: install vLLM, or remove it"
+            )
         names = self.call("start_engine", engine)
         self.call("set_schedule", self.steps)
         return names[0]
@@ -122,6 +127,7 @@ class Trainer:
         }
         if validation:
             sampling.update({k: v for k, v in r.val_override_config.items() if k in sampling})
+            sampling["extra"] = {k: v for k, v in r.val_override_config.items() if k not in sampling}
             sampling["n"] = int(r.val_override_config.get("n", 1))
             sampling["seed"] += 1
         return sampling

@@ -528,3 +528,30 @@ def test_freezing_the_language_model_of_a_text_model_is_refused(make_run):
 
     with pytest.raises(ValueError, match="freeze_language_model: a text model has nothing else"):
         Trainer(make_run("worker.actor.model.freeze_language_model=true"))
+
+
+def test_hf_engine_applies_the_extra_sampling_fields(tiny_model):
+    """val_override_config's vLLM fields reach transformers generate under its names: a strong
+    repetition penalty changes a greedy answer and leaves fewer repeated tokens; min_tokens holds
+    off the end of text."""
+    import torch
+    from tokenizers import Tokenizer
+
+    from r1cloud.trainer.rollout import Request, Sampling, hf_lacks
+    from r1cloud.trainer.rollout.hf import HFEngine
+
+    ids = Tokenizer.from_file(str(tiny_model / "tokenizer.json")).encode("What is 2 + 3?").ids
+    engine = HFEngine(str(tiny_model), set(), 0, torch.float32, "cpu")
+
+    def answer(**extra) -> list[int]:
+        (s,) = engine.generate([Request(ids)], Sampling(temperature=0, max_tokens=16, extra=extra))
+        return s.response
+
+    plain, penalised = answer(), answer(repetition_penalty=50.0)
+    assert plain != penalised
+    assert len(set(penalised)) > len(set(plain))  # the penalty spreads the answer over more tokens
+    eos = answer()[0]  # make the first greedy token the end of text: min_tokens must defer it
+    engine.eos = {eos}
+    assert answer() == [eos] and len(answer(min_tokens=5)) >= 5  # the response keeps its end token
+    assert hf_lacks(["n", "temperature", "min_p", "repetition_penalty", "min_tokens"]) == []
+    assert hf_lacks(["presence_penalty", "frequency_penalty"]) == ["frequency_penalty", "presence_penalty"]

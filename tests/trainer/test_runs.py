@@ -56,7 +56,12 @@ def test_three_grpo_steps_with_two_workers(make_run, tiny_model, engine, request
     on loopback, TensorBoard): each one's own store holds the curve metrics.jsonl holds."""
     if engine == "vllm":
         pytest.importorskip("vllm")
-    extra, env = [], {}
+    # vLLM's own sampling fields reach validation's SamplingParams (a bad one would fail the run)
+    extra = [
+        "trainer.val_before_train=true",
+        'worker.rollout.val_override_config={"repetition_penalty": 1.3, "min_p": 0.1, "presence_penalty": 0.5}',
+    ]
+    env = {}
     if engine == "hf":
         server = request.getfixturevalue("mlflow_server")
         extra = list(TRACKED)
@@ -70,7 +75,8 @@ def test_three_grpo_steps_with_two_workers(make_run, tiny_model, engine, request
         assert [m["step"] for m in lines] == [0, 1, 2, 3]
         assert [("val/reward_score" in m) for m in lines] == [True, False, True, True]
         check_trackers(run, lines, r.stdout, server.url)
-        lines = lines[1:]
+    assert lines[0]["step"] == 0 and "val/reward_score" in lines[0]  # validation before training
+    lines = lines[1:]
     assert [m["step"] for m in lines] == [1, 2, 3]
     for m in lines:
         for key in (
@@ -147,6 +153,14 @@ def test_a_tracker_that_cannot_start_stops_the_run_before_its_first_step(make_ru
     assert "error: trainer.logger: wandb could not start" in r.stderr and "WANDB_MODE: offline" in r.stderr
     assert "Traceback" not in r.stderr and "[start]" not in r.stdout  # no worker was started
     assert not (run / "metrics.jsonl").exists()
+
+
+def test_a_vllm_only_sampling_field_with_the_hf_engine_is_one_line(make_run):
+    run = make_run('worker.rollout.val_override_config={"presence_penalty": 0.5}', name="hf-presence")
+    r = run_trainer(run)
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "error: worker.rollout.val_override_config: presence_penalty is vLLM's only" in r.stderr
+    assert "Traceback" not in r.stderr and not (run / "metrics.jsonl").exists()
 
 
 def test_killed_run_resumes_with_the_same_data_and_metrics(make_run, tmp_path):

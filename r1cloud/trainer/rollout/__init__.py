@@ -5,7 +5,7 @@ layout: responses cut after the first EOS, with their sampling log-probs."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 import torch
@@ -20,6 +20,17 @@ class Sampling:
     max_tokens: int = 512
     seed: int = 1
     ignore_eos: bool = False
+    extra: dict = field(default_factory=dict)  # other vLLM SamplingParams fields (validation only)
+
+
+# The extra fields the hf engine has, under transformers generate's names.
+HF_EXTRA = {"min_p": "min_p", "repetition_penalty": "repetition_penalty", "min_tokens": "min_new_tokens"}
+
+
+def hf_lacks(keys) -> list[str]:
+    """The sampling fields among `keys` that the hf engine cannot apply."""
+    own = {f.name for f in fields(Sampling)}
+    return sorted(k for k in keys if k not in own and k not in HF_EXTRA)
 
 
 @dataclass

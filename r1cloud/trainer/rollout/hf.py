@@ -14,7 +14,7 @@ import torch
 
 from .. import onednn, vision
 from ..model import auto_class, image_inputs
-from . import Request, Sample, Sampling, cut_at_eos
+from . import HF_EXTRA, Request, Sample, Sampling, cut_at_eos
 
 
 class HFEngine:
@@ -81,6 +81,7 @@ class HFEngine:
             max_new_tokens=s.max_tokens,
             eos_token_id=None if s.ignore_eos else sorted(self.eos),
             pad_token_id=self.pad,
+            **{HF_EXTRA[k]: v for k, v in s.extra.items()},  # the driver refuses the others (no equivalent)
             output_logits=True,
             return_dict_in_generate=True,
             **{k: v.to(self.device) for k, v in image_inputs(self.model, ids, images).items()},

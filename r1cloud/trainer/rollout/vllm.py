@@ -143,6 +143,7 @@ class VLLMEngine:
                 ignore_eos=s.ignore_eos,
                 logprobs=0,
                 detokenize=False,
+                **s.extra,
             )
             for i in range(len(prompts))
             for j in range(s.n)
