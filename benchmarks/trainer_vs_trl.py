@@ -109,13 +109,15 @@ def resolve_model(name: str, work: Path) -> Path:
 
 
 class PeakRSS:
-    """Peak resident memory of a process and all its descendants (`peak`), and of the largest
-    trainer worker among them (`worker`, Ray's HybridWorker), sampled every 0.2 s."""
+    """Peak resident memory of a process and all its descendants (`peak`), of each trainer worker
+    among them (`workers`, by pid: Ray's HybridWorker) and of the largest (`worker`), sampled every
+    0.2 s."""
 
     def __init__(self, pid: int):
         import psutil
 
         self.root, self.peak, self.worker, self._stop = psutil.Process(pid), 0, 0, threading.Event()
+        self.workers: dict[int, int] = {}
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -131,6 +133,7 @@ class PeakRSS:
                         total += rss
                         if "HybridWorker" in " ".join(p.cmdline()):
                             self.worker = max(self.worker, rss)
+                            self.workers[p.pid] = max(self.workers.get(p.pid, 0), rss)
                 self.peak = max(self.peak, total)
             time.sleep(0.2)
 

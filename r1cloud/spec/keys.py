@@ -40,16 +40,15 @@ KEYS: dict[str, tuple[str, str]] = {
     ),
     "worker.*.strategy": (HONOURED, "FSDP2, the only strategy (trainer/workers.py)"),
     "worker.*.optim.strategy": (
-        WARNED,
-        "adamw_bf16 is not honoured yet: the optimizer states stay in fp32 (about 2× their memory); "
-        "set adamw to silence this",
+        HONOURED,
+        "adamw, or adamw_bf16: moment estimates in bf16 (trainer/optim.py)",
     ),
     "worker.*.optim.training_steps": (INERT, "set by the trainer from the data and max_steps, as in EasyR1"),
     "worker.*.global_batch_size_per_device": (INERT, "derived from global_batch_size, as in EasyR1"),
     "worker.*.fsdp.enable_rank0_init": (
-        INERT,
-        "every worker reads the weights from disk and keeps its shard (the same model; more host memory "
-        "while loading)",
+        HONOURED,
+        "rank 0 reads the weights, the others build empty and receive their shards (trainer/model.py); "
+        "a QLoRA base is read by each worker",
     ),
     "worker.*.fsdp.use_orig_params": (INERT, "FSDP1's option: FSDP2 always keeps the original parameters"),
     "worker.*.fsdp.mp_buffer_dtype": (INERT, "FSDP2 keeps buffers (rotary tables) in the model's dtype"),

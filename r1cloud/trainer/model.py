@@ -18,6 +18,7 @@ n·P + Σ len(answer).
 
 from __future__ import annotations
 
+import copy
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -157,6 +158,42 @@ def attention_for(config):
     if vision.is_vision_config(config):
         return {"": name, "text_config": name, "vision_config": "sdpa"}
     return name
+
+
+def load_weights(load, path: str, config, kwargs: dict, empty: bool):
+    """The model at `path` through `load` (an Auto class), with packed-segment attention where the
+    model's attention is pluggable; with `empty`, the same model on the meta device, weightless,
+    for rank 0 to fill (receive_from_rank0)."""
+    attention = attention_for(config)
+    if empty:
+        config = copy.deepcopy(kwargs.get("config", config))
+        for key, value in kwargs.items():  # what from_pretrained would set on the config
+            if key not in ("dtype", "trust_remote_code", "config"):
+                setattr(config, key, value)
+        made = dict(dtype=kwargs["dtype"], trust_remote_code=kwargs.get("trust_remote_code", False))
+        with torch.device("meta"):
+            try:
+                return load.from_config(config, attn_implementation=attention, **made)
+            except (ValueError, NotImplementedError):
+                return load.from_config(config, **made)
+    try:
+        return load.from_pretrained(path, attn_implementation=attention, **kwargs)
+    except (ValueError, NotImplementedError):
+        return load.from_pretrained(path, **kwargs)
+
+
+def receive_from_rank0(model, full: dict, empty: bool, device: str) -> None:
+    """After sharding: rank 0's weights (`full`, taken before it sharded) into every worker's shards;
+    buffers (rotary tables, which no state dict holds) copied whole."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    if empty:
+        model.to_empty(device=device)
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, full, options=options)
+    for buffer in model.buffers():
+        dist.broadcast(buffer, src=0)
 
 
 def vision_tower(model):

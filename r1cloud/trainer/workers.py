@@ -21,16 +21,18 @@ from . import lora, onednn
 from .checkpoint import dcp_storage
 from .model import (
     Seq,
-    attention_for,
     auto_class,
     language_model,
+    load_weights,
     packed_log_probs,
     packed_values,
     pad,
+    receive_from_rank0,
     shard_units,
     uses_segments,
     vision_tower,
 )
+from .optim import AdamWBF16
 from .rollout import Request, Sampling
 
 VALUE_HEADS = ("score", "classifier")  # a critic's new head: trained in full when it has LoRA
@@ -108,6 +110,11 @@ class HybridWorker:
 
         config = AutoConfig.from_pretrained(m.model_path, trust_remote_code=m.trust_remote_code)
         load, extra = auto_class(config), {}
+        four_bit = train and m.lora.rank and m.lora.load_in_4bit  # QLoRA: quantised as it loads
+        # enable_rank0_init: rank 0 reads the weights, the others build an empty model (meta device)
+        # and receive their shards from it after sharding: one copy in host memory, not one per worker
+        # (a 4-bit base cannot be built empty; each worker quantises its own)
+        from_rank0 = fsdp_cfg.enable_rank0_init and self.world > 1 and not four_bit
         if value_head:  # one label, no dropout on the value (as verl)
             config.num_labels, config.classifier_dropout = 1, 0.0
             load, extra = AutoModelForTokenClassification, {"config": config}
@@ -118,19 +125,17 @@ class HybridWorker:
             **extra,
             **m.override_config,
         )
-        four_bit = train and m.lora.rank and m.lora.load_in_4bit  # QLoRA: quantised as it loads
         if four_bit:
             kwargs.update(
                 quantization_config=lora.nf4(DTYPES[fsdp_cfg.mp_param_dtype]), device_map={"": self.device}
             )
-        try:  # packed segments (attention.py) where the model's attention is pluggable
-            model = load.from_pretrained(m.model_path, attn_implementation=attention_for(config), **kwargs)
-        except (ValueError, NotImplementedError):
-            model = load.from_pretrained(m.model_path, **kwargs)
+        empty = from_rank0 and self.rank != 0
+        model = load_weights(load, m.model_path, config, kwargs, empty)
         if getattr(model.config, "attn_logit_softcapping", None):  # sdpa has no soft cap
             model.set_attn_implementation("sdpa")
-        if not four_bit:  # a quantised model is placed as it loads, and cannot be moved
+        if not four_bit and not empty:  # a quantised model is placed as it loads, and cannot be moved
             model = model.to(self.device)
+        full = model.state_dict() if from_rank0 and not empty else {}  # rank 0's weights, to send
         tower = vision_tower(model)
         if train and m.freeze_vision_tower and tower is not None:
             tower.requires_grad_(False)
@@ -160,20 +165,20 @@ class HybridWorker:
         for module in shard_units(model) + ([tower] if tower is not None else []):
             fully_shard(module, **shard)
         fully_shard(model, **shard)
+        if from_rank0:
+            receive_from_rank0(model, full, empty, self.device)
+            del full
         if not train:
             model.eval().requires_grad_(False)
         return model
 
     @staticmethod
     def _optimizer(model, o):
+        params = [p for p in model.parameters() if p.requires_grad]
+        if o.strategy == "adamw_bf16":  # moment estimates in bf16: half the optimizer's memory
+            return AdamWBF16(params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
         # fused: one kernel over all tensors, several times faster than the per-tensor loop on CPU
-        return torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad],
-            lr=o.lr,
-            betas=o.betas,
-            weight_decay=o.weight_decay,
-            fused=True,
-        )
+        return torch.optim.AdamW(params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay, fused=True)
 
     def set_schedule(self, total_steps: int) -> None:
         roles = [("actor", self.optim, self.spec.worker.actor.optim)]

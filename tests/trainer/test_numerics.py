@@ -307,3 +307,29 @@ def test_weight_sync_gives_the_engine_the_fp32_weights_in_its_dtype(make_run, en
                 assert torch.equal(engine[name], tensor.to(engine[name].dtype)), name
     finally:
         trainer.shutdown()
+
+
+def test_adamw_bf16_follows_adamw_with_half_the_state_memory():
+    """optim.strategy adamw_bf16: the same updates as torch's AdamW up to bf16's rounding of the
+    moment estimates, in half the optimizer-state bytes."""
+    from r1cloud.trainer.optim import AdamWBF16
+
+    torch.manual_seed(0)
+    start = torch.randn(64, 32)
+    a, b = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
+    ref = torch.optim.AdamW([a], lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
+    ours = AdamWBF16([b], lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
+    for _ in range(20):
+        g = torch.randn(64, 32)
+        a.grad, b.grad = g.clone(), g.clone()
+        ref.step()
+        ours.step()
+    moved = (a - start).abs().mean()
+    assert (a - b).abs().max() < 0.02 * moved  # within 2% of how far the weights moved
+    assert not torch.equal(a, b)  # not the same arithmetic: the moments are rounded to bf16
+
+    def size(opt):
+        return sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values() if t.dim())
+
+    assert {t.dtype for t in ours.state[b].values() if t.dim()} == {torch.bfloat16}
+    assert size(ours) * 2 == size(ref)

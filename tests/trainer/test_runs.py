@@ -155,6 +155,32 @@ def test_a_tracker_that_cannot_start_stops_the_run_before_its_first_step(make_ru
     assert not (run / "metrics.jsonl").exists()
 
 
+def test_rank0_init_trains_exactly_as_when_every_worker_loads(tmp_path, digits_reward):
+    """enable_rank0_init: rank 0 reads the weights, the other worker builds an empty model and
+    receives its shard. On a model with tied embeddings (as SmolLM2), two steps give the same
+    numbers as every worker reading the weights itself."""
+    from conftest import run_folder
+    from r1cloud.testing import make_tiny_model
+    from tinyrun import tiny_blueprint
+
+    tied = make_tiny_model(tmp_path / "tied", tie=True)
+    got = {}
+    for flag in ("true", "false"):
+        run = run_folder(
+            tmp_path,
+            f"rank0-{flag}",
+            tiny_blueprint(tied, digits_reward),
+            [f"worker.actor.fsdp.enable_rank0_init={flag}", f"worker.ref.fsdp.enable_rank0_init={flag}",
+             "trainer.max_steps=2", "trainer.save_freq=-1"],
+        )  # fmt: skip
+        r = run_trainer(run)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        got[flag] = metrics(run)
+    for key in DETERMINISTIC:
+        for a, b in zip(got["true"], got["false"], strict=True):
+            assert a[key] == pytest.approx(b[key], rel=1e-6, abs=1e-7), key
+
+
 def test_a_vllm_only_sampling_field_with_the_hf_engine_is_one_line(make_run):
     run = make_run('worker.rollout.val_override_config={"presence_penalty": 0.5}', name="hf-presence")
     r = run_trainer(run)
@@ -259,6 +285,7 @@ def test_killed_run_resumes_with_the_same_data_and_metrics(make_run, tmp_path):
             "worker.actor.entropy_coeff=0.01",
             "worker.actor.rollout_is=sequence_truncate",
             "worker.actor.rollout_is_cap=2.0",
+            "worker.actor.optim.strategy=adamw_bf16",  # bf16 moments on FSDP2 shards, saved by DCP
         ],
     ],
     ids=[
@@ -268,7 +295,7 @@ def test_killed_run_resumes_with_the_same_data_and_metrics(make_run, tmp_path):
         "reinforce++-cispo",
         "reinforce++-baseline-sapo",
         "remax-adaptive-kl",
-        "entropy-bonus-tis",
+        "entropy-bonus-tis-adamw-bf16",
     ],
 )
 def test_every_estimator_and_loss_trains_two_steps(make_run, tiny_model, overrides):
