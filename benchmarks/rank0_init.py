@@ -89,18 +89,17 @@ def main() -> None:
         results = [measure(Path(a.model), flag, work) for flag in (False, True, False, True)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"model {a.model}, 2 workers, actor + reference in fp32, 1 step, hf engine")
+    print(f"model {a.model}, 2 workers, actor + reference in fp32")
     for r in results:
-        peaks = ", ".join(f"{x:.2f}" for x in r["worker_peaks_gib"])
+        load = ", ".join(f"{x:.2f}" for x in r["load_peaks_gib"])
+        run = ", ".join(f"{x:.2f}" for x in r["run_peaks_gib"])
         print(
-            f"enable_rank0_init={r['rank0_init']!s:5}  worker peaks {peaks} GiB  tree {r['tree_peak_gib']:.2f} GiB"
+            f"enable_rank0_init={r['rank0_init']!s:5}  loading (rank 0, 1): {load} GiB · one step: {run} GiB"
         )
     on = [r for r in results if r["rank0_init"]]
     off = [r for r in results if not r["rank0_init"]]
-    low = lambda rs: sum(r["worker_peaks_gib"][0] for r in rs) / len(rs)  # noqa: E731
-    print(
-        f"the smaller worker's peak, on / off: {low(on):.2f} / {low(off):.2f} GiB = {low(on) / low(off):.2f}x"
-    )
+    on1, off1 = (sum(r["load_peaks_gib"][1] for r in rs) / len(rs) for rs in (on, off))
+    print(f"rank 1's peak while loading, on / off: {on1:.2f} / {off1:.2f} GiB = {on1 / off1:.2f}x")
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=2))
 

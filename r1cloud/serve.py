@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
+import os
 import re
 import socket
 import sys
@@ -178,6 +180,53 @@ def command(
 
 def key_env(api_key: str | None) -> dict[str, str]:
     return {"VLLM_API_KEY": api_key, "R1CLOUD_API_KEY": api_key} if api_key else {}
+
+
+# What a failed engine's log says, and what to do about it.
+CAUSES = (
+    (
+        ("out of memory", "Cannot allocate memory", "No available memory for the cache", "KV cache"),
+        "not enough memory for the model and its KV cache: lower --max-model-len, or size the cache "
+        "(VLLM_CPU_KVCACHE_SPACE=GiB on CPU, -- --gpu-memory-utilization 0.8 on a GPU)",
+    ),
+    (("Address already in use",), "the port is taken: pick another with --port"),
+    (
+        ("not supported", "are not supported", "Model architectures"),
+        "vLLM does not support this model: serve it with --engine transformers",
+    ),
+)
+
+
+def failure_cause(lines: list[str]) -> str | None:
+    """The likely cause of an engine that did not start, from the end of its log, with the fix."""
+    text = "\n".join(lines[-200:])
+    for needles, cause in CAUSES:
+        if any(n in text for n in needles):
+            return cause
+    return None
+
+
+def kv_cache_env(model_path: str, max_model_len: int | None, extra: list[str]) -> dict[str, str]:
+    """vLLM's CPU build sizes its KV cache from VLLM_CPU_KVCACHE_SPACE (GiB), else claims most of
+    the machine's memory and fails when other processes hold some. Sized here to four sequences of
+    the longest context the model is served with (1 GiB at least), unless the user set it or passed
+    --gpu-memory-utilization / --kv-cache-memory. (The GPU build ignores the variable.)"""
+    if os.environ.get("VLLM_CPU_KVCACHE_SPACE") or any(
+        a.split("=")[0] in ("--gpu-memory-utilization", "--kv-cache-memory", "--kv-cache-memory-bytes")
+        for a in extra
+    ):
+        return {}
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {"VLLM_CPU_KVCACHE_SPACE": "4"}  # a Hub id, read by vLLM itself: a generous default
+    text = config.get("text_config") or config
+    heads = text.get("num_attention_heads") or 1
+    head_dim = text.get("head_dim") or (text.get("hidden_size", 0) // heads)
+    per_token = 2 * text.get("num_hidden_layers", 0) * (text.get("num_key_value_heads") or heads) * head_dim
+    per_token *= 4 if str(text.get("torch_dtype") or config.get("torch_dtype")) == "float32" else 2
+    length = max_model_len or min(text.get("max_position_embeddings") or 8192, 32768)
+    return {"VLLM_CPU_KVCACHE_SPACE": str(max(1, math.ceil(per_token * length * 4 / 1024**3)))}
 
 
 def check_port(host: str, port: int) -> None:

@@ -146,7 +146,8 @@ def serve(
             model=f"{served} ← {model.origin}",
         )
     )
-    job = launch(store, job, sv.key_env(api_key), {})
+    env = sv.kv_cache_env(model.path, max_model_len, list(ctx.args)) if chosen_engine == "vllm" else {}
+    job = launch(store, job, sv.key_env(api_key), env)
     out.print(f"serving {model.origin} as {served!r} with {chosen_engine} · job {job.name}", markup=False)
     if host in ("0.0.0.0", "::") and not api_key:
         err.print(
@@ -163,8 +164,12 @@ def serve(
             why = f"/v1/models did not answer within {ready_timeout:.0f}s"
         else:
             why = record.reason or "the server exited"
-        lines = [why, *f.tail_lines(job.log, 12), f"full log: r1cloud logs {job.name}"]
-        err.print("error: the server did not start", style="bold red", markup=False)
+        tail = f.tail_lines(job.log, 200)
+        cause = sv.failure_cause(tail)
+        lines = [why, *tail[-12:], f"full log: r1cloud logs {job.name}"]
+        err.print(
+            f"error: the server did not start{': ' + cause if cause else ''}", style="bold red", markup=False
+        )
         for line in lines:
             err.print(f"  {line}", markup=False)
         raise typer.Exit(1)

@@ -192,3 +192,34 @@ def test_chat_applies_the_jobs_format_prompt_and_compares(job, tiny_model):
     assert "hello" in r.stdout and "world" in r.stdout  # each question heads its table
     r = r1("chat", "http://127.0.0.1:9/v1", "hi")
     assert r.returncode == 2 and "cannot reach" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_vllm_cpu_kv_cache_is_sized_to_the_model_not_the_machine(tmp_path, monkeypatch):
+    """vLLM's CPU build would claim most of the machine's memory: serve sizes its KV cache to
+    four sequences of the served context instead, unless the user sized it."""
+    from r1cloud.serve import kv_cache_env
+
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    (tmp_path / "config.json").write_text(
+        json.dumps({"num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+                    "hidden_size": 3584, "torch_dtype": "bfloat16", "max_position_embeddings": 131072})
+    )  # fmt: skip
+    # K and V × 28 layers × 4 heads × 128 dims × 2 bytes × 32768 tokens (the cap) × 4 sequences = 7 GiB
+    assert kv_cache_env(str(tmp_path), None, []) == {"VLLM_CPU_KVCACHE_SPACE": "7"}
+    assert kv_cache_env(str(tmp_path), 2048, []) == {"VLLM_CPU_KVCACHE_SPACE": "1"}  # at least 1
+    assert kv_cache_env(str(tmp_path), None, ["--gpu-memory-utilization", "0.5"]) == {}
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "3")
+    assert kv_cache_env(str(tmp_path), None, []) == {}
+
+
+def test_an_engine_that_cannot_start_is_told_by_its_cause():
+    from r1cloud.serve import failure_cause
+
+    assert "lower --max-model-len" in failure_cause(
+        ["INFO starting", "ValueError: No available memory for the cache blocks. Try increasing ..."]
+    )
+    assert "--port" in failure_cause(["OSError: [Errno 98] Address already in use"])
+    assert "--engine transformers" in failure_cause(
+        ["Model architectures ['Foo'] are not supported for now."]
+    )
+    assert failure_cause(["RuntimeError: something else"]) is None
