@@ -15,7 +15,6 @@ VALUES = {
     "worker.actor.ulysses_size": "2",
     "worker.critic.ulysses_size": "2",
     "worker.ref.ulysses_size": "2",
-    "trainer.ray_timeline": "timeline.json",
     "fsdp_size": "1",
     "optim.strategy": "adamw_bf16",
 }

@@ -101,15 +101,10 @@ KEYS: dict[str, tuple[str, str]] = {
     ),
     # trainer
     "trainer.save_model_only": (
-        WARNED,
-        "not honoured yet: checkpoints also hold the optimizer state, so they can resume (about 3× the "
-        "model's size)",
+        HONOURED,
+        "checkpoints without the optimizer state; a resume from one starts the optimizer afresh",
     ),
-    "trainer.ray_timeline": (
-        REFUSED,
-        "Ray timelines are not written yet: remove it (py-spy on the trainer profiles a step: README, "
-        "Development)",
-    ),
+    "trainer.ray_timeline": (HONOURED, "ray.timeline's Chrome trace, written when the run ends"),
     "trainer.*": (HONOURED, "the loop, checkpoints and trackers (trainer/driver.py, trainer/trackers.py)"),
 }
 

@@ -26,7 +26,7 @@ from .data import Loader, PromptSet, check_sets, chunk_evenly, load_tokenizer, t
 from .group import gather, launch, start_failure, worker_lost
 from .metrics import actor_metrics, critic_metrics, forget_after, progress_line, rollout_metrics
 from .model import pad
-from .rollout import Request, hf_lacks, pick_engine
+from .rollout import Request, pick_engine, refuse_unknown_sampling
 from .trackers import TrackerError, Trackers, val_samples
 
 # ---------------------------------------------------------------------------- the trainer
@@ -104,11 +104,7 @@ class Trainer:
         engine = pick_engine(self.spec.worker.rollout.name)
         self.share_prompts = self.call("shares_prompts")[0]
         self.adapter = self.call("adapter")[0]  # LoRA: adapter_config.json and what it trains
-        if engine == "hf" and (lacks := hf_lacks(self.spec.worker.rollout.val_override_config)):
-            raise RunError(
-                f"worker.rollout.val_override_config: {', '.join(lacks)} is vLLM's only; the hf engine "
-                "(transformers generate) has no equivalent: install vLLM, or remove it"
-            )
+        refuse_unknown_sampling(engine, self.spec.worker.rollout.val_override_config)
         names = self.call("start_engine", engine)
         self.call("set_schedule", self.steps)
         return names[0]
@@ -436,9 +432,10 @@ class Trainer:
     def save(self, step: int, metrics: dict, last: bool = False) -> None:
         tick = time.perf_counter()
         where = self.checkpoints.begin(step)
-        self.call("save", f"{where}/actor")
+        only = self.spec.trainer.save_model_only
+        self.call("save", f"{where}/actor", model_only=only)
         if self.spec.algorithm.adv_estimator == "gae":
-            self.call("save", f"{where}/critic", role="critic")
+            self.call("save", f"{where}/critic", role="critic", model_only=only)
         saver = self.images or self.tokenizer  # a VLM's processor files carry its tokenizer
         write_hf_files(
             self.checkpoints,
@@ -457,6 +454,7 @@ class Trainer:
             "kl_coef": self.kl_coef,
             "metrics": metrics,
             "world_size": self.world,
+            "model_only": only,
         }
         self.checkpoints.publish(where, step, state, metrics.get("val/reward_score"))
         self.checkpoints.prune(self.spec.trainer.save_limit)
@@ -474,13 +472,17 @@ class Trainer:
             return 0
         step, path = found
         state = read_state(path)
-        self.call("load", f"{path}/actor", state.get("scheduler"))
+        optimizer = not state.get("model_only")
+        self.call("load", f"{path}/actor", state.get("scheduler"), optimizer=optimizer)
         if self.spec.algorithm.adv_estimator == "gae" and state.get("critic_scheduler") is not None:
-            self.call("load", f"{path}/critic", state.get("critic_scheduler"), role="critic")
+            self.call(
+                "load", f"{path}/critic", state.get("critic_scheduler"), role="critic", optimizer=optimizer
+            )
         self.kl_coef = state.get("kl_coef", self.kl_coef)
         self.loader.load_state_dict(state["loader"])
+        fresh = "" if optimizer else "; model only (trainer.save_model_only): the optimizer starts afresh"
         self.log(
-            f"[resume] from step {step} ({path}), saved with {state.get('world_size')} workers, now {self.world}"
+            f"[resume] from step {step} ({path}), saved with {state.get('world_size')} workers, now {self.world}{fresh}"
         )
         return step
 
@@ -550,6 +552,9 @@ class Trainer:
                     [w.shutdown.remote() for w in self.workers], num_returns=len(self.workers), timeout=30
                 )
         if ray.is_initialized():
+            if self.spec.trainer.ray_timeline:  # Chrome trace of every Ray task (chrome://tracing)
+                with contextlib.suppress(Exception):
+                    ray.timeline(filename=self.spec.trainer.ray_timeline)
             ray.shutdown()
 
 

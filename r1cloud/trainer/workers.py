@@ -429,16 +429,20 @@ class HybridWorker:
     def _role(self, role: str):
         return (self.actor, self.optim) if role == "actor" else (self.critic, self.critic_optim)
 
-    def save(self, path: str, role: str = "actor") -> None:
+    def save(self, path: str, role: str = "actor", model_only: bool = False) -> None:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
         model, optim = self._role(role)
-        state = {"model": _model_state(model), "optim": get_optimizer_state_dict(model, optim)}
+        state = {"model": _model_state(model)}
+        if not model_only:  # trainer.save_model_only: a smaller checkpoint, resumed with a fresh optimizer
+            state["optim"] = get_optimizer_state_dict(model, optim)
         dcp.save(state, **dcp_storage(path, write=True))
         dist.barrier()
 
-    def load(self, path: str, scheduler_state: dict | None, role: str = "actor") -> None:
+    def load(
+        self, path: str, scheduler_state: dict | None, role: str = "actor", optimizer: bool = True
+    ) -> None:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import (
             get_optimizer_state_dict,
@@ -451,10 +455,13 @@ class HybridWorker:
         for module in model.modules():  # no gathered copy (full_weights) may outlive the new weights
             if isinstance(module, FSDPModule):
                 module.reshard()
-        state = {"model": _model_state(model), "optim": get_optimizer_state_dict(model, optim)}
+        state = {"model": _model_state(model)}
+        if optimizer:
+            state["optim"] = get_optimizer_state_dict(model, optim)
         dcp.load(state, **dcp_storage(path, write=False))
         set_model_state_dict(model, state["model"], options=_state_options(model))
-        set_optimizer_state_dict(model, optim, state["optim"])
+        if optimizer:
+            set_optimizer_state_dict(model, optim, state["optim"])
         if scheduler_state is not None and role in self.schedulers:
             self.schedulers[role].load_state_dict(scheduler_state)
 

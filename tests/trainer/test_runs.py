@@ -181,6 +181,27 @@ def test_rank0_init_trains_exactly_as_when_every_worker_loads(tmp_path, digits_r
             assert a[key] == pytest.approx(b[key], rel=1e-6, abs=1e-7), key
 
 
+def test_save_model_only_resumes_with_a_fresh_optimizer_and_ray_timeline_is_written(make_run, tmp_path):
+    from torch.distributed.checkpoint import FileSystemReader
+
+    trace = tmp_path / "timeline.json"
+    run = make_run(
+        "trainer.save_model_only=true", "trainer.max_steps=2", f"trainer.ray_timeline={trace}", name="lean"
+    )
+    r = run_trainer(run)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    saved = FileSystemReader(str(run / "checkpoints/global_step_2/actor")).read_metadata().state_dict_metadata
+    assert any(k.startswith("model.") for k in saved) and not any(k.startswith("optim") for k in saved)
+    events = {e.get("cat") for e in json.loads(trace.read_text())}  # a Chrome trace of the Ray tasks
+    assert "task::HybridWorker.update" in events and "task::HybridWorker.generate" in events
+    more = make_run(
+        "trainer.max_steps=3", f"trainer.save_checkpoint_path={run / 'checkpoints'}", name="lean-more"
+    )
+    r = run_trainer(more)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "[resume] from step 2" in r.stdout and "the optimizer starts afresh" in r.stdout
+
+
 def test_a_vllm_only_sampling_field_with_the_hf_engine_is_one_line(make_run):
     run = make_run('worker.rollout.val_override_config={"presence_penalty": 0.5}', name="hf-presence")
     r = run_trainer(run)

@@ -33,6 +33,17 @@ def hf_lacks(keys) -> list[str]:
     return sorted(k for k in keys if k not in own and k not in HF_EXTRA)
 
 
+def refuse_unknown_sampling(engine: str, val_override: dict) -> None:
+    """One line before the first step when validation asks the hf engine for a vLLM-only field."""
+    from ..batch import RunError
+
+    if engine == "hf" and (lacks := hf_lacks(val_override)):
+        raise RunError(
+            f"worker.rollout.val_override_config: {', '.join(lacks)} is vLLM's only; the hf engine "
+            "(transformers generate) has no equivalent: install vLLM, or remove it"
+        )
+
+
 @dataclass
 class Request:
     """One prompt for an engine. With images, vLLM takes `raw_ids` (one placeholder per image,
