@@ -65,7 +65,6 @@ def plot(
     """
     from .. import plot as p
 
-    job_store()  # the store's home is read once, before any target
     keys = [k.strip() for k in metric.split(",") if k.strip()]
     if not keys:
         fail("error: --metric is empty", ["name at least one metric, e.g. --metric reward/overall"])

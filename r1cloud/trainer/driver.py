@@ -540,7 +540,7 @@ class Trainer:
                 self.stopped = True
                 return
 
-    def shutdown(self, status: str) -> None:
+    def shutdown(self, status: str = "FINISHED") -> None:
         import ray
 
         self.reward.close()

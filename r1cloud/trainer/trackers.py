@@ -138,7 +138,7 @@ class SwanLab:
         self.swanlab.log({"val/generations": texts}, step=step)
 
     def close(self, status: str) -> None:
-        self.swanlab.finish(state="success" if status == "FINISHED" else "crashed")
+        self.swanlab.finish(state={"FINISHED": "success", "KILLED": "aborted"}.get(status, "crashed"))
 
 
 class MLflow:

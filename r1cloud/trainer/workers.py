@@ -135,7 +135,6 @@ class HybridWorker:
             model.set_attn_implementation("sdpa")
         if not four_bit and not empty:  # a quantised model is placed as it loads, and cannot be moved
             model = model.to(self.device)
-        full = model.state_dict() if from_rank0 and not empty else {}  # rank 0's weights, to send
         tower = vision_tower(model)
         if train and m.freeze_vision_tower and tower is not None:
             tower.requires_grad_(False)
@@ -160,6 +159,8 @@ class HybridWorker:
         # each decoder layer and vision block its own group (the model's _no_split_modules), then the
         # vision tower's remaining weights, then the rest
         shard = dict(mesh=self.mesh, mp_policy=mp, reshard_after_forward=reshard)
+        # rank 0's weights to send, named as the model now is (adapters in, heads added)
+        full = model.state_dict() if from_rank0 and not empty else {}
         if four_bit:  # whole on every worker; FSDP shards the adapters and the rest
             shard["ignored_params"] = lora.four_bit_params(model)
         for module in shard_units(model) + ([tower] if tower is not None else []):

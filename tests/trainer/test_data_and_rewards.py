@@ -510,7 +510,7 @@ def test_override_chat_template_replaces_the_models(make_run, tmp_path):
         text = trainer.tokenizer.decode(trainer.train_set.prompts[0].prompt_ids)
     finally:
         trainer.reward.close()
-    assert text.startswith("<<") and text.endswith(">>ANSWER:") and "Put the final answer" in text
+    assert text.startswith("<<") and text.endswith(">>ANSWER:") and "Give only the final number" in text
 
 
 def test_chunked_prefill_on_cpu_is_refused_not_dropped(make_run):

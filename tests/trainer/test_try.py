@@ -15,7 +15,7 @@ def test_try_scores_own_and_corrupted_answers(tmp_path, tiny_model, digits_rewar
     ]
     r = r1("try", bp, *math, "--n", "6")
     assert r.returncode == 0, r.stderr
-    assert "What is 19 - 5?" in r.stdout and "Put the final answer in" in r.stdout  # the format prompt
+    assert "What is 19 - 5?" in r.stdout and "Give only the final number" in r.stdout  # the format prompt
     assert "answers written as 'boxed' score 1.000" in r.stdout
     assert "✓ the reward tells" in r.stdout and "warning" not in r.stderr
     r = r1("try", bp, *math, "--n", "6", "--json")
