@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .common import app, fail, find_job, job_store, out
+from .common import app, fail, find_job, out
 
 DEFAULT_METRICS = "reward/overall,val/reward_score"
 
