@@ -182,24 +182,31 @@ def key_env(api_key: str | None) -> dict[str, str]:
     return {"VLLM_API_KEY": api_key, "R1CLOUD_API_KEY": api_key} if api_key else {}
 
 
-# What a failed engine's log says, and what to do about it.
+# What a failed engine's log says, and what to do about it: the port first (a bind fails after
+# everything else started), then vLLM's own error texts, never its start-up chatter.
 CAUSES = (
+    (("Address already in use",), "the port is taken: pick another with --port"),
     (
-        ("out of memory", "Cannot allocate memory", "No available memory for the cache", "KV cache"),
+        (
+            "out of memory",
+            "Cannot allocate memory",
+            "No available memory for the cache blocks",
+            "larger than the maximum number of tokens that can be stored in KV cache",
+        ),
         "not enough memory for the model and its KV cache: lower --max-model-len, or size the cache "
         "(VLLM_CPU_KVCACHE_SPACE=GiB on CPU, -- --gpu-memory-utilization 0.8 on a GPU)",
     ),
-    (("Address already in use",), "the port is taken: pick another with --port"),
     (
-        ("not supported", "are not supported", "Model architectures"),
+        ("are not supported for now", "is not supported by vLLM", "Model architectures"),
         "vLLM does not support this model: serve it with --engine transformers",
     ),
 )
 
 
 def failure_cause(lines: list[str]) -> str | None:
-    """The likely cause of an engine that did not start, from the end of its log, with the fix."""
-    text = "\n".join(lines[-200:])
+    """The likely cause of an engine that did not start, read from its last error on, with the fix."""
+    start = max((i for i, ln in enumerate(lines) if "Traceback" in ln or "ERROR" in ln), default=0)
+    text = "\n".join(lines[start:])
     for needles, cause in CAUSES:
         if any(n in text for n in needles):
             return cause

@@ -113,7 +113,8 @@ class JobStore:
         """Create `job` under its name, or the first free of name-2, name-3, …"""
         base = job.name
         for i in range(1, 1000):
-            job.name = base if i == 1 else f"{base}-{i}"
+            suffix = "" if i == 1 else f"-{i}"
+            job.name = base[: 63 - len(suffix)].rstrip("-") + suffix  # job names are at most 63 chars
             try:
                 return self.create(job)
             except JobExists:

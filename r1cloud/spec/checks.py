@@ -214,6 +214,20 @@ def check_rollout(spec: Spec, problem: Report) -> None:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; use {', '.join(known)}"
             problem(f"worker.rollout.val_override_config.{key}", f"is not a sampling setting{hint}")
+        elif key == "repetition_penalty" and (
+            not isinstance(value, int | float) or isinstance(value, bool) or value <= 0
+        ):
+            problem(
+                f"worker.rollout.val_override_config.{key}",
+                f"{value!r} is not valid: must be a number above 0 (1 is none)",
+            )
+        elif key == "min_tokens" and (
+            not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= d.max_response_length
+        ):
+            problem(
+                f"worker.rollout.val_override_config.{key}",
+                f"{value!r} is not valid: must be a whole number from 0 to data.max_response_length ({d.max_response_length})",
+            )
         elif key in EXTRA_SAMPLING:
             lo, hi = EXTRA_SAMPLING[key]
             if (

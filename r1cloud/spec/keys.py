@@ -38,11 +38,11 @@ KEYS: dict[str, tuple[str, str]] = {
         "r1cloud always colocates the actor and its rollout engine on each device (EasyR1 requires it "
         "too); set it to true",
     ),
-    "worker.*.strategy": (HONOURED, "FSDP2, the only strategy (trainer/workers.py)"),
     "worker.*.optim.strategy": (
         HONOURED,
         "adamw, or adamw_bf16: moment estimates in bf16 (trainer/optim.py)",
     ),
+    "worker.*.strategy": (HONOURED, "FSDP2, the only strategy (trainer/workers.py)"),
     "worker.*.optim.training_steps": (INERT, "set by the trainer from the data and max_steps, as in EasyR1"),
     "worker.*.global_batch_size_per_device": (INERT, "derived from global_batch_size, as in EasyR1"),
     "worker.*.fsdp.enable_rank0_init": (
@@ -94,10 +94,10 @@ KEYS: dict[str, tuple[str, str]] = {
     "worker.rollout.response_length": (INERT, "copied from data.max_response_length, as in EasyR1"),
     "worker.rollout.trust_remote_code": (INERT, "copied from worker.actor.model, as in EasyR1"),
     "worker.rollout.disable_tqdm": (INERT, "the rollout engines draw no progress bars"),
-    "worker.rollout.disable_log_stats": (HONOURED, "vLLM's stats logging (trainer/rollout.py)"),
+    "worker.rollout.disable_log_stats": (HONOURED, "vLLM's stats logging (trainer/rollout/)"),
     "worker.*": (
         HONOURED,
-        "the workers (trainer/workers.py, trainer/model.py, trainer/rollout.py, trainer/rewards.py)",
+        "the workers (trainer/workers.py, trainer/model.py, trainer/rollout/, trainer/rewards.py)",
     ),
     # trainer
     "trainer.save_model_only": (

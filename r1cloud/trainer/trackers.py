@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -43,12 +44,33 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, object]:
     return out
 
 
+SECRET_WORDS = ("key", "token", "secret", "password", "credential")
+
+
 def run_config(spec) -> dict:
-    """The resolved spec for a tracker: secrets by name only (as in spec.yaml), envs by name only
-    (a value there may be a key a user put in the wrong place)."""
+    """The resolved spec for a tracker, with nothing secret: secrets and envs by name only (a value
+    in envs may be a key put in the wrong place), a reward's kwargs whose names say key, token,
+    secret or password masked (an LLM judge's API key), and no user:password in any URL."""
     config = spec.model_dump(mode="json")
     config["envs"] = sorted(config.get("envs", {}))
-    return config
+    kwargs = config["worker"]["reward"].get("reward_function_kwargs") or {}
+    for k in kwargs:
+        if any(w in k.lower() for w in SECRET_WORDS):
+            kwargs[k] = "***"
+    return _scrub(config)
+
+
+def _scrub(value):
+    if isinstance(value, dict):
+        return {k: _scrub(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    return _no_password(value) if isinstance(value, str) else value
+
+
+def _no_password(text: str) -> str:
+    """Every `scheme://user:password@host/…` in `text` without the user and password."""
+    return re.sub(r"([a-z][a-z0-9+.-]*://)[^/@\s]+@", r"\1", text)
 
 
 # ---------------------------------------------------------------------------- the trackers
@@ -149,6 +171,11 @@ class MLflow:
         # without a tracking server, a database in the run folder (mlflow ui --backend-store-uri …)
         uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{run_dir.resolve()}/mlflow.db"
         self.client = client = MlflowClient(tracking_uri=uri)
+        if run_id is not None:
+            try:
+                client.update_run(run_id, status="RUNNING")
+            except Exception:  # not in this store (a run-folder database left on a lost machine)
+                run_id = None
         if run_id is None:
             project = spec.trainer.project_name
             exp = client.get_experiment_by_name(project)
@@ -157,9 +184,7 @@ class MLflow:
             params = [Param(k, str(v)[:6000]) for k, v in flatten(run_config(spec)).items()]
             for i in range(0, len(params), 100):  # MLflow's limit per batch
                 client.log_batch(run_id, params=params[i : i + 100])
-        else:
-            client.update_run(run_id, status="RUNNING")
-        self.id, self.where = run_id, f"run {run_id} at {uri}"
+        self.id, self.where = run_id, f"run {run_id} at {_no_password(uri)}"
 
     def log(self, step: int, metrics: dict) -> None:
         from mlflow.entities import Metric
@@ -234,13 +259,14 @@ class Trackers:
                     f"or remove {name} from trainer.logger"
                 ) from None
             except Exception as e:  # the client's own error, whatever its type: say it in one line
-                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                first = _no_password((str(e).strip().splitlines() or [type(e).__name__])[0])
                 raise TrackerError(
                     f"trainer.logger: {name} could not start ({type(e).__name__}: {first}); {HINTS[name]}"
                 ) from None
             self.open[name] = tracker
             ids[name] = tracker.id
-            self.log(f"[logger] {name} {'continues' if prior.get(name) else 'logs to'} {tracker.where}")
+            verb = "continues" if prior.get(name) and prior[name] == tracker.id else "logs to"
+            self.log(f"[logger] {name} {verb} {tracker.where}")
         ids_file.write_text(json.dumps({k: v for k, v in ids.items() if v}))
         self._upload(IDS)
 

@@ -465,6 +465,9 @@ class HybridWorker:
             set_optimizer_state_dict(model, optim, state["optim"])
         if scheduler_state is not None and role in self.schedulers:
             self.schedulers[role].load_state_dict(scheduler_state)
+            # the groups' lr lives in the optimizer's state; a fresh optimizer takes the schedule's
+            for group, lr in zip(optim.param_groups, self.schedulers[role].get_last_lr(), strict=True):
+                group["lr"] = lr
 
     def scheduler_state(self, role: str = "actor") -> dict | None:
         return self.schedulers[role].state_dict() if role in self.schedulers else None

@@ -547,7 +547,7 @@ def test_hf_engine_applies_the_extra_sampling_fields(tiny_model):
         (s,) = engine.generate([Request(ids)], Sampling(temperature=0, max_tokens=16, extra=extra))
         return s.response
 
-    plain, penalised = answer(), answer(repetition_penalty=50.0)
+    plain, penalised = answer(), answer(repetition_penalty=50)
     assert plain != penalised
     assert len(set(penalised)) > len(set(plain))  # the penalty spreads the answer over more tokens
     eos = answer()[0]  # make the first greedy token the end of text: min_tokens must defer it

@@ -311,21 +311,25 @@ def test_weight_sync_gives_the_engine_the_fp32_weights_in_its_dtype(make_run, en
 
 def test_adamw_bf16_follows_adamw_with_half_the_state_memory():
     """optim.strategy adamw_bf16: the same updates as torch's AdamW up to bf16's rounding of the
-    moment estimates, in half the optimizer-state bytes."""
+    moment estimates, in half the optimizer-state bytes. With beta2 = 0.999 and a gradient scale
+    that drops halfway, the second moment comes down with it (rounded to nearest it could not:
+    it would sit 34% high here)."""
     from r1cloud.trainer.optim import AdamWBF16
 
     torch.manual_seed(0)
     start = torch.randn(64, 32)
     a, b = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
-    ref = torch.optim.AdamW([a], lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
-    ours = AdamWBF16([b], lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
-    for _ in range(20):
-        g = torch.randn(64, 32)
+    ref = torch.optim.AdamW([a], lr=1e-3, betas=(0.9, 0.999), weight_decay=0.1)
+    ours = AdamWBF16([b], lr=1e-3, betas=(0.9, 0.999), weight_decay=0.1)
+    for i in range(600):
+        g = torch.randn(64, 32) * (1.0 if i < 300 else 0.1)
         a.grad, b.grad = g.clone(), g.clone()
         ref.step()
         ours.step()
+    second = ours.state[b]["exp_avg_sq"].float().mean() / ref.state[a]["exp_avg_sq"].mean()
+    assert abs(second - 1) < 0.05, second
     moved = (a - start).abs().mean()
-    assert (a - b).abs().max() < 0.02 * moved  # within 2% of how far the weights moved
+    assert (a - b).abs().max() < 0.05 * moved  # within 5% of how far the weights moved
     assert not torch.equal(a, b)  # not the same arithmetic: the moments are rounded to bf16
 
     def size(opt):

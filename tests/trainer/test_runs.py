@@ -185,8 +185,13 @@ def test_save_model_only_resumes_with_a_fresh_optimizer_and_ray_timeline_is_writ
     from torch.distributed.checkpoint import FileSystemReader
 
     trace = tmp_path / "timeline.json"
+    warm = "worker.actor.optim.lr_warmup_steps=5"  # the lr moves each step: a resume must pick it up
     run = make_run(
-        "trainer.save_model_only=true", "trainer.max_steps=2", f"trainer.ray_timeline={trace}", name="lean"
+        "trainer.save_model_only=true",
+        "trainer.max_steps=2",
+        f"trainer.ray_timeline={trace}",
+        warm,
+        name="lean",
     )
     r = run_trainer(run)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -194,12 +199,14 @@ def test_save_model_only_resumes_with_a_fresh_optimizer_and_ray_timeline_is_writ
     assert any(k.startswith("model.") for k in saved) and not any(k.startswith("optim") for k in saved)
     events = {e.get("cat") for e in json.loads(trace.read_text())}  # a Chrome trace of the Ray tasks
     assert "task::HybridWorker.update" in events and "task::HybridWorker.generate" in events
-    more = make_run(
-        "trainer.max_steps=3", f"trainer.save_checkpoint_path={run / 'checkpoints'}", name="lean-more"
-    )
+    ckpts = f"trainer.save_checkpoint_path={run / 'checkpoints'}"
+    more = make_run("trainer.max_steps=3", ckpts, warm, name="lean-more")
     r = run_trainer(more)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "[resume] from step 2" in r.stdout and "the optimizer starts afresh" in r.stdout
+    straight = make_run("trainer.max_steps=3", "trainer.save_freq=-1", warm, name="lean-straight")
+    assert run_trainer(straight).returncode == 0
+    assert metrics(more)[-1]["actor/lr"] == pytest.approx(metrics(straight)[-1]["actor/lr"], rel=1e-9)
 
 
 def test_a_vllm_only_sampling_field_with_the_hf_engine_is_one_line(make_run):
@@ -208,6 +215,26 @@ def test_a_vllm_only_sampling_field_with_the_hf_engine_is_one_line(make_run):
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
     assert "error: worker.rollout.val_override_config: presence_penalty is vLLM's only" in r.stderr
     assert "Traceback" not in r.stderr and not (run / "metrics.jsonl").exists()
+
+
+def test_a_tracker_run_lost_with_its_machine_starts_afresh(make_run, monkeypatch):
+    """A managed job back on a new machine finds its tracker ids (kept with the checkpoints) but
+    not MLflow's run-folder database: a new run, said in one line, not a failed recovery."""
+    from r1cloud.spec import load_resolved
+    from r1cloud.trainer.trackers import Trackers
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    run = make_run("trainer.logger=['mlflow']", name="lost")
+    (run / "trackers.json").write_text('{"mlflow": "0123456789abcdef0123456789abcdef"}')
+    said: list[str] = []
+    trackers = Trackers(load_resolved(run / "spec.yaml"), run, said.append)
+    trackers.start()
+    trackers.record(1, {"reward/overall": 0.5})
+    trackers.close()
+    new = json.loads((run / "trackers.json").read_text())["mlflow"]
+    assert new != "0123456789abcdef0123456789abcdef"
+    assert said == [f"[logger] mlflow logs to run {new} at sqlite:///{run.resolve()}/mlflow.db"]
+    assert mlflow_history(f"sqlite:///{run}/mlflow.db", new, "reward/overall") == [(1, 0.5)]
 
 
 def test_killed_run_resumes_with_the_same_data_and_metrics(make_run, tmp_path):

@@ -81,7 +81,8 @@ class HFEngine:
             max_new_tokens=s.max_tokens,
             eos_token_id=None if s.ignore_eos else sorted(self.eos),
             pad_token_id=self.pad,
-            **{HF_EXTRA[k]: v for k, v in s.extra.items()},  # the driver refuses the others (no equivalent)
+            # the driver refuses the others (no equivalent); transformers wants these types exactly
+            **{HF_EXTRA[k]: int(v) if k == "min_tokens" else float(v) for k, v in s.extra.items()},
             output_logits=True,
             return_dict_in_generate=True,
             **{k: v.to(self.device) for k, v in image_inputs(self.model, ids, images).items()},
