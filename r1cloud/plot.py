@@ -39,11 +39,13 @@ def read_rows(where: str) -> list[dict]:
     raise PlotError(f"{where} has no metrics.jsonl (nor EasyR1's experiment_log.jsonl)")
 
 
-def flatten(row: dict, prefix: str = "") -> dict:
+def flatten(tree: dict, sep: str = "/", prefix: str = "") -> dict:
+    """Nested keys joined with `sep` (EasyR1's metric rows; the config as MLflow params); an
+    empty section stays a value."""
     out = {}
-    for k, v in row.items():
-        if isinstance(v, dict):
-            out.update(flatten(v, f"{prefix}{k}/"))
+    for k, v in tree.items():
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, sep, f"{prefix}{k}{sep}"))
         else:
             out[f"{prefix}{k}"] = v
     return out

@@ -117,16 +117,13 @@ def classify(path: str) -> tuple[str, str] | None:
     return None
 
 
-def leaves(model=None, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    """Every leaf key of the schema (a key whose value is not a section)."""
-    from .load import _nested_model
-    from .models import Spec
+def leaves() -> list[tuple[str, ...]]:
+    """Every leaf key of the schema: the keys load.all_keys walks, less the sections."""
+    from .load import all_keys
 
-    out = []
-    for name, field in (model or Spec).model_fields.items():
-        sub = _nested_model(field.annotation)
-        out += leaves(sub, (*prefix, name)) if sub is not None else [(*prefix, name)]
-    return out
+    keys = all_keys()
+    sections = {k[:-1] for k in keys}
+    return [k for k in keys if k not in sections]
 
 
 def not_honoured(spec) -> list[tuple[str, str, str]]:

@@ -486,10 +486,6 @@ class Trainer:
         )
         return step
 
-    # ------------------------------------------------------------------ metrics
-    def record(self, step: int, metrics: dict) -> None:
-        self.trackers.record(step, metrics)
-
     # ------------------------------------------------------------------ the loop
     def fit(self) -> None:
         s = self.spec
@@ -520,7 +516,7 @@ class Trainer:
         self.call("sync_weights")
         if self.val_set and (s.trainer.val_only or (s.trainer.val_before_train and start == 0)):
             m = self.validate(start)
-            self.record(start, m)
+            self.trackers.record(start, m)
             self.log(f"[val] step {start}: reward {m['val/reward_score']:.3f}")
             if s.trainer.val_only:
                 return
@@ -529,9 +525,10 @@ class Trainer:
             last = step == self.steps
             if self.val_set and ((s.trainer.val_freq > 0 and step % s.trainer.val_freq == 0) or last):
                 metrics.update(self.validate(step))
-            if (s.trainer.save_freq > 0 and step % s.trainer.save_freq == 0) or last or stop:
+            saved = (s.trainer.save_freq > 0 and step % s.trainer.save_freq == 0) or last or bool(stop)
+            if saved:
                 self.save(step, metrics, last=last)
-            self.record(step, metrics)
+            self.trackers.record(step, metrics, saved)
             self.log(progress_line(step, self.steps, metrics))
             if stop and not last:
                 self.log(

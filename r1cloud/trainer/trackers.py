@@ -19,7 +19,10 @@ import re
 import time
 from pathlib import Path
 
+from ..plot import flatten
+
 IDS = "trackers.json"  # {tracker: run id}, for resuming the same tracker run
+UPLOAD_EVERY = 60.0  # seconds between copies of metrics.jsonl to the bucket between checkpoints
 
 # What each tracker needs to reach its service, and how to run it without one.
 HINTS = {
@@ -32,16 +35,6 @@ HINTS = {
 
 class TrackerError(Exception):
     pass
-
-
-def flatten(tree: dict, prefix: str = "") -> dict[str, object]:
-    out: dict[str, object] = {}
-    for k, v in tree.items():
-        if isinstance(v, dict) and v:
-            out.update(flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 SECRET_WORDS = ("key", "token", "secret", "password", "credential")
@@ -181,7 +174,7 @@ class MLflow:
             exp = client.get_experiment_by_name(project)
             exp_id = exp.experiment_id if exp else client.create_experiment(project)
             run_id = client.create_run(exp_id, run_name=spec.name).info.run_id
-            params = [Param(k, str(v)[:6000]) for k, v in flatten(run_config(spec)).items()]
+            params = [Param(k, str(v)[:6000]) for k, v in flatten(run_config(spec), sep=".").items()]
             for i in range(0, len(params), 100):  # MLflow's limit per batch
                 client.log_batch(run_id, params=params[i : i + 100])
         self.id, self.where = run_id, f"run {run_id} at {_no_password(uri)}"
@@ -231,7 +224,7 @@ class Trackers:
         self.names = tuple(spec.trainer.logger)
         self.open: dict[str, object] = {}
         self.broken: set[str] = set()
-        self.mirror = None
+        self.mirror, self.uploaded = None, float("-inf")
         if mirror:  # a bucket URL: the checkpoints' root
             from ..checkpoints import filesystem
 
@@ -270,18 +263,22 @@ class Trackers:
         ids_file.write_text(json.dumps({k: v for k, v in ids.items() if v}))
         self._upload(IDS)
 
-    def record(self, step: int, metrics: dict) -> None:
+    def record(self, step: int, metrics: dict, saved: bool = False) -> None:
+        """One step's line; the bucket's copy is refreshed at each checkpoint (`saved`: a recovery
+        resumes from one) and at most once a minute in between, not rewritten every step."""
         with open(self.run_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps({"step": step, **metrics}) + "\n")
-        self._upload("metrics.jsonl")
+        if saved or time.monotonic() - self.uploaded >= UPLOAD_EVERY:
+            self._upload("metrics.jsonl")
         self._each("log", step, metrics)
 
     def _upload(self, name: str) -> None:
-        if not self.mirror or "bucket" in self.broken:
+        if not self.mirror or "bucket" in self.broken or not (self.run_dir / name).exists():
             return
         fs, root = self.mirror
         try:
             fs.put_file(str(self.run_dir / name), f"{root}/{name}")
+            self.uploaded = time.monotonic()
         except Exception as e:  # the checkpoints' own writes will say more if the bucket is gone
             self.broken.add("bucket")
             self.log(f"[logger] cannot copy {name} to the bucket ({type(e).__name__}: {e}); the run goes on")
@@ -304,6 +301,7 @@ class Trackers:
 
     def close(self, status: str = "FINISHED") -> None:
         """status: FINISHED, FAILED or KILLED (MLflow's names)."""
+        self._upload("metrics.jsonl")
         self._each("close", status)
         self.open.clear()
 
