@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from .store import ACTIVE, Job, JobExists, JobStore, alive
+from .store import ACTIVE, Job, JobExists, JobStore, NoSuchJob, alive
 
 
 class JobRunning(Exception):
@@ -38,7 +38,10 @@ def submit(
         store.create_unique(job) if unique and not resume else store.create(job)
         spec = spec.model_copy(update={"name": job.name})
     except JobExists:
-        existing = store.get(spec.name)
+        try:
+            existing = store.get(spec.name)
+        except NoSuchJob:  # its folder, not yet its record: another launch is creating it right now
+            raise JobExists(spec.name, "being created") from None
         if not resume or existing.kind != "train":
             raise JobExists(spec.name, existing.status) from None
         if existing.status in ACTIVE:

@@ -316,11 +316,11 @@ def _logged_in(name: str, local: bool) -> bool:
 
 
 def check_keys(spec: Spec, problem: Report) -> None:
-    """Keys the trainer does not honour (spec/keys.py): one line each when set."""
-    from .keys import REFUSED, not_honoured
+    """Keys the trainer does not support (spec/keys.py): one line each when set."""
+    from .keys import refused
 
-    for path, kind, text in not_honoured(spec):
-        problem(path, text, warning=kind != REFUSED)
+    for path, text in refused(spec):
+        problem(path, text)
 
 
 def check_images(spec: Spec, problem: Report) -> None:

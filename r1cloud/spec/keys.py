@@ -2,19 +2,17 @@
 
 - HONOURED: the trainer or the job does what it says (the text says where);
 - INERT: accepted on purpose with no effect, because there is nothing for it to do (the text says why);
-- WARNED: not honoured yet; a value other than the default is one warning line from `validate`,
-  saying what happens instead (kept for keys every EasyR1 config sets, so those still run);
 - REFUSED: not supported; a value other than the default is a problem (exit 2) saying what to do.
 
 Patterns are dotted key paths; `*` stands for one or more parts (fnmatch), and the first match
 wins. tests/test_keys.py walks the schema and fails on a key no pattern covers, and sets each
-WARNED and REFUSED key to check its line."""
+REFUSED key to check its line."""
 
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
-HONOURED, INERT, WARNED, REFUSED = "honoured", "inert", "warned", "refused"
+HONOURED, INERT, REFUSED = "honoured", "inert", "refused"
 
 KEYS: dict[str, tuple[str, str]] = {
     # r1cloud's own keys
@@ -53,9 +51,8 @@ KEYS: dict[str, tuple[str, str]] = {
     "worker.*.fsdp.use_orig_params": (INERT, "FSDP1's option: FSDP2 always keeps the original parameters"),
     "worker.*.fsdp.mp_buffer_dtype": (INERT, "FSDP2 keeps buffers (rotary tables) in the model's dtype"),
     "worker.*.fsdp.enable_cpu_offload": (
-        WARNED,
-        "not honoured yet: parameters, gradients and optimizer states stay on the device; on a CPU run "
-        "there is nothing to offload. If device memory is short, lower micro_batch_size_per_device_for_update",
+        HONOURED,
+        "FSDP2's CPUOffloadPolicy: shards, gradients and the optimizer step in host memory (trainer/offload.py)",
     ),
     "worker.*.fsdp.fsdp_size": (
         REFUSED,
@@ -64,10 +61,8 @@ KEYS: dict[str, tuple[str, str]] = {
     ),
     "worker.*.fsdp.*": (HONOURED, "FSDP2's sharding and mixed precision (trainer/workers.py)"),
     "worker.*.offload.*": (
-        WARNED,
-        "not honoured yet: the model stays on the device during rollout (EasyR1 moves it to CPU); on a "
-        "CPU run there is nothing to offload. If device memory is short, lower "
-        "worker.rollout.gpu_memory_utilization",
+        HONOURED,
+        "shards and optimizer state moved to host memory between phases, as EasyR1 does (trainer/offload.py)",
     ),
     "worker.ref.ulysses_size": (INERT, "copied from worker.actor, as in EasyR1"),
     "worker.*.ulysses_size": (
@@ -126,8 +121,8 @@ def leaves() -> list[tuple[str, ...]]:
     return [k for k in keys if k not in sections]
 
 
-def not_honoured(spec) -> list[tuple[str, str, str]]:
-    """(path, kind, text) for each WARNED or REFUSED key whose value differs from its default."""
+def refused(spec) -> list[tuple[str, str]]:
+    """(path, text) for each REFUSED key whose value differs from its default."""
     from .models import Spec
 
     default = Spec(name="defaults").model_dump()
@@ -135,11 +130,11 @@ def not_honoured(spec) -> list[tuple[str, str, str]]:
     found = []
     for key in leaves():
         kind, text = classify(".".join(key)) or (HONOURED, "")
-        if kind not in (WARNED, REFUSED):
+        if kind != REFUSED:
             continue
         value, base = current, default
         for part in key:
             value, base = value[part], base[part]
         if value != base:
-            found.append((".".join(key), kind, text))
+            found.append((".".join(key), text))
     return found

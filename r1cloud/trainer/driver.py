@@ -498,6 +498,8 @@ class Trainer:
         self.log(f"[start] {self.world} workers, rollout engine {self.engine}, {self.steps} steps, {packing}")
         if self.adapter:
             self.log(f"[start] {self.adapter['line']}")
+        if note := self.call("offload_note")[0]:
+            self.log(f"[start] {note}")
         nodes = sorted(set(ips := self.call("node_ip")))
         if len(nodes) > 1:
             self.log("[start] workers on " + ", ".join(f"{ip} ×{ips.count(ip)}" for ip in nodes))
@@ -555,12 +557,16 @@ class Trainer:
             ray.shutdown()
 
 
+def _error(text, code: int) -> int:
+    print(f"error: {text}", file=sys.stderr, flush=True)
+    return code
+
+
 def main(run_dir: str) -> int:
     try:
         trainer = Trainer(run_dir)
     except (ValueError, FileNotFoundError) as e:  # bad data or files: say which, no traceback
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        return 2
+        return _error(e, 2)
     from ray.exceptions import ActorDiedError, ActorUnavailableError, RayTaskError
 
     status = "FAILED"
@@ -568,25 +574,20 @@ def main(run_dir: str) -> int:
         trainer.fit()
         status = "KILLED" if trainer.stopped else "FINISHED"
     except TrackerError as e:  # before the first step: a key or a setting to fix
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        return 2
+        return _error(e, 2)
     except RunError as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        return 1
+        return _error(e, 1)
     except (ActorDiedError, ActorUnavailableError, RayTaskError) as e:
         if cause := start_failure(e):  # nothing ran yet: the cause, and no resume to offer
-            print(f"error: a trainer worker could not start: {cause}", file=sys.stderr, flush=True)
-            return 2
+            return _error(f"a trainer worker could not start: {cause}", 2)
         lost = worker_lost(e)
         if lost is None:  # a worker raised: a bug, worth its traceback
             raise
-        print(
-            f"error: a trainer worker died ({lost}); the job stops here and resumes from its last "
-            "checkpoint when started again",
-            file=sys.stderr,
-            flush=True,
+        return _error(
+            f"a trainer worker died ({lost}); the job stops here and resumes from its last checkpoint "
+            "when started again",
+            1,
         )
-        return 1
     finally:
         trainer.shutdown(status)
     return 0

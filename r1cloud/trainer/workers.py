@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from ..spec import Spec
 from . import algorithms as alg
-from . import lora, onednn
+from . import lora, offload, onednn
 from .checkpoint import dcp_storage
 from .model import (
     Seq,
@@ -67,13 +67,14 @@ class HybridWorker:
             MASTER_ADDR=host,
             MASTER_PORT=port,
         )
-        dist.init_process_group(
-            "nccl" if self.cuda else "gloo", rank=rank, world_size=world, timeout=timedelta(minutes=30)
-        )
+        w, a = self.spec.worker, self.spec.algorithm
+        # FSDP's CPU offload keeps gradients in host memory: clipping's all-reduce needs gloo for them
+        host = any(r.fsdp.enable_cpu_offload for r in (w.actor, w.ref, w.critic))
+        backend = ("cuda:nccl,cpu:gloo" if host else "nccl") if self.cuda else "gloo"
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(minutes=30))
         from torch.distributed.device_mesh import init_device_mesh
 
         self.mesh = init_device_mesh("cuda" if self.cuda else "cpu", (world,))
-        w, a = self.spec.worker, self.spec.algorithm
         self.actor = self._build(w.actor.model, w.actor.fsdp, train=True)
         # the reference model: a second copy of the base, or with LoRA the actor with its adapters off
         self.lora = lora.has_adapters(self.actor)
@@ -86,6 +87,16 @@ class HybridWorker:
         if a.adv_estimator == "gae":
             self.critic = self._build(w.critic.model, w.critic.fsdp, train=True, value_head=True)
             self.critic_optim = self._optimizer(self.critic, w.critic.optim)
+        # what each role keeps off the device between phases (LoRA's reference is the actor)
+        self.offloads = {
+            "actor": offload.Offload(self.actor, self.optim, w.actor.offload, w.actor.fsdp, self.device),
+            "ref": offload.Offload(self.ref, None, w.ref.offload, w.ref.fsdp, self.device),
+            "critic": offload.Offload(self.critic, getattr(self, "critic_optim", None), w.critic.offload,
+                                      w.critic.fsdp, self.device),
+        }  # fmt: skip
+        for role in self.offloads.values():
+            if role.model is not None:
+                role.away()
         # a group's samples hold one copy of their prompt (model.pack); the driver keeps them together
         self.share_prompts = all(uses_segments(m) for m in (self.actor, self.critic) if m is not None)
         self.schedulers: dict = {}  # set by the driver once the step count is known (set_schedule)
@@ -158,7 +169,9 @@ class HybridWorker:
         reshard = fsdp_cfg.enable_full_shard and self.cuda
         # each decoder layer and vision block its own group (the model's _no_split_modules), then the
         # vision tower's remaining weights, then the rest
-        shard = dict(mesh=self.mesh, mp_policy=mp, reshard_after_forward=reshard)
+        shard = dict(
+            mesh=self.mesh, mp_policy=mp, reshard_after_forward=reshard, **offload.policy(fsdp_cfg, self.cuda)
+        )
         # rank 0's weights to send, named as the model now is (adapters in, heads added)
         full = model.state_dict() if from_rank0 and not empty else {}
         if four_bit:  # whole on every worker; FSDP shards the adapters and the rest
@@ -191,6 +204,9 @@ class HybridWorker:
     def adapter(self) -> dict | None:
         """LoRA: the adapter's config and what it trains (lora.describe); None for full training."""
         return self._adapter
+
+    def offload_note(self) -> str | None:
+        return offload.note(self.spec, self.cuda)
 
     def shares_prompts(self) -> bool:
         return self.share_prompts
@@ -257,11 +273,12 @@ class HybridWorker:
                         module.reshard()
 
     def sync_weights(self) -> None:
-        if self.adapter_sync:  # the engine holds the base: only the adapters move
-            self.engine.load_adapter(lora.adapter_tensors(self.actor), self.adapter()["config"])
-            return
-        weights = self.full_weights()
-        self.engine.load_weights(lora.merged(weights, self.actor) if self.lora else weights)
+        with self.offloads["actor"].resident():
+            if self.adapter_sync:  # the engine holds the base: only the adapters move
+                self.engine.load_adapter(lora.adapter_tensors(self.actor), self.adapter()["config"])
+                return
+            weights = self.full_weights()
+            self.engine.load_weights(lora.merged(weights, self.actor) if self.lora else weights)
 
     def generate(self, prompts: list[Request], sampling: dict) -> list[dict]:
         samples = self.engine.generate(prompts, Sampling(**sampling))
@@ -276,7 +293,8 @@ class HybridWorker:
         model = self.actor if role == "actor" or base else self.ref
         model.eval()
         t = self._temperature if temperature is None else temperature
-        with lora.disabled(model) if base else contextlib.nullcontext():
+        resident = self.offloads["actor" if model is self.actor else "ref"].resident()
+        with resident, lora.disabled(model) if base else contextlib.nullcontext():
             return [
                 [lp.tolist() for lp in packed_log_probs(model, micro, t, self.device)]
                 for micro in micro_batches
@@ -284,6 +302,10 @@ class HybridWorker:
 
     # ------------------------------------------------------------------ update
     def update(self, minibatches: list[dict], apply: bool = True) -> list[dict]:
+        with self.offloads["actor"].resident(optimizer=True):
+            return self._update(minibatches, apply)
+
+    def _update(self, minibatches: list[dict], apply: bool) -> list[dict]:
         """One optimizer step per mini-batch. Each mini-batch: {"micro": [micro-batch...],
         "total": global token (or sequence) count of the whole mini-batch on all workers}; a
         micro-batch is a list of samples {seq, old, ref, adv}. With `apply=False` the gradients
@@ -387,11 +409,17 @@ class HybridWorker:
     @torch.no_grad()
     def values(self, micro_batches: list[list[Seq]]) -> list[list[list[float]]]:
         self.critic.eval()
-        return [
-            [v.tolist() for v in packed_values(self.critic, micro, self.device)] for micro in micro_batches
-        ]
+        with self.offloads["critic"].resident():
+            return [
+                [v.tolist() for v in packed_values(self.critic, micro, self.device)]
+                for micro in micro_batches
+            ]
 
     def update_critic(self, minibatches: list[dict]) -> list[dict]:
+        with self.offloads["critic"].resident(optimizer=True):
+            return self._update_critic(minibatches)
+
+    def _update_critic(self, minibatches: list[dict]) -> list[dict]:
         """One optimizer step per mini-batch, as `update`; a sample is {seq, values, returns}."""
         c = self.spec.worker.critic
         self.critic.train()
@@ -431,6 +459,10 @@ class HybridWorker:
         return (self.actor, self.optim) if role == "actor" else (self.critic, self.critic_optim)
 
     def save(self, path: str, role: str = "actor", model_only: bool = False) -> None:
+        with self.offloads[role].resident(optimizer=not model_only):
+            self._save(path, role, model_only)
+
+    def _save(self, path: str, role: str, model_only: bool) -> None:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
@@ -444,6 +476,10 @@ class HybridWorker:
     def load(
         self, path: str, scheduler_state: dict | None, role: str = "actor", optimizer: bool = True
     ) -> None:
+        with self.offloads[role].resident(optimizer=optimizer):
+            self._load(path, scheduler_state, role, optimizer)
+
+    def _load(self, path: str, scheduler_state: dict | None, role: str, optimizer: bool) -> None:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import (
             get_optimizer_state_dict,

@@ -31,7 +31,8 @@ def _leveldb_records(path: Path) -> list[bytes]:
 
 def wandb_runs(root: Path) -> dict[str, list[dict]]:
     """Every offline run under root: {run id: [its records, one list per attempt]} with the run's
-    name, project, config and history."""
+    name, project, config and history. An attempt killed before wandb's own process flushed its
+    run record is listed under None."""
     from wandb.proto.wandb_internal_pb2 import Record
 
     runs: dict[str, list[dict]] = defaultdict(list)
@@ -56,7 +57,7 @@ def wandb_runs(root: Path) -> dict[str, list[dict]]:
                         attempt["tables"] += 1
                     elif not k.startswith("_") and isinstance(v, (int, float)):
                         attempt["history"][k].append((step, v))
-        runs[attempt["id"]].append(attempt)
+        runs[attempt.get("id")].append(attempt)
     return runs
 
 
