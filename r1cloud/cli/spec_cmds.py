@@ -16,7 +16,10 @@ from .common import SecretOption, app, err, fail, load_blueprint, out, parse_sec
 def validate(
     blueprint: Annotated[
         Path,
-        typer.Argument(help="Blueprint YAML (an EasyR1 config.yaml works as it is).", show_default=False),
+        typer.Argument(
+            help="Blueprint YAML, or an EasyR1 launch script (.sh); EasyR1's config.yaml works as it is.",
+            show_default=False,
+        ),
     ],
     overrides: Annotated[
         list[str] | None,

@@ -51,7 +51,11 @@ def _accelerator_overrides(
 @app.command()
 def train(
     target: Annotated[
-        str, typer.Argument(help="Blueprint YAML, or with --resume the name of a job.", show_default=False)
+        str,
+        typer.Argument(
+            help="Blueprint YAML or EasyR1 launch script (.sh), or with --resume the name of a job.",
+            show_default=False,
+        ),
     ],
     overrides: Annotated[
         list[str] | None,

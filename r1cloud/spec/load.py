@@ -381,37 +381,49 @@ def load_spec(
     check_files: bool = True,
     secrets: dict[str, str] | None = None,
 ) -> Loaded:
-    """Read, merge, validate and check a blueprint. Raises SpecError with every problem found.
+    """Read, merge, validate and check a blueprint (YAML, or an EasyR1 launch script: spec/script.py).
+    Raises SpecError with every problem found.
 
     With `secrets` (the values given at launch), secrets the spec names but neither they nor the
     environment supply are problems too."""
     from .checks import check_spec, missing_secrets
     from .files import resolve_files
+    from .script import is_script, read_script
 
     source = Path(path).expanduser()
     problems: list[Problem] = []
+    warnings: list[Problem] = []
     layers: list[tuple[dict, Origins]] = []
     cli_tree: dict = {}
     cli_origins: Origins = {}
     base: str | None = None
-    for text in overrides:
+    words = [(text, CLI) for text in overrides]
+    if is_script(source):  # its command line's words come before this one's
+        script = read_script(source, display_path(source))
+        words = script.overrides + words
+        warnings += script.skipped
+        for name, (value, where) in script.envs.items():
+            set_path(cli_tree, ("envs", name), value)
+            cli_origins[("envs", name)] = where
+    for text, where in words:
         try:
             key, value = parse_override(text)
         except ValueError as e:
-            problems.append(Problem("", str(e), CLI))
+            problems.append(Problem("", str(e), where))
             continue
         if key == ("config",):
             base = str(value)
             continue
         set_path(cli_tree, key, value)
-        cli_origins[key] = CLI
+        cli_origins[key] = where
     if base is not None:
         data, origins, probs = read_yaml(Path(base).expanduser())
         problems += probs
         layers.append((data, origins))
-    data, origins, probs = read_yaml(source)
-    problems += probs
-    layers.append((data, origins))
+    if not is_script(source):
+        data, origins, probs = read_yaml(source)
+        problems += probs
+        layers.append((data, origins))
     layers.append((cli_tree, cli_origins))
 
     raw: dict = {}
@@ -432,7 +444,7 @@ def load_spec(
             merged_origins[("name",)] = f"from the file name {source.name}"
 
     fill_empty_sections(raw)
-    warnings = apply_legacy(raw, merged_origins)
+    warnings += apply_legacy(raw, merged_origins)
     problems += sync_resources(raw, merged_origins)
     spec, schema_problems, bad = validate_tree(raw, merged_origins)
     problems += schema_problems

@@ -1,0 +1,109 @@
+"""EasyR1's launch scripts taken as they are: all 20 examples of EasyR1 main (b44b311) in
+tests/fixtures/easyr1/examples validate unchanged, from EasyR1's repository root as its README
+runs them, or are refused with the one key r1cloud does not support and the script's line."""
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from r1cloud.spec import normalise_name
+
+EASYR1 = Path(__file__).parent / "fixtures" / "easyr1"
+SCRIPTS = sorted(p.relative_to(EASYR1) for p in EASYR1.glob("examples/**/*.sh"))
+REFUSED = {  # script -> (key, line): what EasyR1 sets that r1cloud cannot do yet
+    "examples/qwen3_14b_dapo17k_dapo.sh": ("worker.actor.ulysses_size", 17),
+}
+
+
+def test_the_fixtures_are_easyr1s_twenty_examples():
+    assert len(SCRIPTS) == 20
+
+
+def _set_in(script: Path, key: str) -> str | None:
+    """The value the script's command line gives `key` (as written, before expansion)."""
+    for line in script.read_text().splitlines():
+        word = line.strip().rstrip("\\").strip()
+        if word.startswith(f"{key}="):
+            return word.partition("=")[2]
+    return None
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+def test_easyr1_example_script_validates_unchanged(script, cli, monkeypatch):
+    monkeypatch.chdir(EASYR1)
+    r = cli("validate", script, "--json")
+    if str(script) in REFUSED:
+        key, line = REFUSED[str(script)]
+        problems = [x for x in r.stderr.splitlines() if "✗" in x]
+        assert r.exit_code == 2 and len(problems) == 1, r.stderr
+        assert problems[0].strip().startswith(f"✗ {key}:") and problems[0].endswith(f"({script}:{line})")
+        assert "Traceback" not in r.stderr
+        return
+    assert r.exit_code == 0, r.stderr
+    spec = json.loads(r.stdout)
+    text = (EASYR1 / script).read_text()
+    # ${MODEL_PATH} expanded from the script's own assignment
+    model = spec["worker"]["actor"]["model"]["model_path"]
+    assert "$" not in model and (model in text or "MODEL_PATH" not in text)
+    experiment = _set_in(EASYR1 / script, "trainer.experiment_name")
+    if experiment and "$" not in experiment:
+        assert spec["name"] == normalise_name(experiment)
+    # every key=value the command line sets reaches the spec (spot-checked where it is a plain scalar)
+    for key in ("data.train_files", "worker.rollout.tensor_parallel_size", "trainer.n_gpus_per_node"):
+        written = _set_in(EASYR1 / script, key)
+        if written is not None:
+            value = spec
+            for part in key.split("."):
+                value = value[part]
+            assert str(value) == written, key
+
+
+def test_script_variables_exports_and_dates(cli, monkeypatch):
+    monkeypatch.chdir(EASYR1)
+    gui = "examples/qwen2_5_vl_3b_android_gui_grpo.sh"  # EXPERIMENT_NAME=${EXPERIMENT_NAME:-…_$(date …)}
+    r = cli("validate", gui, "--json")
+    assert r.exit_code == 0, r.stderr
+    spec = json.loads(r.stdout)
+    assert spec["name"].startswith("qwen2-5-vl-3b-android-gui-grpo-" + time.strftime("%Y%m%d"))
+    assert (
+        spec["trainer"]["logger"] == ["console", "wandb"] and spec["worker"]["rollout"]["limit_images"] == 1
+    )
+    r = cli("validate", gui, "--json", env={"EXPERIMENT_NAME": "gui-run"})  # the environment's value wins
+    assert json.loads(r.stdout)["name"] == "gui-run"
+    # `export PYTHONUNBUFFERED=1` becomes the job's environment; the command line wins over the script
+    r = cli("validate", "examples/baselines/qwen2_5_vl_3b_clevr.sh", "trainer.n_gpus_per_node=4", "--json")
+    spec = json.loads(r.stdout)
+    assert spec["envs"] == {"PYTHONUNBUFFERED": "1"} and spec["trainer"]["n_gpus_per_node"] == 4
+    r = cli(
+        "validate", "examples/qwen2_5_vl_7b_geo3k_swanlab.sh", "--json"
+    )  # [console,swanlab], quotes removed
+    assert json.loads(r.stdout)["trainer"]["logger"] == ["console", "swanlab"]
+
+
+@pytest.mark.parametrize(
+    "body,expected,code",
+    [
+        ('python3 -m verl.trainer.main config=examples/config.yaml trainer.experiment_name=$(hostname)',
+         "runs a command", 2),
+        ("python3 -m verl.trainer.main config=examples/config.yaml worker.actor.model.model_path=${NOPE_PATH}",
+         "$NOPE_PATH is not set", 2),
+        ("echo hello", "has no `python3 -m verl.trainer.main", 2),
+        ("pip install mathruler\npython3 -m verl.trainer.main config=examples/config.yaml",
+         "`pip install mathruler` is not run", 0),
+        ("python3 -m verl.trainer.main config=examples/config.yaml \\\n    data.rollout_batch_size=many",
+         "data.rollout_batch_size", 2),
+    ],
+    ids=["command-substitution", "unset-variable", "no-trainer-line", "other-command", "bad-value-names-line"],
+)  # fmt: skip
+def test_a_script_r1cloud_cannot_read_is_one_line(cli, monkeypatch, tmp_path, body, expected, code):
+    monkeypatch.chdir(EASYR1)
+    script = tmp_path / "run.sh"
+    script.write_text(f"#!/bin/bash\nset -x\n{body}\n")
+    r = cli("validate", script)
+    assert r.exit_code == code, r.stderr
+    lines = [x for x in r.stderr.splitlines() if expected in x]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    if code == 2 and "rollout_batch_size" in expected:
+        assert lines[0].endswith("run.sh:4)")  # the continued line that sets it
