@@ -13,7 +13,7 @@ from .common import app, err
 
 # The import order is the order `--help` lists the commands in.
 # isort: off
-from . import spec_cmds, train, jobs, plot, checkpoints, serving  # noqa: F401
+from . import spec_cmds, train, jobs, plot, checkpoints, serving, evaluate  # noqa: F401
 # isort: on
 
 __all__ = ["app", "main"]

@@ -33,7 +33,7 @@ from .model import (
     vision_tower,
 )
 from .optim import AdamWBF16
-from .rollout import Request, Sampling
+from .rollout import Request, Sampling, eos_ids
 
 VALUE_HEADS = ("score", "classifier")  # a critic's new head: trained in full when it has LoRA
 DTYPES = {
@@ -212,16 +212,11 @@ class HybridWorker:
         return self.share_prompts
 
     def start_engine(self, engine: str) -> str:
-        from transformers import AutoTokenizer, GenerationConfig
+        from transformers import AutoTokenizer
 
         m, r = self.spec.worker.actor.model, self.spec.worker.rollout
         tok = AutoTokenizer.from_pretrained(m.tokenizer_path)
-        eos = {tok.eos_token_id} if tok.eos_token_id is not None else set()
-        try:
-            gen = GenerationConfig.from_pretrained(m.model_path).eos_token_id
-            eos |= set(gen if isinstance(gen, list) else [gen]) - {None}
-        except OSError:
-            pass
+        eos = eos_ids(m.model_path, tok)
         if engine == "vllm":
             from .rollout.vllm import VLLMEngine
 

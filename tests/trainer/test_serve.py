@@ -126,9 +126,22 @@ def test_serve_with_the_transformers_engine(job):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "with transformers" in r.stdout and "not INFERENCE READY" not in r.stderr  # last step: save_hf
     try:
-        check_openai_api(f"http://127.0.0.1:{port}/v1", "mine", 50)
+        url = f"http://127.0.0.1:{port}/v1"
+        check_openai_api(url, "mine", 50)
         logs = r1("logs", "fallback")
         assert "POST /v1/completions" in logs.stdout
+        # `eval` of the endpoint beside the job itself: the same prompts, the job's prompt and reward
+        r = r1("eval", url, job, "--limit", "8", "--engine", "hf", "--api-key", KEY, "--json")
+        assert r.returncode == 0, r.stderr[-3000:]
+        endpoint, local = json.loads(r.stdout)["targets"]
+        assert (
+            endpoint["model"] == f"{url} (mine)"
+            and endpoint["all"]["prompts"] == local["all"]["prompts"] == 8
+        )
+        asked = [json.loads(x) for x in Path(endpoint["samples"]).read_text().splitlines()]
+        here = [json.loads(x) for x in Path(local["samples"]).read_text().splitlines()]
+        assert [a["question"] for a in asked] == [h["question"] for h in here]
+        assert [a["response"] for a in asked] == [h["response"] for h in here]  # greedy, same prompt text
     finally:
         assert r1("stop", "fallback").returncode == 0
 

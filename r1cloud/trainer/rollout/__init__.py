@@ -91,6 +91,19 @@ def request_seed(base: int, prompt: int, sample: int) -> int:
     return (base * 1_000_003 + prompt * 1_009 + sample) % (2**31 - 1)
 
 
+def eos_ids(model_path: str, tokenizer) -> set[int]:
+    """The tokens that end a response: the tokenizer's EOS and the generation config's."""
+    from transformers import GenerationConfig
+
+    eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    try:
+        gen = GenerationConfig.from_pretrained(model_path).eos_token_id
+        eos |= set(gen if isinstance(gen, list) else [gen]) - {None}
+    except OSError:
+        pass
+    return eos
+
+
 def pick_engine(name: str) -> str:
     if name != "auto":
         return name

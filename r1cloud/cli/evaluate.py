@@ -1,0 +1,309 @@
+"""`r1cloud eval`: score checkpoints, models and endpoints on held-out data, side by side."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from .common import app, err, fail, load_blueprint, out
+
+ENGINES = ("auto", "vllm", "hf")
+
+
+@app.command("eval")
+def eval_(
+    targets: Annotated[
+        list[str],
+        typer.Argument(
+            help="What to score: a job (its last checkpoint) or JOB:step-N, a checkpoint or model folder, a "
+            "Hub id, a bucket URL, or a running OpenAI-compatible endpoint (http://…/v1). Several: side by side.",
+            show_default=False,
+        ),
+    ],
+    data: Annotated[
+        str | None,
+        typer.Option(
+            "--data",
+            help="Prompts with answers, EasyR1's syntax: name@split (Hub), a file or a folder. "
+            "Default: the blueprint's (or the job's) data.val_files.",
+            show_default=False,
+        ),
+    ] = None,
+    blueprint: Annotated[
+        Path | None,
+        typer.Option(
+            "--blueprint",
+            help="Take prompt_key, answer_key, format_prompt, reward and sampling from it (default: the "
+            "first job among the targets).",
+            show_default=False,
+        ),
+    ] = None,
+    n: Annotated[
+        int | None, typer.Option("--n", min=1, help="Samples per prompt: pass@k and mean@k for k ≤ n.")
+    ] = None,
+    temperature: Annotated[float | None, typer.Option("--temperature", min=0.0, help="0 is greedy.")] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", min=1, help="Tokens per answer at most.")
+    ] = None,
+    reward: Annotated[
+        str | None, typer.Option("--reward", help="The reward as FILE.py[:FUNCTION].", show_default=False)
+    ] = None,
+    format_prompt: Annotated[
+        Path | None,
+        typer.Option("--format-prompt", help="A Jinja format prompt over `content`.", show_default=False),
+    ] = None,
+    prompt_key: Annotated[str | None, typer.Option("--prompt-key", show_default=False)] = None,
+    answer_key: Annotated[str | None, typer.Option("--answer-key", show_default=False)] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Only the first N prompts.")] = None,
+    engine: Annotated[str, typer.Option("--engine", help="auto (vLLM if installed), vllm or hf.")] = "auto",
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key", envvar="R1CLOUD_API_KEY", help="Bearer key of endpoint targets.", show_default=False
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Write each target's samples (JSONL) and summary.json here (default: a new folder under "
+            "R1CLOUD_HOME/evals).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Did RL help, and by how much, on data it never saw? Each target answers the same prompts with
+    the same sampling; the run's reward scores them. Reports accuracy, pass@k (unbiased) and mean@k,
+    each reward key, response length and truncation, by data_source when the data has one, with a 95%
+    interval over prompts in every cell."""
+    from .. import evaluate as ev
+    from ..eval_metrics import summarize
+    from ..jobs.store import home
+
+    if engine not in ENGINES:
+        fail("error: bad --engine", [f"{engine!r}: use {', '.join(ENGINES)}"])
+    spec = _spec(targets, blueprint, data, reward, format_prompt, prompt_key, answer_key)
+    sampling = ev.validation_sampling(spec, n, temperature, max_tokens)
+    if sampling["n"] > 1 and sampling["temperature"] == 0:
+        err.print(
+            "warning: greedy samples are all alike: pass@k equals pass@1 (set --temperature)", style="yellow"
+        )
+    folder = out_dir or home() / "evals" / time.strftime("%Y%m%d-%H%M%S")
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        fail(
+            f"error: --out {folder} is not an empty folder",
+            ["give a new folder: nothing there is overwritten"],
+        )
+    chosen = _engine(engine)
+    resolved = [_resolve(t, api_key, spec) for t in targets]
+    for i, target in enumerate(resolved, 1):
+        target.folder = folder / f"{i}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', target.ref).strip('_')[:60]}"
+        ev.prepare(target, spec, sampling, chosen, limit, api_key)
+    interrupted = False
+    for target in resolved:
+        interrupted = _run(target)
+        if interrupted:
+            break
+    summary = {"data": spec.data.val_files, "sampling": sampling, "engine": chosen, "targets": []}
+    for target in resolved:
+        samples = ev.read_samples(target.folder)
+        summary["targets"].append(
+            {"target": target.ref, "model": target.origin, "samples": str(target.folder / "samples.jsonl")}
+            | summarize(samples)
+            | {"timing": ev.read_timing(target.folder)}
+        )
+    (folder / "summary.json").write_text(json.dumps(summary, indent=2))
+    if as_json:
+        print(json.dumps(summary, indent=2))
+    else:
+        _table(summary)
+        err.print(f"samples and summary.json in {folder}", markup=False)
+    if interrupted:
+        err.print("interrupted: the table holds what was scored", style="yellow")
+        raise typer.Exit(130)
+
+
+def _spec(targets, blueprint, data, reward, format_prompt, prompt_key, answer_key):
+    """The blueprint's spec (or the first job's), with the options set alone on top."""
+    from ..spec import Spec
+    from ..spec.files import reward_function_problems
+
+    if blueprint is not None:
+        base = load_blueprint(blueprint, [], {}, str(blueprint))
+    else:
+        base = next((s for s in map(_job_spec, targets) if s is not None), None) or Spec(name="eval")
+    tree = base.model_dump()
+    d, r = tree["data"], tree["worker"]["reward"]
+    if data is not None:
+        local = Path(data.rpartition("@")[0] if "@" in data else data).expanduser()
+        if local.suffix or data.startswith((".", "/", "~")):
+            if not local.exists():
+                fail(f"error: --data {data}: no such file or folder", ["give a file, a folder or name@split"])
+            data = str(local.resolve()) + (f"@{data.rpartition('@')[2]}" if "@" in data else "")
+        d["val_files"] = data
+    for key, value in (("prompt_key", prompt_key), ("answer_key", answer_key)):
+        if value is not None:
+            d[key] = value
+    if format_prompt is not None:
+        if not format_prompt.is_file():
+            fail(
+                f"error: --format-prompt {format_prompt}: no such file",
+                ["give a Jinja template over `content`"],
+            )
+        d["format_prompt"] = str(format_prompt.resolve())
+    if reward is not None:
+        path, _, name = reward.partition(":")
+        if not Path(path).is_file():
+            fail(f"error: --reward {reward}: no such file", ["give FILE.py or FILE.py:FUNCTION"])
+        r["reward_function"], r["reward_function_name"] = str(Path(path).resolve()), name or "compute_score"
+        if problems := reward_function_problems(
+            Path(path), r["reward_function_name"], r["reward_function_kwargs"]
+        ):
+            fail(f"error: --reward {reward}", problems)
+    if not d["val_files"]:
+        fail(
+            "error: no data to score",
+            ["give --data (name@split, a file or a folder), or a blueprint with data.val_files"],
+        )
+    if not r["reward_function"]:
+        fail(
+            "error: no reward to score with",
+            ["give --reward FILE.py[:FUNCTION], or a blueprint that names one"],
+        )
+    return Spec.model_validate(tree)
+
+
+def _job_spec(target: str):
+    from ..checkpoints import parse_ref
+    from ..jobs.store import JobStore
+    from ..spec import load_resolved
+
+    if "://" in target:
+        return None
+    path = JobStore().path(parse_ref(target)[0]) / "spec.yaml"
+    return load_resolved(path) if path.is_file() else None
+
+
+def _engine(requested: str) -> str:
+    import importlib.util
+
+    has_vllm = importlib.util.find_spec("vllm") is not None
+    if requested == "vllm" and not has_vllm:
+        fail("error: vLLM is not installed here", ["install it (scripts/install does), or use --engine hf"])
+    return "vllm" if requested == "auto" and has_vllm else "hf" if requested == "auto" else requested
+
+
+def _resolve(ref: str, api_key: str | None, spec):
+    from .. import chat as ch
+    from .. import serve as sv
+    from ..evaluate import Target
+    from ..jobs.store import home
+
+    try:
+        if ref.startswith(("http://", "https://")):
+            endpoint = ch._remote(ref, api_key)
+            return Target(
+                ref, url=endpoint.url, served=endpoint.model, origin=f"{endpoint.url} ({endpoint.model})"
+            )
+        model = sv.resolve(ref, _merger(spec.worker.rollout.dtype), home() / "models")
+    except sv.ServeError as e:
+        fail(e.args[0], e.args[1])
+    return Target(ref, model=model.path, origin=model.origin)
+
+
+def _merger(dtype: str):
+    """Merge a checkpoint at the engine's dtype, so fp32 training is scored on fp32 weights."""
+
+    def merge(checkpoint, out_dir) -> None:
+        from ..merge import MergeError, merge
+
+        err.print(f"{checkpoint.id}: merging its weights for the engine…", markup=False)
+        try:
+            merge(
+                checkpoint,
+                out_dir,
+                {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(dtype, dtype),
+            )
+        except MergeError as e:
+            fail("error: cannot merge", [str(e)])
+
+    return merge
+
+
+def _run(target) -> bool:
+    """Score one target in its own process, showing progress; True when interrupted (Ctrl-C)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..jobs.supervise import last_error
+
+    log = target.folder / "engine.log"
+    with (
+        open(log, "w") as sink,
+        Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+        ) as bar,
+    ):
+        task = bar.add_task(f"{target.ref}: starting", total=None)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "r1cloud.evaluate", str(target.folder)],
+            stdout=subprocess.PIPE,
+            stderr=sink,
+            text=True,
+        )
+        try:
+            for line in proc.stdout:
+                if m := re.match(r"\[eval\] (\d+)/(\d+)", line):
+                    bar.update(task, description=target.ref, completed=int(m[1]), total=int(m[2]))
+            code = proc.wait()
+        except KeyboardInterrupt:  # the child has the same Ctrl-C: it stops after writing what it scored
+            proc.wait()
+            return True
+    if code == 130:
+        return True
+    if code:
+        cause = last_error(log).removeprefix("error: ")
+        err.print(f"error: {target.ref}: {cause}", style="bold red", markup=False)
+        err.print(f"  its log: {log}", markup=False)
+        raise typer.Exit(2 if code == 2 else 1)
+    return False
+
+
+def _table(summary: dict) -> None:
+    targets = summary["targets"]
+    table = Table(box=None, header_style="bold", title_justify="left")
+    table.add_column("")
+    for t in targets:
+        table.add_column(t["target"], justify="right")
+    sections = [("", [t["all"] for t in targets])]
+    for source in sorted({s for t in targets for s in t.get("by_source", {})}):
+        sections.append((f"[{source}] ", [t.get("by_source", {}).get(source, {}) for t in targets]))
+    for prefix, columns in sections:
+        names = []
+        for figures in columns:
+            names += [k for k in figures if k not in names and k != "n"]
+        for name in names:
+            table.add_row(prefix + name, *(_cell(f.get(name)) for f in columns))
+    out.print(table)
+    out.print("± is a 95% interval over prompts (1.96 standard errors)", style="dim")
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, list | tuple):
+        mean, se = value
+        return f"{mean:.3f} ± {1.96 * se:.3f}" if mean == mean else "—"
+    return str(value)

@@ -1,0 +1,284 @@
+"""`r1cloud eval`: each target answers held-out prompts, the run's reward scores the answers, and
+accuracy, pass@k and the rest are reported side by side (eval_metrics.py).
+
+One target at a time, each in its own process (`python -m r1cloud.evaluate DIR`), through the
+parts the trainer's validation uses: the prompt set (trainer/data.py), the rollout engine (vLLM, or
+transformers' generate where vLLM is absent) and the reward pool (trainer/rewards.py). So a
+`trainer.val_only` run and `eval` agree on the same checkpoint: the same prompts in the same
+batches, drawn with the same seeds as a one-worker validation at step 0. An endpoint target (a URL)
+is asked through the official `openai` client with the format prompt applied to each question; the
+server's chat template does the rest. Each batch's scored samples are appended to DIR/samples.jsonl
+as soon as they are scored: an interrupted eval keeps them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BATCH = 64  # prompts per batch when the spec sets no data.val_batch_size
+
+
+class EvalError(Exception):
+    """Bad input found before generation: (message, hints)."""
+
+
+@dataclass
+class Target:
+    ref: str  # as the user wrote it
+    model: str = ""  # a local folder an engine loads
+    url: str = ""  # or an OpenAI-compatible endpoint
+    served: str = ""  # the endpoint's model name
+    origin: str = ""  # what it is, for the user
+    folder: Path = field(default_factory=Path)  # its samples, spec and engine log
+
+
+def validation_sampling(spec, n: int | None, temperature: float | None, max_tokens: int | None) -> dict:
+    """The trainer's validation sampling (val_override_config over the rollout's), the options on top.
+    The seed is the one a one-worker validation at step 0 draws with (driver.sampling)."""
+    r = spec.worker.rollout
+    own = {"temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k}
+    own.update({k: v for k, v in r.val_override_config.items() if k in own})
+    sampling = {
+        **own,
+        "n": int(r.val_override_config.get("n", 1)),
+        "max_tokens": spec.data.max_response_length,
+        "seed": ((r.seed * 7919) * 2 + 1) * 1009,
+        "ignore_eos": r.ignore_eos,
+        "extra": {k: v for k, v in r.val_override_config.items() if k not in (*own, "n", "max_tokens")},
+    }
+    for key, value in (("n", n), ("temperature", temperature), ("max_tokens", max_tokens)):
+        if value is not None:
+            sampling[key] = value
+    return sampling
+
+
+def prepare(
+    target: Target, spec, sampling: dict, engine: str, limit: int | None, api_key: str | None
+) -> None:
+    """Write the target's folder: the spec it runs with and what to run."""
+    from .spec import dump_spec
+
+    target.folder.mkdir(parents=True, exist_ok=True)
+    if target.model:
+        model = spec.worker.actor.model.model_copy(
+            update={"model_path": target.model, "tokenizer_path": target.model}
+        )
+        actor = spec.worker.actor.model_copy(update={"model": model})
+        spec = spec.model_copy(update={"worker": spec.worker.model_copy(update={"actor": actor})})
+    (target.folder / "spec.yaml").write_text(dump_spec(spec))
+    job = {
+        "ref": target.ref,
+        "model": target.model,
+        "url": target.url,
+        "served": target.served,
+        "engine": engine,
+    }
+    job |= {"sampling": sampling, "limit": limit}
+    (target.folder / "target.json").write_text(json.dumps(job, indent=2))
+    (target.folder / "samples.jsonl").unlink(missing_ok=True)
+    if api_key:  # the endpoint's key reaches the child through its environment, never a file
+        os.environ["R1CLOUD_EVAL_API_KEY"] = api_key
+
+
+def read_timing(folder: Path) -> dict:
+    """Seconds spent generating and scoring (and writing) so far."""
+    path = folder / "timing.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def read_samples(folder: Path) -> list[dict]:
+    """The samples scored so far (a line cut by an interruption is left out)."""
+    out = []
+    path = folder / "samples.jsonl"
+    if path.exists():
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(json.JSONDecodeError):
+                out.append(json.loads(line))
+    return out
+
+
+# --------------------------------------------------------------------------- the child process
+def main(folder: str) -> int:
+    from .spec import load_resolved
+    from .trainer import rewards
+    from .trainer.rollout import Sampling
+
+    d = Path(folder)
+    job = json.loads((d / "target.json").read_text())
+    spec = load_resolved(d / "spec.yaml")
+    sampling = Sampling(**job["sampling"])
+    try:
+        prompts, generate, decode = (_endpoint if job["url"] else _engine)(spec, job, sampling)
+    except ValueError as e:  # the data or the model: one line
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
+    reward = rewards.from_config(spec.worker.reward)
+    if job["url"] and reward.sends_prompt:
+        reward.close()
+        print(
+            "error: the reward reads each prompt as the model saw it (chat template and all), which an "
+            "endpoint does not tell: evaluate the checkpoint itself",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 2
+    skip = spec.worker.reward.skip_special_tokens
+    size = spec.data.val_batch_size if spec.data.val_batch_size > 0 else BATCH
+    indices = list(range(len(prompts)))
+    print(f"[eval] 0/{len(indices)} prompts", flush=True)
+    timing = {"generate_s": 0.0, "score_s": 0.0}  # where the time goes, in samples.jsonl's summary
+    try:
+        with open(d / "samples.jsonl", "a") as out:
+            for start in range(0, len(indices), size):
+                tick = time.perf_counter()
+                batch = generate(indices[start : start + size])  # [(prompt, response, length, finished)]
+                timing["generate_s"] += time.perf_counter() - tick
+                tick = time.perf_counter()
+                texts = [decode(response) for _, response, _, _ in batch]
+                inputs = [
+                    rewards.reward_input(reward, decode.tokenizer, prompts[i], text, length, skip)
+                    for (i, _, length, _), text in zip(batch, texts, strict=True)
+                ]
+                scores, _ = reward(inputs)
+                seen: dict[int, int] = {}
+                for (i, _, length, finished), text, score in zip(batch, texts, scores, strict=True):
+                    p = prompts[i]
+                    j = seen[i] = seen.get(i, -1) + 1
+                    record = {"prompt": i, "sample": j, "data_source": p.extra.get("data_source")}
+                    record |= {"question": p.content, "response": text, "ground_truth": p.ground_truth}
+                    record |= {"scores": score, "length": length, "finished": finished}
+                    out.write(json.dumps(record, default=str) + "\n")
+                out.flush()
+                timing["score_s"] += time.perf_counter() - tick
+                (d / "timing.json").write_text(json.dumps(timing))
+                print(f"[eval] {min(start + size, len(indices))}/{len(indices)} prompts", flush=True)
+    except KeyboardInterrupt:  # what was scored is in samples.jsonl
+        return 130
+    finally:
+        reward.close()
+    return 0
+
+
+class _Decoder:
+    def __init__(self, tokenizer, skip: bool):
+        self.tokenizer, self.skip = tokenizer, skip
+
+    def __call__(self, response) -> str:
+        return (
+            response
+            if isinstance(response, str)
+            else self.tokenizer.decode(response, skip_special_tokens=self.skip)
+        )
+
+
+def _engine(spec, job: dict, sampling):
+    """The prompt set, a generate over prompt indices, and the decoder, for an engine here."""
+    import torch
+
+    from .trainer.data import PromptSet, load_tokenizer
+    from .trainer.rollout import Request, eos_ids, refuse_unknown_sampling
+    from .trainer.workers import DTYPES
+
+    m, r = spec.worker.actor.model, spec.worker.rollout
+    tokenizer, images = load_tokenizer(m, spec.data)
+    prompts = PromptSet(spec.data.val_files, tokenizer, spec.data, images=images, limit=job["limit"])
+    eos = eos_ids(m.model_path, tokenizer)
+    if job["engine"] == "vllm":
+        from .trainer.rollout.vllm import VLLMEngine
+
+        _one_process_world()
+        engine = VLLMEngine(m.model_path, m.tokenizer_path, r, eos, seed=r.seed)
+    else:
+        from .trainer.batch import RunError
+        from .trainer.rollout.hf import HFEngine
+
+        try:
+            refuse_unknown_sampling("hf", sampling.extra)
+        except RunError as e:
+            raise ValueError(str(e)) from None
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        engine = HFEngine(m.model_path, eos, tokenizer.pad_token_id, DTYPES[r.dtype], device)
+
+    def generate(indices: list[int]) -> list[tuple]:
+        requests = []
+        for i in indices:
+            p = prompts.prompts[i]
+            tensors = prompts.image_inputs(i) if engine.name == "hf" else {}
+            requests.append(Request(p.prompt_ids, p.raw_ids, p.images, tensors))
+        return [
+            (indices[s.prompt], s.response, len(s.response), s.finished)
+            for s in engine.generate(requests, sampling)
+        ]
+
+    return prompts.prompts, generate, _Decoder(tokenizer, spec.worker.reward.skip_special_tokens)
+
+
+def _one_process_world() -> None:
+    """vLLM's external launcher joins a torch.distributed world: here, one of one process."""
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(
+        RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
+    dist.init_process_group("gloo", rank=0, world_size=1)
+
+
+def _endpoint(spec, job: dict, sampling):
+    """The rows, a generate that asks the endpoint (eight requests at a time), and the decoder."""
+    import jinja2
+    from openai import OpenAI
+
+    from .trainer.data import Prompt, load_rows
+
+    d = spec.data
+    template = jinja2.Template(Path(d.format_prompt).read_text().strip()) if d.format_prompt else None
+    prompts = []
+    for source in [d.val_files] if isinstance(d.val_files, str) else d.val_files:
+        rows = load_rows(source)
+        if d.image_key in rows.column_names and any(rows[d.image_key]):
+            raise ValueError(
+                f"{source}: rows hold images, and an endpoint target is asked text only here: evaluate the "
+                "checkpoint itself (r1cloud eval JOB), which sends the images"
+            )
+        own = {d.prompt_key, d.answer_key, d.image_key, d.video_key}
+        for row in rows:
+            extra = {k: v for k, v in row.items() if k not in own}
+            prompts.append(Prompt(len(prompts), [], str(row[d.answer_key]), extra, str(row[d.prompt_key])))
+    prompts = prompts[: job["limit"]] if job["limit"] else prompts
+    client = OpenAI(
+        base_url=job["url"], api_key=os.environ.get("R1CLOUD_EVAL_API_KEY") or "none", max_retries=2
+    )
+
+    def ask(i: int) -> tuple:
+        content = prompts[i].content
+        reply = client.chat.completions.create(
+            model=job["served"],
+            messages=[{"role": "user", "content": template.render(content=content) if template else content}],
+            max_tokens=sampling.max_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+        )
+        choice = reply.choices[0]
+        length = reply.usage.completion_tokens if reply.usage else 0
+        return i, choice.message.content or "", length, choice.finish_reason == "stop"
+
+    def generate(indices: list[int]) -> list[tuple]:
+        with ThreadPoolExecutor(8) as pool:
+            return list(pool.map(ask, [i for i in indices for _ in range(sampling.n)]))
+
+    return prompts, generate, _Decoder(None, True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,114 @@
+"""`r1cloud eval`'s figures (eval_metrics.py) against their formulas, and its bad input as one line."""
+
+import itertools
+import math
+
+import pytest
+
+from r1cloud.eval_metrics import correct, ks_for, mean_se, pass_at_k, summarize
+
+
+@pytest.mark.parametrize(
+    "n,c,k,want",
+    [
+        (1, 0, 1, 0.0),
+        (1, 1, 1, 1.0),
+        (10, 3, 1, 0.3),
+        (4, 1, 2, 0.5),  # 1 - C(3,2)/C(4,2) = 1 - 3/6
+        (5, 0, 5, 0.0),
+        (5, 5, 3, 1.0),
+        (8, 2, 8, 1.0),
+        (8, 2, 7, 1.0),  # n - c < k: every draw of 7 holds a correct one
+        (16, 4, 4, 1 - math.comb(12, 4) / math.comb(16, 4)),
+        (100, 7, 10, 1 - math.comb(93, 10) / math.comb(100, 10)),
+    ],
+)
+def test_pass_at_k_is_the_unbiased_estimator(n, c, k, want):
+    assert pass_at_k(n, c, k) == pytest.approx(want, abs=1e-12)
+    assert pass_at_k(n, c, k) == pytest.approx(1 - math.comb(n - c, k) / math.comb(n, k), abs=1e-12)
+
+
+@pytest.mark.parametrize("n,c,k", [(5, 2, 2), (6, 1, 3), (7, 3, 4), (4, 0, 2)])
+def test_pass_at_k_is_the_chance_that_k_of_the_n_hold_a_correct_one(n, c, k):
+    """Enumerated: the share of the k-subsets of n samples (c correct) holding a correct sample."""
+    samples = [True] * c + [False] * (n - c)
+    subsets = list(itertools.combinations(samples, k))
+    assert pass_at_k(n, c, k) == pytest.approx(sum(any(s) for s in subsets) / len(subsets))
+
+
+def test_pass_at_k_refuses_impossible_counts():
+    with pytest.raises(ValueError):
+        pass_at_k(4, 1, 5)
+    with pytest.raises(ValueError):
+        pass_at_k(4, 5, 1)
+
+
+def test_mean_se_and_ks():
+    assert mean_se([1.0, 0.0, 1.0, 0.0]) == pytest.approx((0.5, math.sqrt((4 * 0.25 / 3) / 4)))
+    assert mean_se([0.3]) == (0.3, 0.0)
+    assert ks_for(1) == [1] and ks_for(8) == [1, 2, 4, 8] and ks_for(6) == [1, 2, 4, 6]
+
+
+def test_correct_reads_accuracy_then_overall():
+    assert correct({"overall": 0.1, "accuracy": 1.0}) and not correct({"overall": 1.0, "accuracy": 0.0})
+    assert correct({"overall": 1.0}) and not correct({"overall": 0.5})
+    assert not correct({"overall": -1.0, "accuracy": -1.0})  # EasyR1's DAPO reward: -1 wrong, 1 right
+
+
+def _sample(prompt, ok, source=None, length=5, finished=True):
+    return {"prompt": prompt, "scores": {"overall": float(ok), "accuracy": float(ok)}, "length": length,
+            "finished": finished, "data_source": source}  # fmt: skip
+
+
+def test_summary_over_prompts_by_source():
+    # prompt 0: 2 of 4 right, prompt 1: 0 of 4, prompt 2: 4 of 4 (a second source)
+    samples = [_sample(0, i < 2, "a") for i in range(4)] + [
+        _sample(1, False, "a", finished=False) for _ in range(4)
+    ]
+    samples += [_sample(2, True, "b", length=9) for _ in range(4)]
+    s = summarize(samples)
+    figures = s["all"]
+    assert (figures["prompts"], figures["samples"], figures["n"]) == (3, 12, 4)
+    assert figures["accuracy"] == pytest.approx(mean_se([0.5, 0.0, 1.0]))
+    assert figures["mean@4"] == figures["accuracy"]
+    assert figures["pass@2"][0] == pytest.approx((pass_at_k(4, 2, 2) + 0 + 1) / 3)
+    assert figures["pass@4"][0] == pytest.approx(2 / 3)
+    assert figures["truncated"][0] == pytest.approx(1 / 3) and figures["response_length"][0] == pytest.approx(
+        19 / 3
+    )
+    assert set(s["by_source"]) == {"a", "b"} and s["by_source"]["b"]["accuracy"] == (1.0, 0.0)
+    assert "by_source" not in summarize(samples[:8])  # one source: no breakdown
+
+
+def test_an_interrupted_prompt_counts_its_first_samples_alike():
+    samples = [_sample(0, True) for _ in range(4)] + [_sample(1, False)]  # prompt 1 cut after one sample
+    figures = summarize(samples)["all"]
+    assert figures["n"] == 1 and figures["samples"] == 2 and figures["accuracy"][0] == 0.5
+
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["eval", "some/model", "--data", "missing.jsonl", "--reward", "r.py"], "--data missing.jsonl: no such file"),
+        (["eval", "some/model", "--data", "d.jsonl"], "no reward to score with"),
+        (["eval", "some/model", "--reward", "r.py"], "no data to score"),
+        (["eval", "some/model", "--data", "d.jsonl", "--reward", "nope.py"], "--reward nope.py: no such file"),
+        (["eval", "some/model", "--data", "d.jsonl", "--reward", "r.py:scor"], "has no function 'scor'"),
+        (["eval", "some/model", "--data", "d.jsonl", "--reward", "r.py", "--engine", "tgi"], "bad --engine"),
+        (["eval", "some/model", "--data", "d.jsonl", "--reward", "r.py", "--out", "full"], "not an empty folder"),
+        (["eval", "http://127.0.0.1:9/v1", "--data", "d.jsonl", "--reward", "r.py"], "cannot reach"),
+        (["eval", "./no/such/folder", "--data", "d.jsonl", "--reward", "r.py"], "no/such/folder"),
+    ],
+)  # fmt: skip
+def test_eval_bad_input_is_one_clear_line(cli, tmp_path, monkeypatch, args, expected):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("R1CLOUD_HOME", str(tmp_path / "home"))
+    (tmp_path / "d.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
+    (tmp_path / "r.py").write_text("def score(reward_inputs):\n    return []\n")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "kept.txt").write_text("mine")
+    args = [a if a != "r.py" else "r.py:score" for a in args]
+    r = cli(*args)
+    assert r.exit_code == 2, r.stdout + r.stderr
+    assert expected in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert (tmp_path / "full" / "kept.txt").read_text() == "mine"

@@ -1,0 +1,103 @@
+"""`r1cloud eval` on real models: it agrees with the trainer's own validation (`trainer.val_only`)
+on the same checkpoint, scores image prompts with a VLM, and keeps what it scored on Ctrl-C."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import run_folder
+from tinyrun import R1CLOUD, r1, run_trainer, tiny_blueprint, tiny_vl_blueprint
+
+
+def eval_json(*args, env=None) -> dict:
+    r = r1("eval", *args, "--engine", "hf", "--json", env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    return json.loads(r.stdout)
+
+
+def val_metrics(run) -> dict:
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()][-1]
+
+
+def test_val_only_and_eval_agree_on_a_trained_checkpoint(tmp_path, tiny_model, digits_reward):
+    """Two training steps; then the trainer's validation of the step-2 checkpoint (one worker, the hf
+    engine, greedy) and `eval` of the same checkpoint give the same reward and lengths."""
+    bp = tiny_blueprint(tiny_model, digits_reward)
+    trained = run_folder(tmp_path, "trained", bp, ["trainer.max_steps=2", "trainer.save_freq=-1"])
+    assert run_trainer(trained).returncode == 0
+    checkpoint = trained / "checkpoints" / "global_step_2"
+    val = run_folder(
+        tmp_path,
+        "val",
+        bp,
+        ["trainer.val_only=true", "trainer.n_gpus_per_node=1", f"trainer.load_checkpoint_path={checkpoint}"],
+    )
+    r = run_trainer(val)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    want = val_metrics(val)
+    got = eval_json(checkpoint, "--blueprint", tmp_path / "trained.yaml", "--out", tmp_path / "eval")
+    (target,) = got["targets"]
+    figures = target["all"]
+    assert figures["prompts"] == 64 and figures["n"] == 1
+    assert figures["reward/overall"][0] == pytest.approx(want["val/overall_reward"], abs=1e-9)
+    assert figures["reward/digits"][0] == pytest.approx(want["val/digits_reward"], abs=1e-9)
+    assert figures["response_length"][0] == pytest.approx(want["val_response_length/mean"], abs=1e-9)
+    rows = [json.loads(x) for x in Path(target["samples"]).read_text().splitlines()]
+    assert len(rows) == 64 and {"question", "response", "ground_truth", "scores", "length"} <= set(rows[0])
+    assert json.loads((tmp_path / "eval" / "summary.json").read_text()) == got
+
+
+def test_a_vlm_is_scored_on_image_prompts(tmp_path, tiny_vlm, shapes, digits_reward):
+    (tmp_path / "vl.yaml").write_text(tiny_vl_blueprint(tiny_vlm, shapes, digits_reward))
+    got = eval_json(tiny_vlm, "--blueprint", tmp_path / "vl.yaml", "--n", "2", "--temperature", "1")
+    figures = got["targets"][0]["all"]
+    assert (figures["prompts"], figures["samples"]) == (4, 8) and "pass@2" in figures
+    assert got["sampling"]["n"] == 2 and got["sampling"]["temperature"] == 1
+
+
+def test_ctrl_c_keeps_what_was_scored(tmp_path, tiny_model, digits_reward):
+    bp = tmp_path / "small-batches.yaml"
+    bp.write_text(
+        tiny_blueprint(tiny_model, digits_reward).replace("val_batch_size: 16", "val_batch_size: 4")
+    )
+    out = tmp_path / "eval"
+    proc = subprocess.Popen(
+        [
+            R1CLOUD,
+            "eval",
+            str(tiny_model),
+            "--blueprint",
+            str(bp),
+            "--engine",
+            "hf",
+            "--out",
+            str(out),
+            "--n",
+            "8",
+            "--temperature",
+            "1",
+            "--max-tokens",
+            "64",
+        ],  # long enough to interrupt
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "R1CLOUD_HOME": str(tmp_path / "home")},
+    )
+    deadline, lines = time.time() + 300, 0
+    while time.time() < deadline and lines < 32:
+        lines = sum(len(p.read_text().splitlines()) for p in out.glob("1-*/samples.jsonl"))
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C at the terminal reaches the whole group
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "interrupted: the table holds what was scored" in stderr and "Traceback" not in stderr
+    figures = json.loads((out / "summary.json").read_text())["targets"][0]["all"]
+    assert 4 <= figures["prompts"] < 64 and figures["prompts"] % 4 == 0  # whole batches, as written
+    assert "accuracy" in stdout
