@@ -36,12 +36,15 @@ def plain(model: str, n: int, max_tokens: int) -> None:
     rows = [json.loads(x) for x in (ROOT / "data/arithmetic/test.jsonl").read_text().splitlines()]
     template = jinja2.Template((ROOT / "format_prompts/arithmetic.jinja").read_text().strip())
     tok = AutoTokenizer.from_pretrained(model)
-    prompts = [
-        {"prompt_token_ids": tok.apply_chat_template(
-            [{"role": "user", "content": template.render(content=r["problem"])}], add_generation_prompt=True
-        )}
+    texts = [
+        tok.apply_chat_template(
+            [{"role": "user", "content": template.render(content=r["problem"])}],
+            add_generation_prompt=True,
+            tokenize=False,
+        )
         for r in rows
-    ]  # fmt: skip
+    ]
+    prompts = [{"prompt_token_ids": tok(t, add_special_tokens=False)["input_ids"]} for t in texts]
     llm = LLM(model=model, dtype="float32", max_model_len=160, enforce_eager=True, seed=1)
     tick = time.perf_counter()
     outs = llm.generate(prompts, SamplingParams(n=n, temperature=1.0, max_tokens=max_tokens), use_tqdm=False)
@@ -75,7 +78,9 @@ def main() -> None:
         return
     peer_wall, out = timed([sys.executable, __file__, "--plain", "--model", a.model, "--n", str(a.n),
                             "--max-tokens", str(a.max_tokens)])  # fmt: skip
-    peer = json.loads(out.strip().splitlines()[-1])
+    peer = json.loads(
+        next(x for x in out.splitlines() if x.startswith('{"tokens"'))
+    )  # vLLM logs to stdout too
     with tempfile.TemporaryDirectory() as tmp:
         r1cloud = str(Path(sys.executable).parent / "r1cloud")
         eval_wall, out = timed([r1cloud, "eval", a.model, "--blueprint", str(BLUEPRINT), "--engine", "vllm",

@@ -174,6 +174,7 @@ def next_steps(job) -> list[str]:
         f"the curves:   r1cloud plot {name}",
         f"checkpoints:  r1cloud checkpoints {name}",
         "before/after: r1cloud chat " + name + (f" --compare {base}" if base else " --compare BASE_MODEL"),
+        f"score both:   r1cloud eval {base or 'BASE_MODEL'} {name}",
         f"serve it:     r1cloud serve -c {name}",
     ]
 

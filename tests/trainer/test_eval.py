@@ -101,3 +101,35 @@ def test_ctrl_c_keeps_what_was_scored(tmp_path, tiny_model, digits_reward):
     figures = json.loads((out / "summary.json").read_text())["targets"][0]["all"]
     assert 4 <= figures["prompts"] < 64 and figures["prompts"] % 4 == 0  # whole batches, as written
     assert "accuracy" in stdout
+
+
+def test_a_math500_shaped_file_with_no_blueprint(tmp_path, tiny_model):
+    """MATH-500's columns (problem, solution, answer, subject, level, unique_id), scored by the math
+    reward with no blueprint and no job: each part given alone on the command line."""
+    from tinyrun import ROOT
+
+    rows = [
+        {"problem": f"What is ${i} + {i}$?", "solution": f"${2 * i}$", "answer": str(2 * i),
+         "subject": "Prealgebra", "level": 1, "unique_id": f"test/prealgebra/{i}.json"}
+        for i in range(3)
+    ]  # fmt: skip
+    data = tmp_path / "math500.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = eval_json(
+        tiny_model,
+        *("--data", data, "--reward", ROOT / "reward_functions/math.py:compute_score"),
+        *(
+            "--format-prompt",
+            ROOT / "format_prompts/math.jinja",
+            "--max-tokens",
+            "8",
+            "--prompt-key",
+            "problem",
+        ),
+        *("--out", tmp_path / "eval"),
+    )
+    figures = got["targets"][0]["all"]
+    assert figures["prompts"] == 3 and {"reward/accuracy", "reward/format", "reward/overall"} <= set(figures)
+    assert got["sampling"]["max_tokens"] == 8 and got["data"] == str(data)
+    first = json.loads(Path(got["targets"][0]["samples"]).read_text().splitlines()[0])
+    assert first["question"] == "What is $0 + 0$?" and first["ground_truth"] == "0"
