@@ -62,6 +62,14 @@ def eval_(
     ] = None,
     prompt_key: Annotated[str | None, typer.Option("--prompt-key", show_default=False)] = None,
     answer_key: Annotated[str | None, typer.Option("--answer-key", show_default=False)] = None,
+    image_key: Annotated[
+        str | None,
+        typer.Option("--image-key", help="The column of pictures (paths or images).", show_default=False),
+    ] = None,
+    image_dir: Annotated[
+        Path | None,
+        typer.Option("--image-dir", help="Where relative picture paths start.", show_default=False),
+    ] = None,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="Only the first N prompts.")] = None,
     engine: Annotated[str, typer.Option("--engine", help="auto (vLLM if installed), vllm or hf.")] = "auto",
     api_key: Annotated[
@@ -91,7 +99,8 @@ def eval_(
 
     if engine not in ENGINES:
         fail("error: bad --engine", [f"{engine!r}: use {', '.join(ENGINES)}"])
-    spec = _spec(targets, blueprint, data, reward, format_prompt, prompt_key, answer_key)
+    keys = {"prompt_key": prompt_key, "answer_key": answer_key, "image_key": image_key}
+    spec = _spec(targets, blueprint, data, reward, format_prompt, keys, image_dir)
     sampling = ev.validation_sampling(spec, n, temperature, max_tokens)
     if sampling["n"] > 1 and sampling["temperature"] == 0:
         err.print(
@@ -132,7 +141,7 @@ def eval_(
         raise typer.Exit(130)
 
 
-def _spec(targets, blueprint, data, reward, format_prompt, prompt_key, answer_key):
+def _spec(targets, blueprint, data, reward, format_prompt, keys: dict, image_dir: Path | None):
     """The blueprint's spec (or the first job's), with the options set alone on top."""
     from ..spec import Spec
     from ..spec.files import reward_function_problems
@@ -150,9 +159,14 @@ def _spec(targets, blueprint, data, reward, format_prompt, prompt_key, answer_ke
                 fail(f"error: --data {data}: no such file or folder", ["give a file, a folder or name@split"])
             data = str(local.resolve()) + (f"@{data.rpartition('@')[2]}" if "@" in data else "")
         d["val_files"] = data
-    for key, value in (("prompt_key", prompt_key), ("answer_key", answer_key)):
-        if value is not None:
-            d[key] = value
+    d.update({key: value for key, value in keys.items() if value is not None})
+    if image_dir is not None:
+        if not image_dir.is_dir():
+            fail(
+                f"error: --image-dir {image_dir}: no such folder",
+                ["give the folder the picture paths start in"],
+            )
+        d["image_dir"] = str(image_dir.resolve())
     if format_prompt is not None:
         if not format_prompt.is_file():
             fail(

@@ -114,6 +114,23 @@ def placeholder_mismatch(where: str, row: int, wanted: int, images: int, d) -> s
     )
 
 
+def template_placeholders(format_prompt: str | None) -> int:
+    """How many `<image>` placeholders the format prompt adds around `content` (EasyR1 splits the
+    prompt at them after the format prompt is applied, so a template may place the picture)."""
+    if not format_prompt:
+        return 0
+    import jinja2
+
+    try:
+        return (
+            jinja2.Template(Path(format_prompt).read_text(encoding="utf-8"))
+            .render(content="")
+            .count("<image>")
+        )
+    except (OSError, jinja2.TemplateError):
+        return 0  # the template's own check names what is wrong with it
+
+
 def mixed_rows(where: str, bare: int, with_images: int) -> str:
     """The one line for a data set that mixes text-only rows with image rows (validate, data load)."""
     return (
@@ -160,6 +177,7 @@ def _image_rows(path: Path, d, limit: int = 20000) -> str | None:
     differ, that holds videos, or text-only rows among image rows: what the trainer would refuse
     at data load, said now."""
     bare = with_images = 0
+    added = template_placeholders(d.format_prompt)
     try:
         for i, row in enumerate(_rows(path, [d.prompt_key, d.image_key, d.video_key], limit)):
             if not isinstance(row, dict):
@@ -171,7 +189,7 @@ def _image_rows(path: Path, d, limit: int = 20000) -> str | None:
                 continue
             images = row[d.image_key] or []
             images = images if isinstance(images, list) else [images]
-            wanted = str(row.get(d.prompt_key, "")).count("<image>")
+            wanted = str(row.get(d.prompt_key, "")).count("<image>") + added
             if wanted != len(images):
                 return placeholder_mismatch(path.name, i, wanted, len(images), d)
             bare, with_images = bare + (not images), with_images + bool(images)

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..spec.files import mixed_rows, placeholder_mismatch
+from ..spec.files import mixed_rows, placeholder_mismatch, template_placeholders
 from . import vision
 
 EXTENSION_BUILDERS = {
@@ -160,6 +160,7 @@ class PromptSet:
         self.template = None
         if data_cfg.format_prompt:
             self.template = jinja2.Template(Path(data_cfg.format_prompt).read_text(encoding="utf-8").strip())
+        self.template_images = template_placeholders(data_cfg.format_prompt)  # `<image>` in the template
         self.tokenizer = tokenizer
         self.max_len = data_cfg.max_prompt_length
         keep_all = not (data_cfg.filter_overlong_prompts if filter_overlong is None else filter_overlong)
@@ -210,7 +211,7 @@ class PromptSet:
             return None
         items = row[d.image_key] or []
         items = items if isinstance(items, list) else [items]
-        wanted = content.count(vision.PLACEHOLDER)
+        wanted = content.count(vision.PLACEHOLDER) + self.template_images
         if wanted != len(items):
             raise ValueError(placeholder_mismatch(source, i, wanted, len(items), d))
         if items and self.vision is None:

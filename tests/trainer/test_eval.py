@@ -133,3 +133,28 @@ def test_a_math500_shaped_file_with_no_blueprint(tmp_path, tiny_model):
     assert got["sampling"]["max_tokens"] == 8 and got["data"] == str(data)
     first = json.loads(Path(got["targets"][0]["samples"]).read_text().splitlines()[0])
     assert first["question"] == "What is $0 + 0$?" and first["ground_truth"] == "0"
+
+
+def test_an_r1v_superclevr_shaped_file(tmp_path, tiny_vlm, shapes, digits_reward):
+    """R1-V's counting eval file as it ships: {image_path, question, ground_truth (a number)}, one
+    picture path per row and no <image> in the question — the format prompt places the picture,
+    as EasyR1 allows (it splits the prompt after the format prompt is applied)."""
+    rows = [json.loads(x) for x in (shapes / "test.jsonl").read_text().splitlines()]
+    data = tmp_path / "superclevr_test_counting_problems.jsonl"
+    data.write_text("".join(
+        json.dumps({"image_path": r["images"][0], "question": "How many shapes are there?",
+                    "ground_truth": int(r["answer"])}) + "\n"
+        for r in rows
+    ))  # fmt: skip
+    template = tmp_path / "r1v_count.jinja"
+    template.write_text("<image>{{ content | trim }} Answer with a number.")
+    (tmp_path / "vl.yaml").write_text(tiny_vl_blueprint(tiny_vlm, shapes, digits_reward))
+    got = eval_json(
+        tiny_vlm,
+        *("--blueprint", tmp_path / "vl.yaml", "--data", data, "--format-prompt", template),
+        *("--prompt-key", "question", "--answer-key", "ground_truth", "--image-key", "image_path"),
+        *("--image-dir", shapes, "--out", tmp_path / "eval"),
+    )
+    assert got["targets"][0]["all"]["prompts"] == len(rows) == 4
+    first = json.loads(Path(got["targets"][0]["samples"]).read_text().splitlines()[0])
+    assert first["ground_truth"] == rows[0]["answer"] and first["question"] == "How many shapes are there?"

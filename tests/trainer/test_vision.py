@@ -393,3 +393,18 @@ def test_validate_reads_local_image_rows(cli, blueprint, shapes, tmp_path, kind)
         "data.val_files" in r.stdout + r.stderr
         and f"bad{kind} mixes 1 text-only rows with 3" in r.stdout + r.stderr
     )
+
+
+def test_a_format_prompt_may_place_the_picture(cli, blueprint, shapes, tmp_path):
+    """EasyR1 splits the prompt at `<image>` after the format prompt is applied: rows without the
+    placeholder validate when the template adds it, and are refused when it does not."""
+    rows = [json.loads(line) for line in (shapes / "train.jsonl").read_text().splitlines()]
+    bare = tmp_path / "bare.jsonl"
+    write_rows(bare, [{**r, "problem": r["problem"].replace("<image>", "")} for r in rows])
+    (tmp_path / "place.jinja").write_text("<image>{{ content }}")
+    local = [f"data.train_files={bare}", f"data.val_files={bare}", "data.prompt_key=problem"]
+    assert (
+        cli("validate", blueprint(), *local, f"data.format_prompt={tmp_path / 'place.jinja'}").exit_code == 0
+    )
+    r = cli("validate", blueprint(), *local)
+    assert r.exit_code == 2 and "row 0 has 0 <image> placeholder(s)" in r.stderr
