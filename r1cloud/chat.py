@@ -36,7 +36,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _remote(url: str, api_key: str | None) -> Endpoint:
+def remote(url: str, api_key: str | None) -> Endpoint:
     import urllib.error
 
     url = url.rstrip("/")
@@ -64,7 +64,7 @@ def _remote(url: str, api_key: str | None) -> Endpoint:
 def open_endpoint(target: str, api_key: str | None, engine: str, merge_fn, cache: Path) -> Iterator[Endpoint]:
     """An endpoint for `target`: a URL as it is, anything else served privately for the duration."""
     if target.startswith(("http://", "https://")):
-        yield _remote(target, api_key)
+        yield remote(target, api_key)
         return
     model = sv.resolve(target, merge_fn, cache)
     key, port = secrets.token_hex(16), _free_port()

@@ -60,8 +60,12 @@ def eval_(
         Path | None,
         typer.Option("--format-prompt", help="A Jinja format prompt over `content`.", show_default=False),
     ] = None,
-    prompt_key: Annotated[str | None, typer.Option("--prompt-key", show_default=False)] = None,
-    answer_key: Annotated[str | None, typer.Option("--answer-key", show_default=False)] = None,
+    prompt_key: Annotated[
+        str | None, typer.Option("--prompt-key", help="The column of questions.", show_default=False)
+    ] = None,
+    answer_key: Annotated[
+        str | None, typer.Option("--answer-key", help="The column of answers.", show_default=False)
+    ] = None,
     image_key: Annotated[
         str | None,
         typer.Option("--image-key", help="The column of pictures (paths or images).", show_default=False),
@@ -224,7 +228,7 @@ def _resolve(ref: str, api_key: str | None, spec):
 
     try:
         if ref.startswith(("http://", "https://")):
-            endpoint = ch._remote(ref, api_key)
+            endpoint = ch.remote(ref, api_key)
             return Target(
                 ref, url=endpoint.url, served=endpoint.model, origin=f"{endpoint.url} ({endpoint.model})"
             )
