@@ -331,6 +331,41 @@ def merge_easyr1(
 # ---------------------------------------------------------------------------- entry point
 
 
+def _merged_file(name: str) -> bool:
+    """A file a merge writes (a model folder's or an adapter folder's)."""
+    return (
+        name in (*HF_FILES, ADAPTER_CONFIG) or name.endswith(".safetensors") or name.endswith(".index.json")
+    )
+
+
+def check_out(out: Path, checkpoint, force: bool) -> None:
+    """Refuse an --out whose contents a merge would lose: the checkpoint itself, a folder inside it
+    or holding it, a file, or a folder that is not empty — with `force`, only a previous merge's
+    folder (nothing in it but what a merge writes) is replaced. Raises MergeError saying why."""
+    target = out.expanduser().resolve()
+    if "://" not in checkpoint.path:
+        source = Path(checkpoint.path).resolve()
+        own = {Path(checkpoint.hf_dir).resolve(), source / "adapter"}  # its own merge folders
+        if target == source or (source in target.parents and target not in own):
+            raise MergeError(f"--out {out} is inside the checkpoint {source}: give a folder elsewhere")
+        if target in source.parents:
+            raise MergeError(f"--out {out} holds the checkpoint {source}: give a folder elsewhere")
+    if target.exists() and not target.is_dir():
+        raise MergeError(f"--out {out} is a file: give a folder (it is created)")
+    entries = sorted(p.name for p in target.iterdir()) if target.is_dir() else []
+    if not entries:
+        return
+    others = [name for name in entries if not _merged_file(name)]
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise MergeError(
+            f"--out {out} holds files a merge does not write ({shown}); nothing there is overwritten: "
+            "give a new folder"
+        )
+    if not force:
+        raise MergeError(f"--out {out} holds a model already: give a new folder, or --force to replace it")
+
+
 def merge(
     checkpoint,
     out: str | Path | None,

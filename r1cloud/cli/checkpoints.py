@@ -84,6 +84,9 @@ def merge(
         ),
     ] = None,
     private: Annotated[bool, typer.Option("--private", help="Create the Hub repo private.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace a previous merge in --out (never other files).")
+    ] = False,
     adapter_only: Annotated[
         bool,
         typer.Option(
@@ -118,10 +121,12 @@ def merge(
         out_dir = Path(tempfile.mkdtemp(prefix="r1cloud-push-")) / "model"
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from ..merge import MergeError
+    from ..merge import MergeError, check_out
     from ..merge import merge as do_merge
 
     try:
+        if out_dir is not None:
+            check_out(out_dir, chosen, force)
         with Progress(
             TextColumn("merging {task.description}"),
             BarColumn(),

@@ -21,7 +21,7 @@ from hub_server import FakeHub
 from r1cloud.checkpoints import list_checkpoints
 from r1cloud.merge import iter_weights
 from s3_server import S3Server
-from tinyrun import r1, run_trainer
+from tinyrun import R1CLOUD, r1, run_trainer
 
 HERE = Path(__file__).parent
 
@@ -209,6 +209,41 @@ def test_merge_bad_input_is_one_clear_line(trained, tmp_path):
     assert r.returncode == 2 and "use bf16, fp16 or fp32" in r.stderr
     r = r1("checkpoints", "no-such-job")
     assert r.returncode == 2 and "no job named 'no-such-job'" in r.stderr
+
+
+def test_merge_never_deletes_what_it_did_not_write(trained, tmp_path):
+    """--out that is the checkpoint, inside it or above it, a file, a folder with other files, the
+    working directory: refused, everything in place. --force replaces only a previous merge."""
+    ckpts = trained / "checkpoints"
+    step2 = ckpts / "global_step_2"
+    before = sorted(p.relative_to(trained) for p in trained.rglob("*"))
+    note = tmp_path / "notes.txt"
+    note.write_text("mine")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "data.csv").write_text("a,b")
+    for out, said in [
+        (step2, "inside the checkpoint"),
+        (step2 / "actor", "inside the checkpoint"),
+        (ckpts, "holds the checkpoint"),
+        (trained, "holds the checkpoint"),
+        (note, "is a file"),
+        (mine, "holds files a merge does not write (data.csv)"),
+    ]:
+        r = r1("merge", f"{ckpts}:step-2", "--out", out, "--force")
+        assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, (out, r.stderr)
+    r = subprocess.run(
+        [R1CLOUD, "merge", f"{ckpts}:step-2", "--out", "."], cwd=mine, capture_output=True, text=True
+    )
+    assert r.returncode == 2 and "holds files a merge does not write" in r.stderr
+    assert sorted(p.relative_to(trained) for p in trained.rglob("*")) == before
+    assert note.read_text() == "mine" and (mine / "data.csv").read_text() == "a,b"
+    model = tmp_path / "model"
+    assert r1("merge", f"{ckpts}:step-1", "--out", model, "--dtype", "fp32").returncode == 0
+    r = r1("merge", f"{ckpts}:step-2", "--out", model, "--dtype", "fp32")  # a model there already
+    assert r.returncode == 2 and "--force to replace it" in r.stderr
+    r = r1("merge", f"{ckpts}:step-2", "--out", model, "--dtype", "fp32", "--force")
+    assert r.returncode == 0 and f"into {model}" in r.stdout
 
 
 def test_merge_push_to_hub_uploads_the_merged_folder(trained, tmp_path):
