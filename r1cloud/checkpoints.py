@@ -161,8 +161,9 @@ def job_checkpoint_root(run_dir: Path) -> str:
 
         spec = yaml.safe_load((run_dir / "spec.yaml").read_text())
         path = (spec.get("trainer") or {}).get("save_checkpoint_path")
-    except (OSError, ValueError):
+    except (OSError, ValueError, yaml.YAMLError, AttributeError):  # no spec, or a damaged one
         path = None
+    path = path if isinstance(path, str) else None
     return path or str(run_dir / "checkpoints")
 
 

@@ -115,7 +115,7 @@ def find_job(name: str | None):
     """The named job, or the latest; a clear error when there is none."""
     import difflib
 
-    from ..jobs.store import NoSuchJob
+    from ..jobs.store import DamagedJob, NoSuchJob
 
     store = job_store()
     if name is None:
@@ -125,6 +125,11 @@ def find_job(name: str | None):
         return store, job
     try:
         return store, store.get(name)
+    except DamagedJob as e:
+        fail(
+            f"error: job {name!r} is damaged: {e.args[1]}",
+            [f"its files are kept in {store.path(name)}; remove that folder to forget the job"],
+        )
     except NoSuchJob:
         names = [j.name for j in store.list()]
         close = difflib.get_close_matches(name, names, n=1)

@@ -59,6 +59,7 @@ STATUS_STYLE = {
     "FAILED": "red",
     "STOPPED": "yellow",
     "ENDED": "yellow",
+    "DAMAGED": "bold red",
 }
 
 
@@ -107,6 +108,9 @@ def _jobs_table() -> None:
             *url,
         )
     out.print(table)
+    for j in jobs:
+        if j.status == "DAMAGED":
+            err.print(f"{j.name}: {j.reason}; its files are in {j.dir}", style="red", markup=False)
 
 
 @app.command()
@@ -141,7 +145,12 @@ def status(
         out.print(f"model      {record.model}", markup=False)
         out.print(f"engine     {record.accelerators}", markup=False)
     if (run / "spec.yaml").exists():
-        for label, value in summarize(load_resolved(run / "spec.yaml")):
+        try:
+            summary = summarize(load_resolved(run / "spec.yaml"))
+        except Exception as e:  # a damaged spec.yaml: said, and the rest of the status still shown
+            said = " ".join(str(e).split())[:120]
+            summary = [("spec", f"{run / 'spec.yaml'} cannot be read ({type(e).__name__}: {said})")]
+        for label, value in summary:
             out.print(f"{label:10} {value}", markup=False)
     m = f.last_train_metrics(run)
     if m:

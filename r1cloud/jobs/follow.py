@@ -56,19 +56,32 @@ def follow(
         time.sleep(poll)
 
 
+def _record(line: str) -> dict | None:
+    """One metrics line, or None for a line cut by a kill mid-write (or otherwise not a record)."""
+    try:
+        m = json.loads(line)
+    except ValueError:
+        return None
+    return m if isinstance(m, dict) else None
+
+
 def metrics(run_dir: Path) -> Iterator[dict]:
     path = run_dir / "metrics.jsonl"
     if path.exists():
-        for line in path.read_text().splitlines():
-            if line.strip():
-                yield json.loads(line)
+        for line in path.read_text(errors="replace").splitlines():
+            if line.strip() and (m := _record(line)) is not None:
+                yield m
 
 
 def last_train_metrics(run_dir: Path) -> dict | None:
     """The newest training step's metrics (validation-only lines, such as step 0, are skipped)."""
     for line in reversed(tail_lines(run_dir / "metrics.jsonl", 50)):
-        m = json.loads(line)
-        if "reward/overall" in m:
+        m = _record(line)
+        if (
+            m is not None
+            and isinstance(m.get("reward/overall"), int | float)
+            and isinstance(m.get("step"), int)
+        ):
             return m
     return None
 

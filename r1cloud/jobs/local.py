@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from .store import ACTIVE, Job, JobExists, JobStore, NoSuchJob, alive
+from .store import ACTIVE, DamagedJob, Job, JobExists, JobStore, NoSuchJob, alive
 
 
 class JobRunning(Exception):
@@ -40,6 +40,8 @@ def submit(
     except JobExists:
         try:
             existing = store.get(spec.name)
+        except DamagedJob:
+            raise JobExists(spec.name, "its record is damaged") from None
         except NoSuchJob:  # its folder, not yet its record: another launch is creating it right now
             raise JobExists(spec.name, "being created") from None
         if not resume or existing.kind != "train":

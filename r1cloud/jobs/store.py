@@ -74,6 +74,34 @@ class NoSuchJob(Exception):
     pass
 
 
+class DamagedJob(NoSuchJob):
+    """A job folder whose job.json cannot be read as a job record: (name, what is wrong)."""
+
+
+STATUSES = (*ACTIVE, *TERMINAL)
+
+
+def _wrong_fields(job: Job) -> list[str]:
+    """The record's fields whose JSON types are not the record's (a hand-edited or foreign job.json)."""
+    kinds = {"str": str, "int": int, "float": (int, float), "bool": bool, "dict": dict}
+    bad = []
+    for name, f in Job.__dataclass_fields__.items():
+        value, kind = getattr(job, name), str(f.type).split(" |")[0].split("[")[0]
+        if value is None and "None" in str(f.type):
+            continue
+        if kind == "list":
+            ok = isinstance(value, list) and all(isinstance(x, str) for x in value)
+        else:
+            ok = isinstance(value, kinds.get(kind, object)) and not (
+                kind in ("int", "float") and isinstance(value, bool)
+            )
+        if not ok:
+            bad.append(name)
+    if not bad and job.status not in STATUSES:
+        bad.append("status")
+    return bad
+
+
 def process_start_time(pid: int) -> float | None:
     """Seconds since boot when `pid` started (Linux /proc), or None if it does not exist."""
     try:
@@ -136,7 +164,16 @@ class JobStore:
             data = json.loads((self.path(name) / "job.json").read_text())
         except FileNotFoundError as e:
             raise NoSuchJob(name) from e
-        return Job(**{k: v for k, v in data.items() if k in Job.__dataclass_fields__})
+        except (OSError, UnicodeDecodeError) as e:
+            raise DamagedJob(name, f"job.json cannot be read ({getattr(e, 'strerror', None) or e})") from None
+        except json.JSONDecodeError as e:
+            raise DamagedJob(name, f"job.json is not valid JSON ({e.msg}, line {e.lineno})") from None
+        if not isinstance(data, dict):
+            raise DamagedJob(name, f"job.json holds a JSON {type(data).__name__}, not a job record")
+        job = Job(**{k: v for k, v in data.items() if k in Job.__dataclass_fields__})
+        if bad := _wrong_fields(job):
+            raise DamagedJob(name, f"job.json has {', '.join(bad)} of the wrong type")
+        return job
 
     @contextlib.contextmanager
     def locked(self, name: str) -> Iterator[Job]:
@@ -163,13 +200,18 @@ class JobStore:
         return job
 
     def list(self) -> list[Job]:
+        """Every job; one whose record is damaged is listed as DAMAGED with the reason."""
         if not self.root.exists():
             return []
         jobs = []
         for p in self.root.iterdir():
             if (p / "job.json").exists():
-                with contextlib.suppress(NoSuchJob, ValueError):
+                try:
                     jobs.append(self.get(p.name))
+                except DamagedJob as e:
+                    jobs.append(Job(p.name, status="DAMAGED", reason=e.args[1], created_at=0.0))
+                except (NoSuchJob, ValueError):
+                    continue
         return sorted(jobs, key=lambda j: j.created_at)
 
     def latest(self) -> Job | None:

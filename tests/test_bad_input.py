@@ -1,0 +1,70 @@
+"""Bad input and damaged state, through the CLI: one clear line and exit 2, or the damaged part
+shown as damaged while everything else works — never `internal error`, never a hang, never lost
+data. (Each case names the cause it checks.)"""
+
+import json
+import time
+from dataclasses import asdict
+
+import pytest
+
+from r1cloud.jobs.store import Job
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """A job store holding one good finished job (`good`, its metrics.jsonl's last line cut by a
+    kill mid-write) and four damaged ones."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("R1CLOUD_HOME", str(home))
+    jobs = home / "jobs"
+
+    def job(name: str, record, spec: str | None = None):
+        (jobs / name).mkdir(parents=True)
+        text = record if isinstance(record, str) else json.dumps(record)
+        (jobs / name / "job.json").write_text(text)
+        if spec is not None:
+            (jobs / name / "spec.yaml").write_text(spec)
+
+    now = time.time()
+    good = asdict(Job("good", status="SUCCEEDED", created_at=now, started_at=now, ended_at=now + 5))
+    job("good", good)
+    lines = [json.dumps({"step": s, "reward/overall": s / 10}) for s in (1, 2)]
+    (jobs / "good" / "metrics.jsonl").write_text("\n".join(lines) + '\n{"step": 3, "rewa')
+    job("listed", "[1, 2]")
+    job("broken", "{broken")
+    job("typed", json.dumps({**good, "name": "typed", "status": 5}))
+    job("badspec", {**good, "name": "badspec"}, spec="a: [\n")
+    return jobs
+
+
+def test_damaged_jobs_are_listed_as_damaged_and_the_others_as_usual(cli, store):
+    r = cli("jobs")
+    assert r.exit_code == 0, r.stderr
+    rows = {line.split()[0]: line for line in r.stdout.splitlines()[1:] if line.strip()}
+    assert (
+        "SUCCEEDED" in rows["good"] and "2" in rows["good"] and "0.200" in rows["good"]
+    )  # the cut line skipped
+    assert all("DAMAGED" in rows[n] for n in ("listed", "broken", "typed"))
+    assert (
+        "listed: job.json holds a JSON list" in r.stderr and "broken: job.json is not valid JSON" in r.stderr
+    )
+    assert "typed: job.json has status of the wrong type" in r.stderr
+
+
+@pytest.mark.parametrize("command", ["status", "logs", "checkpoints", "stop"])
+@pytest.mark.parametrize("name", ["listed", "broken", "typed"])
+def test_a_damaged_job_is_one_line(cli, store, command, name):
+    r = cli(command, name)
+    assert r.exit_code == 2, r.stdout + r.stderr
+    assert f"error: job {name!r} is damaged" in r.stderr and str(store / name) in r.stderr
+    assert (store / name / "job.json").exists()  # nothing removed
+
+
+def test_a_damaged_spec_is_said_and_the_rest_shown(cli, store):
+    r = cli("status", "badspec")
+    assert r.exit_code == 0 and "spec.yaml cannot be read" in r.stdout and "SUCCEEDED" in r.stdout
+    r = cli("checkpoints", "badspec")  # the default checkpoint folder is where it looks
+    assert r.exit_code == 0 and "no checkpoints yet" in r.stdout
+    r = cli("status", "good")
+    assert r.exit_code == 0 and "step       2/?" in r.stdout
