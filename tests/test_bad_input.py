@@ -68,3 +68,27 @@ def test_a_damaged_spec_is_said_and_the_rest_shown(cli, store):
     assert r.exit_code == 0 and "no checkpoints yet" in r.stdout
     r = cli("status", "good")
     assert r.exit_code == 0 and "step       2/?" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "args,said",
+    [
+        (["train", "{bp}", "--accels", "999999999989", "--dry-run"], "trainer.n_gpus_per_node: 999999999989 devices"),
+        (["validate", "{bp}", "data.rollout_batch_size=1000000007"], "data.rollout_batch_size: 1000000007 is not"),
+        (["validate", "{bp}", "worker.actor.micro_batch_size_per_device_for_experience=999999937"],
+         "micro_batch_size_per_device_for_experience: 999999937 does not divide"),
+    ],
+)  # fmt: skip
+def test_huge_counts_end_at_once_naming_the_field_set(tmp_path, args, said):
+    """These once looped over every integer below the count looking for a divisor."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from spec_helpers import ROOT
+
+    r1cloud = str(Path(sys.executable).parent / "r1cloud")
+    argv = [a.format(bp=ROOT / "blueprints" / "quickstart.yaml") for a in args]
+    r = subprocess.run([r1cloud, *argv], capture_output=True, text=True, timeout=60,
+                       env={**__import__("os").environ, "R1CLOUD_HOME": str(tmp_path)})  # fmt: skip
+    assert r.returncode == 2 and said in r.stderr, r.stderr

@@ -70,8 +70,18 @@ CHECKS = [
     ),
     pytest.param(
         ["trainer.n_gpus_per_node=64"],
+        ["trainer.n_gpus_per_node", "64 devices", "more than the 32 samples", "use at most 32 devices"],
+        id="devices-set-here-more-than-the-batch",
+    ),
+    pytest.param(
+        ["trainer.n_gpus_per_node=64", "worker.actor.global_batch_size=2"],
         ["worker.actor.global_batch_size", "fewer than the 64 data-parallel devices"],
         id="batch-smaller-than-devices",
+    ),
+    pytest.param(
+        ["data.rollout_batch_size=1000000007"],
+        ["data.rollout_batch_size", "not a multiple of worker.actor.global_batch_size", "=1000000008"],
+        id="huge-prime-batch-named-as-set",
     ),
     pytest.param(
         ["worker.actor.fsdp.enable_cpu_offload=true"],

@@ -10,7 +10,7 @@ import importlib.util
 import os
 from collections.abc import Callable
 
-from .load import Origins
+from .load import CLI, Origins
 from .models import EXTRA_SAMPLING, GROUP_ESTIMATORS, SAMPLING_KEYS, Spec
 from .problems import Problem
 
@@ -21,6 +21,8 @@ def check_spec(spec: Spec, origins: Origins) -> list[Problem]:
     def problem(path: str, message: str, *related: str, warning: bool = False) -> None:
         out.append(Problem(path, message, _origin(origins, path), tuple(related), warning))
 
+    problem.origin = lambda path: _origin(origins, path)  # where a key's value came from
+
     for check in CHECKS:
         check(spec, problem)
     return out
@@ -30,12 +32,14 @@ def _origin(origins: Origins, path: str) -> str:
     return origins.get(tuple(path.split(".")), "default")
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def _nearest_divisor(n: int, target: int) -> int:
-    return min(_divisors(n), key=lambda d: (abs(d - target), -d))
+def _nearest_divisor(n: int, target: int, window: int = 4096) -> int:
+    """The divisor of n nearest to target (the larger on a tie), looked for within `window` of it:
+    bounded work whatever the numbers (1 and n always divide, so there is always an answer)."""
+    best = 1 if abs(1 - target) <= abs(n - target) else n
+    for d in range(max(1, target - window), min(n, target + window) + 1):
+        if n % d == 0 and (abs(d - target), -d) < (abs(best - target), -best):
+            best = d
+    return best
 
 
 Report = Callable[..., None]
@@ -86,7 +90,17 @@ def check_batches(spec: Spec, problem: Report) -> None:
     for role_name, role in roles:
         key = f"worker.{role_name}"
         gbs = role.global_batch_size
-        if d.rollout_batch_size % gbs:
+        if d.rollout_batch_size % gbs and problem.origin("data.rollout_batch_size") == CLI != problem.origin(
+            f"{key}.global_batch_size"
+        ):  # the batch given on the command line is what to fix
+            problem(
+                "data.rollout_batch_size",
+                f"{d.rollout_batch_size} is not a multiple of {key}.global_batch_size ({gbs}): each step's prompts "
+                f"are split into equal optimizer steps; set data.rollout_batch_size="
+                f"{max(gbs, round(d.rollout_batch_size / gbs) * gbs)}",
+                f"{key}.global_batch_size",
+            )
+        elif d.rollout_batch_size % gbs:
             fix = _nearest_divisor(d.rollout_batch_size, gbs)
             problem(
                 f"{key}.global_batch_size",
@@ -114,7 +128,18 @@ def check_batches(spec: Spec, problem: Report) -> None:
         dp = world // role.ulysses_size
         samples = gbs * n
         per_device = samples // dp
-        if per_device == 0:
+        devices_set_here = (
+            problem.origin("trainer.n_gpus_per_node") == CLI or problem.origin("trainer.nnodes") == CLI
+        )
+        if per_device == 0 and devices_set_here and problem.origin(f"{key}.global_batch_size") != CLI:
+            problem(  # the device count given on the command line is what to fix
+                "trainer.n_gpus_per_node",
+                f"{world} devices (trainer.nnodes × trainer.n_gpus_per_node) is more than the {samples} samples of "
+                f"an optimizer step ({gbs} prompts × {n} samples, {key}.global_batch_size): use at most {samples} "
+                "devices, or raise the batch",
+                f"{key}.global_batch_size",
+            )
+        elif per_device == 0:
             problem(
                 f"{key}.global_batch_size",
                 f"{gbs} prompts × {n} samples = {samples} samples per optimizer step, fewer than the {dp} data-parallel "
