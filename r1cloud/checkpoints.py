@@ -11,8 +11,10 @@ safetensors weights, in `huggingface/` (r1cloud) or `actor/huggingface/` (EasyR1
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,13 +40,69 @@ class Checkpoint:
         return f"{self.path}/huggingface" if self.format == "r1cloud" else f"{self.path}/actor/huggingface"
 
 
+class BucketError(Exception):
+    """A bucket URL that cannot be used as it is: (message, hints). The CLI prints it, exit 2."""
+
+
+PACKAGES = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}
+
+
 def filesystem(url: str):
     """(filesystem, path) for a path or URL. A fresh filesystem each time: fsspec caches them by
     their arguments, and a cached S3 client keeps the endpoint and credentials it was made with
     even after the environment that chose them has changed."""
     import fsspec
 
-    return fsspec.core.url_to_fs(url, skip_instance_cache=True)
+    proto = url.split("://", 1)[0] if "://" in url else "file"
+    try:
+        return fsspec.core.url_to_fs(url, skip_instance_cache=True)
+    except ImportError:
+        package = PACKAGES.get(proto, f"the fsspec package for {proto}://")
+        raise BucketError(f"{url}: reading {proto}:// needs {package}", [f"pip install {package}"]) from None
+    except ValueError as e:
+        if "protocol" not in str(e).lower():
+            raise
+        raise BucketError(
+            f"{url}: unknown protocol {proto}://", ["give s3://, gs://, az:// or a local path"]
+        ) from None
+
+
+@contextlib.contextmanager
+def bucket_errors(url: str) -> Iterator[None]:
+    """Reading `url`: a bucket's failures (credentials, network, permissions, no such bucket) as one
+    BucketError naming the URL and what to do; a local path's errors are left as they are."""
+    try:
+        yield
+    except BucketError:
+        raise
+    except Exception as e:
+        if "://" not in url:
+            raise
+        raise BucketError(*_bucket_reason(url, e)) from None
+
+
+def _bucket_reason(url: str, e: Exception) -> tuple[str, list[str]]:
+    name, text = type(e).__name__, (str(e).strip().splitlines() or [""])[0][:200]
+    if name == "ProfileNotFound":
+        return f"cannot read {url}: {text}", ["set AWS_PROFILE to a profile in ~/.aws/config, or unset it"]
+    if "Credentials" in name or "credentials" in text.lower():
+        return f"cannot read {url}: no credentials", [
+            "set them as the cloud's tools read them (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile, "
+            "GOOGLE_APPLICATION_CREDENTIALS, …); `sky check` tells which clouds are set up"
+        ]
+    if isinstance(e, PermissionError) or "AccessDenied" in text or "Forbidden" in text:
+        return f"cannot read {url}: access denied ({text})", [
+            "check the credentials' permissions on this bucket"
+        ]
+    if isinstance(e, FileNotFoundError) or "NoSuchBucket" in text:
+        return f"cannot read {url}: no such bucket or folder", [
+            "check the URL: `r1cloud jobs` shows where jobs save"
+        ]
+    if "Connect" in name or "Endpoint" in name or isinstance(e, ConnectionError | TimeoutError):
+        return f"cannot reach {url}: {text or name}", [
+            "check the network and the endpoint (AWS_ENDPOINT_URL, if you set one)"
+        ]
+    return f"cannot read {url}: {name}: {text}", ["check the URL and the credentials"]
 
 
 def _read_json(fs, path: str) -> dict | None:
@@ -89,6 +147,11 @@ def _easyr1_metrics(fs, root: str) -> dict[int, dict]:
 def list_checkpoints(root: str, label: str | None = None) -> list[Checkpoint]:
     """Complete checkpoints under `root`, oldest first. Half-written ones never appear: r1cloud's
     need their trainer_state.json (written last, before the atomic rename), EasyR1's their shards."""
+    with bucket_errors(root):
+        return _list_checkpoints(root, label)
+
+
+def _list_checkpoints(root: str, label: str | None) -> list[Checkpoint]:
     fs, base = filesystem(root)
     base = base.rstrip("/")
     proto = root.split("://", 1)[0] + "://" if "://" in root else ""

@@ -382,13 +382,18 @@ def merge(
     `out`, the merged model is uploaded back into its huggingface/ folder, config.json last, so the
     bucket lists it INFERENCE READY only once every file is there."""
     if "://" in checkpoint.path:
+        from .checkpoints import bucket_errors
+
         with tempfile.TemporaryDirectory(prefix="r1cloud-merge-") as tmp:
-            local = _download(checkpoint, Path(tmp))
+            with bucket_errors(checkpoint.path):
+                local = _download(checkpoint, Path(tmp))
             args = (dtype, model_src, shard_bytes, progress, adapter_only)
             if out:
                 return merge(local, out, *args)
             where = f"{checkpoint.path.rstrip('/')}/adapter" if adapter_only else checkpoint.hf_dir
-            _upload(Path(merge(local, None, *args)), where)
+            merged = Path(merge(local, None, *args))
+            with bucket_errors(where):
+                _upload(merged, where)
             return where
     default = Path(checkpoint.path) / "adapter" if adapter_only else Path(checkpoint.hf_dir)
     target = Path(out) if out else default

@@ -18,13 +18,14 @@ class PlotError(Exception):
 def read_rows(where: str) -> list[dict]:
     """The metric lines under `where` (a folder or a bucket URL): r1cloud's metrics.jsonl, else
     EasyR1's experiment_log.jsonl (nested keys joined with /). A line cut off mid-write is skipped."""
-    from .checkpoints import filesystem
+    from .checkpoints import bucket_errors, filesystem
 
     fs, root = filesystem(where)
     root = root.rstrip("/")
     for name in ("metrics.jsonl", "experiment_log.jsonl"):
         try:
-            text = fs.cat_file(f"{root}/{name}").decode()
+            with bucket_errors(where):
+                text = fs.cat_file(f"{root}/{name}").decode(errors="replace")
         except FileNotFoundError:
             continue
         rows = []

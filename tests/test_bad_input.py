@@ -92,3 +92,37 @@ def test_huge_counts_end_at_once_naming_the_field_set(tmp_path, args, said):
     r = subprocess.run([r1cloud, *argv], capture_output=True, text=True, timeout=60,
                        env={**__import__("os").environ, "R1CLOUD_HOME": str(tmp_path)})  # fmt: skip
     assert r.returncode == 2 and said in r.stderr, r.stderr
+
+
+NO_AWS = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+          "AWS_CONFIG_FILE": "/nonexistent"}  # fmt: skip
+OFFLINE = {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+           "AWS_MAX_ATTEMPTS": "1"}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", [["checkpoints"], ["merge"], ["serve", "-c"], ["chat"], ["plot"]])
+@pytest.mark.parametrize(
+    "url,env,said",
+    [
+        ("s3://bucket/run", NO_AWS, "cannot read s3://bucket/run: no credentials"),
+        ("s3://bucket/run", OFFLINE, "cannot reach s3://bucket/run"),
+        ("foo://bucket/run", {}, "foo://bucket/run: unknown protocol foo://"),
+        ("gs://bucket/run", {}, "gs://bucket/run: reading gs:// needs gcsfs"),
+    ],
+    ids=["no-credentials", "unreachable", "unknown-protocol", "missing-package"],
+)
+def test_a_bucket_url_that_cannot_be_read_is_one_line(tmp_path, monkeypatch, command, url, env, said):
+    """A fake only where nothing else can exist here: no network and a closed port stand in for a
+    cloud's bucket."""
+    import importlib.util
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if url.startswith("gs://") and importlib.util.find_spec("gcsfs"):
+        pytest.skip("gcsfs is installed here")
+    r1cloud = str(Path(sys.executable).parent / "r1cloud")
+    environ = {**__import__("os").environ, "R1CLOUD_HOME": str(tmp_path), **env}
+    environ.pop("AWS_PROFILE", None)
+    r = subprocess.run([r1cloud, *command, url], capture_output=True, text=True, timeout=120, env=environ)
+    assert r.returncode == 2 and said in r.stderr and "internal error" not in r.stderr, r.stderr

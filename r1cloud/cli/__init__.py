@@ -20,8 +20,15 @@ __all__ = ["app", "main"]
 
 
 def main() -> None:
+    from ..checkpoints import BucketError
+
     try:
         app()
+    except BucketError as e:  # a bucket URL that cannot be used as it is, from any command
+        err.print(f"error: {e.args[0]}", style="bold red", markup=False)
+        for hint in e.args[1]:
+            err.print(f"  ✗ {hint}", markup=False)
+        sys.exit(2)
     except KeyboardInterrupt:
         err.print("interrupted", style="yellow")
         sys.exit(130)
