@@ -38,7 +38,17 @@ def _free_port() -> int:
 
 def remote(url: str, api_key: str | None) -> Endpoint:
     import urllib.error
+    import urllib.parse
 
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as e:
+        raise sv.ServeError(
+            f"error: {url!r} is not a valid URL ({e})", ["write it as http://HOST:PORT/v1"]
+        ) from None
+    if not parts.hostname:
+        raise sv.ServeError(f"error: {url!r} names no host", ["write it as http://HOST:PORT/v1"])
     url = url.rstrip("/")
     url = url if url.endswith("/v1") else f"{url}/v1"
     try:

@@ -126,3 +126,71 @@ def test_a_bucket_url_that_cannot_be_read_is_one_line(tmp_path, monkeypatch, com
     environ.pop("AWS_PROFILE", None)
     r = subprocess.run([r1cloud, *command, url], capture_output=True, text=True, timeout=120, env=environ)
     assert r.returncode == 2 and said in r.stderr and "internal error" not in r.stderr, r.stderr
+
+
+def _quickstart(tmp_path):
+    from spec_helpers import ROOT
+
+    text = (ROOT / "blueprints" / "quickstart.yaml").read_text().replace("../", f"{ROOT}/")
+    (tmp_path / "q.yaml").write_text(text)
+    return tmp_path / "q.yaml"
+
+
+@pytest.mark.parametrize(
+    "make,args,said",
+    [
+        (lambda d: d / ("a" * 300 + ".yaml"), [], "File name too long"),
+        (lambda d: "~nosuchuser9/x.yaml", [], "~nosuchuser9/x.yaml does not exist"),
+        (lambda d: _write(d, "deep.yaml", "a: " + "[" * 1200 + "]" * 1200), [], "nested too deeply"),
+        (lambda d: _write(d, "nul.yaml", "name: x\x00y\n"), [], "unacceptable character #x0000"),
+        (lambda d: _write(d, "bell.yaml", "name: x\x07y\n"), [], "unacceptable character #x0007"),
+        (_quickstart, ["data.format_prompt=" + "b" * 300], "has a part longer than 255 bytes"),
+        (_quickstart, ['data.format_prompt="a\\0b"'], "holds a control character"),
+        (_quickstart, ["worker.reward.reward_function=http://[::1"], "is not a valid URL (Invalid IPv6 URL)"),
+        (_quickstart, ["worker.reward.reward_function=http://h:abc/x"], "is not a valid URL (Port could not"),
+        (_quickstart, ["--secret", "HF_TOKEN="], "--secret HF_TOKEN=: the value is empty"),
+    ],
+    ids=["long-name", "unknown-user", "deep-yaml", "nul", "control", "long-part", "nul-in-value",
+         "ipv6-url", "port-url", "empty-secret"],
+)  # fmt: skip
+def test_malformed_paths_files_and_values_are_one_line(cli, tmp_path, monkeypatch, make, args, said):
+    monkeypatch.chdir(tmp_path)
+    r = cli("validate", make(tmp_path), *args)
+    assert r.exit_code == 2 and said in r.stderr, r.stderr
+    assert all(len(line) < 400 for line in r.stderr.splitlines()), r.stderr
+
+
+def _write(d, name, text):
+    (d / name).write_text(text)
+    return d / name
+
+
+def test_a_yaml_merge_key_may_override_what_it_merges(cli, tmp_path, monkeypatch):
+    """`{<<: *fsdp, key: …}` overrides a merged key (legal YAML); a key written twice by hand is not."""
+    path = _quickstart(tmp_path)
+    actor = "    fsdp:\n      torch_dtype: fp32\n      mp_param_dtype: fp32\n"
+    ref = "  ref:\n    fsdp:\n      <<: *fsdp\n      enable_full_shard: false\n"
+    text = path.read_text().replace(actor, actor.replace("fsdp:", "fsdp: &fsdp") + ref, 1)
+    path.write_text(text)
+    r = cli("validate", path, "--json")
+    assert r.exit_code == 0, r.stderr
+    fsdp = json.loads(r.stdout)["worker"]["ref"]["fsdp"]
+    assert fsdp["enable_full_shard"] is False and fsdp["torch_dtype"] == "fp32"
+    path.write_text(text.replace(ref, ref + "      enable_full_shard: true\n"))
+    r = cli("validate", path)
+    assert r.exit_code == 2 and "worker.ref.fsdp.enable_full_shard: is written twice" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "args,said",
+    [
+        (["chat", "http://[::1", "hi"], "is not a valid URL (Invalid IPv6 URL)"),
+        (["chat", "http://localhost:abc/v1", "hi"], "is not a valid URL"),
+        (["serve", "-c", "x", "--port", "70000"], "Invalid value for '--port'"),
+        (["serve", "-c", "x", "--port", "-1"], "Invalid value for '--port'"),
+    ],
+)
+def test_bad_urls_and_ports_are_one_line(cli, tmp_path, monkeypatch, args, said):
+    monkeypatch.setenv("R1CLOUD_HOME", str(tmp_path))
+    r = cli(*args)
+    assert r.exit_code == 2 and said in r.stderr + r.stdout, r.stderr

@@ -74,6 +74,10 @@ def parse_secrets(values: list[str]) -> dict[str, str]:
         name, sep, value = item.partition("=")
         if not name.isidentifier():
             problems.append(f"--secret {item.split('=')[0]!r}: not an environment variable name")
+        elif sep and not value:
+            problems.append(
+                f"--secret {name}=: the value is empty; give --secret {name}=VALUE, or export {name}"
+            )
         elif sep:
             secrets[name] = value
         elif os.environ.get(name):
@@ -91,6 +95,7 @@ def load_blueprint(path: Path, overrides: list[str], secrets: dict[str, str], sh
     """The validated spec, its warnings printed; or every problem and exit code 2."""
     from ..spec import SpecError, load_spec
 
+    shown = shown if len(shown) <= 120 else f"{shown[:119]}…"
     try:
         loaded = load_spec(path, overrides, secrets=secrets)
     except SpecError as e:

@@ -149,6 +149,7 @@ def _spec(targets, blueprint, data, reward, format_prompt, keys: dict, image_dir
     """The blueprint's spec (or the first job's), with the options set alone on top."""
     from ..spec import Spec
     from ..spec.files import reward_function_problems
+    from ..spec.load import expand
 
     if blueprint is not None:
         base = load_blueprint(blueprint, [], {}, str(blueprint))
@@ -157,7 +158,7 @@ def _spec(targets, blueprint, data, reward, format_prompt, keys: dict, image_dir
     tree = base.model_dump()
     d, r = tree["data"], tree["worker"]["reward"]
     if data is not None:
-        local = Path(data.rpartition("@")[0] if "@" in data else data).expanduser()
+        local = expand(data.rpartition("@")[0] if "@" in data else data)
         if local.suffix or data.startswith((".", "/", "~")):
             if not local.exists():
                 fail(f"error: --data {data}: no such file or folder", ["give a file, a folder or name@split"])

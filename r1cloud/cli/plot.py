@@ -15,8 +15,10 @@ DEFAULT_METRICS = "reward/overall,val/reward_score"
 def metrics_source(target: str | None) -> tuple[str, str]:
     """(label, where its metrics are) for a job name (default: the latest job), a run or
     checkpoint folder, or a bucket URL."""
-    if target and ("://" in target or Path(target).expanduser().is_dir()):
-        return target.rstrip("/"), target if "://" in target else str(Path(target).expanduser())
+    from ..spec.load import expand
+
+    if target and ("://" in target or expand(target).is_dir()):
+        return target.rstrip("/"), target if "://" in target else str(expand(target))
     store, job = find_job(target)
     run = store.path(job.name)
     if (run / "metrics.jsonl").exists():

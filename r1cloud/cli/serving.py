@@ -49,7 +49,7 @@ def serve(
             show_default=False,
         ),
     ],
-    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")] = 8000,
     host: Annotated[
         str, typer.Option("--host", help="Address to bind; 0.0.0.0 opens it to the network.")
     ] = "127.0.0.1",

@@ -13,7 +13,7 @@ import difflib
 import re
 from pathlib import Path
 
-from .load import Origins, origin_of
+from .load import Origins, expand, origin_of
 from .models import Spec, _is_url
 from .problems import Problem
 
@@ -39,13 +39,16 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
         problems.append(Problem(path, message, where(path)))
 
     def find(path: str, value: str, kind: str, why: str = "") -> Path | None:
-        candidates = [(b / Path(value).expanduser()).resolve() for b in bases(path)]
+        if reason := unusable_path(value):
+            problem(path, reason)
+            return None
+        candidates = [(b / expand(value)).resolve() for b in bases(path)]
         for c in candidates:
             if c.is_file() if kind == "file" else c.is_dir():
                 return c
         looked = (
             " or ".join(str(c) for c in candidates[:2])
-            if not Path(value).expanduser().is_absolute()
+            if not expand(value).is_absolute()
             else str(candidates[0])
         )
         hint = _near_name(candidates[0])
@@ -69,6 +72,8 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
         if found:
             d.image_dir = str(found)
     rf = w.reward.reward_function
+    if rf and _is_url(rf) and (reason := bad_url(rf)):
+        problem("worker.reward.reward_function", reason)
     if rf and not _is_url(rf):
         found = find(
             "worker.reward.reward_function", rf, "file", "; EasyR1 would silently train with no reward"
@@ -92,7 +97,12 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
             setattr(d, key, _resolve_local_or_hub(at, value, bases(at), problem, "data"))
     for key in ("train_files", "val_files"):
         for value in getattr(d, key) if isinstance(getattr(d, key), list) else [getattr(d, key)]:
-            if value and Path(value).is_file() and Path(value).suffix.lower() in ROW_FILES:
+            if (
+                value
+                and not unusable_path(value)
+                and Path(value).is_file()
+                and Path(value).suffix.lower() in ROW_FILES
+            ):
                 message = _image_rows(Path(value), d)
                 if message:
                     problem(f"data.{key}", message)
@@ -104,6 +114,30 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
                 at = f"worker.{role}.model.{key}"
                 setattr(model, key, _resolve_local_or_hub(at, value, bases(at), problem, "model"))
     return problems
+
+
+def bad_url(url: str) -> str | None:
+    """Why `url` is not a usable http(s) URL (a bad port or host, another scheme), or None."""
+    import urllib.parse
+
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number or out of range
+    except ValueError as e:
+        return f"{url[:120]!r} is not a valid URL ({e}): write http(s)://HOST[:PORT]/PATH"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{url[:120]!r} is not an http(s) URL with a host: write http(s)://HOST[:PORT]/PATH"
+    return None
+
+
+def unusable_path(value: str) -> str | None:
+    """Why `value` cannot be a path on this machine (a control character, a part over 255 bytes), or None."""
+    shown = repr(value if len(value) <= 80 else f"{value[:79]}…")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return f"{shown} holds a control character: give the path as it is on disk"
+    if any(len(part.encode()) > 255 for part in value.split("/")):
+        return f"{shown} has a part longer than 255 bytes, more than a file name can be"
+    return None
 
 
 def placeholder_mismatch(where: str, row: int, wanted: int, images: int, d) -> str:
@@ -127,7 +161,7 @@ def template_placeholders(format_prompt: str | None) -> int:
             .render(content="")
             .count("<image>")
         )
-    except (OSError, jinja2.TemplateError):
+    except (OSError, ValueError, jinja2.TemplateError):
         return 0  # the template's own check names what is wrong with it
 
 
@@ -236,9 +270,12 @@ NOT_FOUND = {
 
 def _resolve_local_or_hub(path: str, value: str, bases: list[Path], problem, kind: str) -> str:
     """A local file or folder becomes absolute (data keeps its @split); a Hub id stays as it is."""
+    if reason := unusable_path(value):
+        problem(path, reason)
+        return value
     name, at, split = value.rpartition("@") if kind == "data" and "@" in value else (value, "", "")
     for b in bases:
-        c = (b / Path(name).expanduser()).resolve()
+        c = (b / expand(name)).resolve()
         if c.exists():
             return f"{c}{at}{split}"
     missing, fix, neither = NOT_FOUND[kind]

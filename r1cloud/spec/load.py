@@ -61,6 +61,14 @@ class Loaded:
 
 
 # --------------------------------------------------------------------------- YAML with lines
+def expand(path: str | os.PathLike) -> Path:
+    """`~` and `~user` expanded; a `~user` with no such user stays as written (it then does not exist)."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        return Path(path)
+
+
 def display_path(path: Path) -> str:
     try:
         rel = os.path.relpath(path)
@@ -72,24 +80,42 @@ def display_path(path: Path) -> str:
 def read_yaml(path: Path) -> tuple[dict, Origins, list[Problem]]:
     """The mapping in `path`, each key's `file:line`, and what is wrong with the file itself."""
     shown = display_path(path)
-    if not path.is_file():
-        what = "is a directory" if path.is_dir() else "does not exist"
-        return {}, {}, [Problem("", f"{shown} {what}: give the path of a blueprint YAML file")]
     try:
+        if not path.is_file():
+            what = "is a directory" if path.is_dir() else "does not exist"
+            return {}, {}, [Problem("", f"{shown} {what}: give the path of a blueprint YAML file")]
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        return {}, {}, [Problem("", f"cannot read {shown}: {e}")]
-    loader = yaml.SafeLoader(text)
+    except (OSError, UnicodeDecodeError, ValueError) as e:  # a name too long, a NUL in it, unreadable
+        reason = getattr(e, "strerror", None) or str(e)
+        return {}, {}, [Problem("", f"cannot read {_cut(shown)}: {reason}")]
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)  # its reader refuses NUL and control characters here
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else {}
+        origins: Origins = {}
+        problems: list[Problem] = []
+        _walk(node, (), shown, origins, problems)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{shown}:{mark.line + 1}" if mark else shown
         reason = getattr(e, "problem", None) or str(e).splitlines()[0]
         return {}, {}, [Problem("", f"not valid YAML: {reason}", where)]
+    except RecursionError:
+        return (
+            {},
+            {},
+            [
+                Problem(
+                    "",
+                    "nested too deeply to read (hundreds of levels): a blueprint is a few levels deep",
+                    shown,
+                )
+            ],
+        )
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -104,10 +130,12 @@ def read_yaml(path: Path) -> tuple[dict, Origins, list[Problem]]:
                 )
             ],
         )
-    origins: Origins = {}
-    problems: list[Problem] = []
-    _walk(node, (), shown, origins, problems)
     return data, origins, problems
+
+
+def _cut(text: str, most: int = 120) -> str:
+    """A value as shown in a message: at most `most` characters."""
+    return text if len(text) <= most else f"{text[: most - 1]}…"
 
 
 def _walk(node: Any, prefix: Key, shown: str, origins: Origins, problems: list[Problem]) -> None:
@@ -118,11 +146,14 @@ def _walk(node: Any, prefix: Key, shown: str, origins: Origins, problems: list[P
         key = str(knode.value)
         path = (*prefix, key)
         where = f"{shown}:{knode.start_mark.line + 1}"
-        if key in seen:
+        # a key merged in (`<<: *anchor`) is written elsewhere: overriding it here is YAML's intent
+        written_here = node.start_mark.index <= knode.start_mark.index <= node.end_mark.index
+        if key in seen and written_here:
             problems.append(
                 Problem(".".join(path), "is written twice; YAML would silently keep the last one", where)
             )
-        seen.add(key)
+        if written_here:
+            seen.add(key)
         origins[path] = where
         _walk(vnode, path, shown, origins, problems)
 
@@ -390,7 +421,7 @@ def load_spec(
     from .files import resolve_files
     from .script import is_script, read_script
 
-    source = Path(path).expanduser()
+    source = expand(path)
     problems: list[Problem] = []
     warnings: list[Problem] = []
     layers: list[tuple[dict, Origins]] = []
@@ -417,7 +448,7 @@ def load_spec(
         set_path(cli_tree, key, value)
         cli_origins[key] = where
     if base is not None:
-        data, origins, probs = read_yaml(Path(base).expanduser())
+        data, origins, probs = read_yaml(expand(base))
         problems += probs
         layers.append((data, origins))
     if not is_script(source):
