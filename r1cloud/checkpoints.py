@@ -106,11 +106,22 @@ def _bucket_reason(url: str, e: Exception) -> tuple[str, list[str]]:
 
 
 def _read_json(fs, path: str) -> dict | None:
+    """A JSON object from `path`; None when it is missing, broken, or not an object."""
     try:
         with fs.open(path, "r") as f:
-            return json.load(f)
+            data = json.load(f)
     except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) else None
+
+
+def _number(value) -> float | None:
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _section(row: dict, key: str) -> dict:
+    value = row.get(key)
+    return value if isinstance(value, dict) else {}
 
 
 def _mtime(info: dict) -> float | None:
@@ -137,8 +148,10 @@ def _easyr1_metrics(fs, root: str) -> dict[int, dict]:
         with fs.open(f"{root}/experiment_log.jsonl", "r") as f:
             for line in f:
                 if line.strip():
-                    row = json.loads(line)
-                    out[int(row.get("step", -1))] = row
+                    with contextlib.suppress(ValueError, TypeError):
+                        row = json.loads(line)
+                        if isinstance(row, dict):
+                            out[int(row.get("step", -1))] = row
     except (OSError, ValueError):
         pass
     return out
@@ -169,8 +182,8 @@ def _list_checkpoints(root: str, label: str | None) -> list[Checkpoint]:
         step, path = int(m.group(1)), entry["name"].rstrip("/")
         state = _read_json(fs, f"{path}/trainer_state.json")
         if state is not None:
-            fmt, metrics = "r1cloud", state.get("metrics", {})
-            train, val = metrics.get("reward/overall"), metrics.get("val/reward_score")
+            fmt, metrics = "r1cloud", _section(state, "metrics")
+            train, val = _number(metrics.get("reward/overall")), _number(metrics.get("val/reward_score"))
             when = _mtime(fs.info(f"{path}/trainer_state.json"))
         else:
             try:
@@ -183,15 +196,15 @@ def _list_checkpoints(root: str, label: str | None) -> list[Checkpoint]:
             if easyr1_rows is None:
                 easyr1_rows = _easyr1_metrics(fs, base)
             row = easyr1_rows.get(step, {})
-            fmt, train = "easyr1", (row.get("reward") or {}).get("overall")
-            val = (row.get("val") or {}).get("reward_score")
+            fmt, train = "easyr1", _number(_section(row, "reward").get("overall"))
+            val = _number(_section(row, "val").get("reward_score"))
             when = _mtime(fs.info(shards[0]))
         ck = Checkpoint(
             step, proto + path, fmt, when, train, val, int(fs.du(path)), False, f"{label}:step-{step}"
         )
         ck.inference_ready = inference_ready(fs, ck.hf_dir.removeprefix(proto))
         if fmt == "r1cloud" and (adapter := _read_json(fs, f"{path}/actor/adapter_config.json")):
-            ck.lora_rank = adapter.get("r")
+            ck.lora_rank = adapter.get("r") if isinstance(adapter.get("r"), int) else None
         found.append(ck)
     return sorted(found, key=lambda c: c.step)
 

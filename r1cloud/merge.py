@@ -102,7 +102,15 @@ def copy_hf_files(src: str | Path, out: Path) -> dict:
                 shutil.copy2(src / name, out / name)
     if not (out / "config.json").is_file():
         raise MergeError(f"{src} has no config.json: cannot describe the merged model")
-    return json.loads((out / "config.json").read_text())
+    try:
+        config = json.loads((out / "config.json").read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise MergeError(
+            f"{src}/config.json is not valid JSON ({e}): restore it from the base model"
+        ) from None
+    if not isinstance(config, dict):
+        raise MergeError(f"{src}/config.json holds a JSON {type(config).__name__}, not a model config")
+    return config
 
 
 def _skip_tied(names: list[str], config: dict) -> list[str]:
@@ -121,6 +129,14 @@ def _dcp_reader(path: str):
     return dcp_storage(path, write=False).get("storage_reader") or FileSystemReader(path)
 
 
+def _dcp_metadata(dcp_dir: str) -> dict:
+    """The checkpoint's tensor index (DCP's .metadata); a damaged one is a MergeError."""
+    try:
+        return _dcp_reader(dcp_dir).read_metadata().state_dict_metadata
+    except Exception as e:  # FileNotFoundError, an unpickling error of a cut file, …
+        raise MergeError(f"{dcp_dir}/.metadata cannot be read ({type(e).__name__}: {str(e)[:160]})") from None
+
+
 def merge_dcp(
     dcp_dir: str,
     hf_src: str | Path,
@@ -132,7 +148,7 @@ def merge_dcp(
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    meta = _dcp_reader(dcp_dir).read_metadata().state_dict_metadata
+    meta = _dcp_metadata(dcp_dir)
     tensors = {
         k.removeprefix("model."): m
         for k, m in meta.items()
@@ -232,7 +248,7 @@ def write_adapter(dcp_dir: str, out: Path) -> None:
     from .checkpoints import filesystem
     from .trainer.lora import peft_name
 
-    meta = _dcp_reader(dcp_dir).read_metadata().state_dict_metadata
+    meta = _dcp_metadata(dcp_dir)
     names = [
         k
         for k, m in meta.items()
@@ -268,7 +284,15 @@ def _rank_files(actor_dir: Path) -> list[Path]:
 
 
 def _load_mmap(path: Path) -> dict:
-    return torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    try:
+        shard = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    except Exception as e:  # truncated, not a torch file, or not written by torch.save: one line
+        raise MergeError(
+            f"{path} cannot be read as a torch shard ({type(e).__name__}: {str(e)[:160]})"
+        ) from None
+    if not isinstance(shard, dict):
+        raise MergeError(f"{path} holds a {type(shard).__name__}, not a model's state dict")
+    return shard
 
 
 def _layout(t) -> tuple[list[str], list]:

@@ -194,3 +194,56 @@ def test_bad_urls_and_ports_are_one_line(cli, tmp_path, monkeypatch, args, said)
     monkeypatch.setenv("R1CLOUD_HOME", str(tmp_path))
     r = cli(*args)
     assert r.exit_code == 2 and said in r.stderr + r.stdout, r.stderr
+
+
+def _easyr1_checkpoint(root, shard: bytes | None = None, config: str = '{"architectures": ["X"]}', log=None):
+    """An EasyR1-layout checkpoint at root/global_step_1 with one rank's shard."""
+    import torch
+
+    actor = root / "global_step_1" / "actor"
+    (actor / "huggingface").mkdir(parents=True)
+    (actor / "huggingface" / "config.json").write_text(config)
+    path = actor / "model_world_size_1_rank_0.pt"
+    if shard is None:
+        torch.save({"w": torch.zeros(2)}, path)
+    else:
+        path.write_bytes(shard)
+    if log is not None:
+        (root / "experiment_log.jsonl").write_text(log)
+    return root
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        '{"step": 1, "reward": 5, "val": [1]}\n',
+        '{"step": "one"}\n[1, 2]\n"text"\n{"step": 1, "reward": {"overall": "high"}}\n',
+    ],
+)
+def test_checkpoint_metadata_of_the_wrong_shape_is_shown_as_unknown(cli, tmp_path, log):
+    root = _easyr1_checkpoint(tmp_path / "ck", log=log)
+    r = cli("checkpoints", root)
+    assert r.exit_code == 0 and "step-1" in r.stdout and "internal error" not in r.stderr, r.stderr
+    state = tmp_path / "r1" / "global_step_2"
+    (state / "actor").mkdir(parents=True)
+    (state / "trainer_state.json").write_text("[1, 2]")  # a list: not r1cloud's record
+    (state / "huggingface").mkdir()
+    (state / "huggingface" / "config.json").write_text("5")
+    r = cli("checkpoints", tmp_path / "r1")
+    assert r.exit_code == 0 and "internal error" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(
+    "shard,config,said",
+    [
+        (b"not a torch file", '{"architectures": ["X"]}', "cannot be read as a torch shard"),
+        (None, "{broken", "config.json is not valid JSON"),
+        (None, "[1]", "config.json holds a JSON list"),
+    ],
+    ids=["corrupt-shard", "broken-config", "config-list"],
+)
+def test_merging_a_corrupt_checkpoint_is_one_line(cli, tmp_path, shard, config, said):
+    root = _easyr1_checkpoint(tmp_path / "ck", shard=shard, config=config)
+    r = cli("merge", f"{root}:step-1", "--out", tmp_path / "out")
+    assert r.exit_code == 2 and said in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()
