@@ -254,6 +254,8 @@ def locate(ref: str, step: int | None) -> tuple[str, str, int | None] | None:
     global_step_N folder, or EasyR1's actor/ folder (what its merger takes); None otherwise."""
     if "://" not in ref and not Path(ref).exists():
         return None
+    if "://" not in ref and not Path(ref).is_dir():
+        raise NotFound(f"error: {ref} is a file", ["give a job, a checkpoints folder, or a bucket URL"])
     path = ref.rstrip("/")
     if path.endswith("/actor"):
         path = path[: -len("/actor")]

@@ -54,7 +54,10 @@ def _lookup(target: str):
     if step is None and path.is_dir() and is_hf_folder(path):
         return Model(str(path.resolve()), path.resolve().name, f"the model folder {path}")
     store = JobStore()
-    found = locate(ref, step)
+    try:
+        found = locate(ref, step)
+    except NotFound as e:
+        raise ServeError(*e.args) from None
     if found:
         root, label, step = found
         name_base = Path(root).parent.name if Path(root).name == "checkpoints" else Path(root).name

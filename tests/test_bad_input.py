@@ -247,3 +247,71 @@ def test_merging_a_corrupt_checkpoint_is_one_line(cli, tmp_path, shard, config, 
     r = cli("merge", f"{root}:step-1", "--out", tmp_path / "out")
     assert r.exit_code == 2 and said in r.stderr, r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def _bomb(d):
+    """A 600-byte file whose last alias would expand to 10 million values."""
+    lines = [
+        "worker:",
+        "  reward:",
+        "    reward_function_kwargs:",
+        "      a0: &a0 [x, x, x, x, x, x, x, x, x, x]",
+    ]
+    lines += [f"      a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 8)]
+    return _write(d, "bomb.yaml", "\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize(
+    "args,said",
+    [
+        (["validate", "Q", "worker.actor.optim.lr=.inf"], "worker.actor.optim.lr: Input should be a finite number"),
+        (["validate", "Q", "worker.rollout.temperature=.nan"], "worker.rollout.temperature: Input should be a finite"),
+        (["validate", "Q", "algorithm.kl_coef=-.inf"], "algorithm.kl_coef: Input should be a finite number"),
+        (["validate", "Q", "algorithm.filter_high=.nan"], "algorithm.filter_high: Input should be a finite number"),
+        (["validate", "Q", "data.train_files_probs=[.nan]"], "data.train_files_probs.0: Input should be a finite"),
+        (["validate", "Q", "worker.rollout.n=true"], "worker.rollout.n: true is not a number"),
+        (["validate", "Q", "worker.rollout.val_override_config={top_p: 5}"], "top_p: 5 is not valid: must be a number above 0 and at most 1 (command line)"),
+        (["validate", "Q", "worker.rollout.val_override_config={top_k: abc}"], "top_k: 'abc' is not valid"),
+        (["validate", "Q", "worker.rollout.val_override_config={max_tokens: -5}"], "max_tokens: -5 is not valid"),
+        (["validate", "Q", "worker.reward.reward_function_kwargs={a: .nan}"], "reward_function_kwargs: holds nan"),
+        (["validate", "BOMB", "--json"], "reward_function_kwargs: is too large or too deep"),
+        (["validate", "BIG"], "not valid YAML: Exceeds the limit (4300 digits)"),
+        (["validate", "KEYS"], "true: YAML reads this key as a boolean, not a name"),
+        (["validate", "Q", "config="], "config= is empty"),
+        (["train", "Q", "--nodes", "0", "--dry-run"], "Invalid value for '--nodes'"),
+        (["train", "Q", "--gpu", "", "--dry-run"], "--gpu is empty"),
+        (["train", "Q", "--infra", "", "--dry-run"], "--infra is empty"),
+        (["train", "Q", "--gpu", "H 100", "--dry-run"], "--gpu 'H 100' is not an accelerator name"),
+        (["train", "Q", "--env", "1X=y", "--dry-run"], "'1X' is not an environment variable name"),
+        (["train", "Q", "--env", "A.B=c", "--dry-run"], "'A.B' is not an environment variable name"),
+        (["train", "no-such-job", "--resume"], "no job named 'no-such-job'"),
+        (["logs", "--tail", "-5"], "Invalid value for '--tail'"),
+        (["checkpoints", "FILE"], "is a file"),
+        (["merge", "FILE"], "is a file"),
+    ],
+)  # fmt: skip
+def test_bad_values_and_flags_are_refused_in_one_line(cli, tmp_path, monkeypatch, args, said):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("R1CLOUD_HOME", str(tmp_path / "home"))
+    files = {
+        "Q": lambda: _quickstart(tmp_path),
+        "BOMB": lambda: _bomb(tmp_path),
+        "BIG": lambda: _write(tmp_path, "big.yaml", "data:\n  rollout_batch_size: " + "9" * 5000 + "\n"),
+        "KEYS": lambda: _write(tmp_path, "keys.yaml", "true: 1\nname: keys-test\n"),
+        "FILE": lambda: _write(tmp_path, "plain.txt", "not a checkpoint"),
+    }
+    r = cli(*[str(files[a]()) if a in files else a for a in args])
+    assert r.exit_code == 2 and said in r.stderr + r.stdout, r.stderr + r.stdout
+    assert "internal error" not in r.stderr and all(len(x) < 400 for x in r.stderr.splitlines())
+
+
+def test_dry_run_with_a_taken_name_says_what_the_launch_would(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("R1CLOUD_HOME", str(tmp_path / "home"))
+    (tmp_path / "home" / "jobs" / "quickstart").mkdir(parents=True)
+    (tmp_path / "home" / "jobs" / "quickstart" / "job.json").write_text(json.dumps(asdict(Job("quickstart", status="SUCCEEDED"))))  # fmt: skip
+    q = _quickstart(tmp_path)
+    r = cli("train", q, "--name", "quickstart", "--dry-run", "--secret", "HF_TOKEN=x")
+    assert r.exit_code == 2 and "a job named 'quickstart' already exists" in r.stderr
+    r = cli("train", q, "--dry-run", "--secret", "HF_TOKEN=x")  # no --name: the free suffix it would take
+    assert r.exit_code == 0 and "jobs/quickstart-2 " in r.stdout and "job        quickstart-2" in r.stdout

@@ -13,10 +13,13 @@ from .common import app, err, fail, find_job, out, when
 
 def _checkpoint_source(target: str | None) -> tuple[str, str, int | None]:
     """(checkpoints root, label for IDs, step or None) for a job, JOB:step-N, a folder or a URL."""
-    from ..checkpoints import job_checkpoint_root, locate, parse_ref
+    from ..checkpoints import NotFound, job_checkpoint_root, locate, parse_ref
 
     ref, step = parse_ref(target) if target else (None, None)
-    found = locate(ref, step) if ref else None
+    try:
+        found = locate(ref, step) if ref else None
+    except NotFound as e:
+        fail(*e.args)
     if found:
         return found
     store, job = find_job(ref)

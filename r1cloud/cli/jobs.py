@@ -22,7 +22,9 @@ def logs(
         bool,
         typer.Option("--follow", "-f", help="Keep printing until the job ends; exit with its exit code."),
     ] = False,
-    tail: Annotated[int, typer.Option("--tail", "-n", help="Lines from the end to print first.")] = 200,
+    tail: Annotated[
+        int, typer.Option("--tail", "-n", min=0, help="Lines from the end to print first.")
+    ] = 200,
 ) -> None:
     """Print a job's log (the trainer's or the server's output)."""
     from ..jobs import follow as f

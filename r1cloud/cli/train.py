@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -16,6 +17,7 @@ from .common import (
     cloud_logs,
     err,
     fail,
+    find_job,
     job_store,
     load_blueprint,
     out,
@@ -72,10 +74,10 @@ def train(
     accels: Annotated[
         int | None,
         typer.Option(
-            "--accels", help="Devices per node; locally, worker slots (CPU processes or local GPUs)."
+            "--accels", min=1, help="Devices per node; locally, worker slots (CPU processes or local GPUs)."
         ),
     ] = None,
-    nodes: Annotated[int | None, typer.Option("--nodes", help="Number of nodes.")] = None,
+    nodes: Annotated[int | None, typer.Option("--nodes", min=1, help="Number of nodes.")] = None,
     gpu: Annotated[str | None, typer.Option("--gpu", help="Accelerator type: H100, A100-80GB, …")] = None,
     infra: Annotated[
         str | None, typer.Option("--infra", help="local (default) or a SkyPilot infra: aws, gcp, k8s, …")
@@ -125,11 +127,25 @@ def train(
     resuming_job = resume and not source.is_file() and (store.path(target) / "spec.yaml").is_file()
     if resuming_job:
         source = store.path(target) / "spec.yaml"
+    elif resume and not source.is_file() and not target.endswith((".yaml", ".yml", ".sh")):
+        find_job(target)  # not a file and not a job: "no job named …", with the closest names
+    for flag, value in (("--gpu", gpu), ("--infra", infra), ("--name", name), ("--bucket", bucket)):
+        if value is not None and not value.strip():
+            fail(f"error: {flag} is empty", [f"give a value, or leave {flag} out"])
+    if gpu is not None and not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]*(:\d+)?", gpu):
+        fail(
+            f"error: --gpu {gpu!r} is not an accelerator name",
+            ["write it as SkyPilot does: H100, A100-80GB, L4, …"],
+        )
     extra = list(overrides or [])
     for item in env or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
             fail("error: bad --env", [f"--env {item!r}: write KEY=VALUE"])
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            fail(
+                "error: bad --env", [f"--env {item[:60]!r}: {key[:40]!r} is not an environment variable name"]
+            )
         extra.append(f"envs.{key}={json.dumps(value)}")
     extra += [f"name={name}"] if name else []
     extra += [f"resources.infra={infra}"] if infra else []
@@ -145,10 +161,19 @@ def train(
         _train_in_cloud(store, spec, secrets, source, managed, dry_run, detach, unique=name is None)
         return
     if dry_run:
-        for label, value in summarize(spec):
+        taken = store.path(spec.name).exists() and not resume
+        if taken and name:  # as the real launch would say
+            fail(
+                f"error: a job named {spec.name!r} already exists",
+                [
+                    f"pick another name with --name {spec.name}-2, or continue it with: r1cloud train --resume {spec.name}"
+                ],
+            )
+        job_name = store.free_name(spec.name) if taken else spec.name
+        for label, value in summarize(spec.model_copy(update={"name": job_name})):
             out.print(f"{label:10} {value}", markup=False)
         out.print(
-            f"would run  python -m r1cloud.jobs.supervise {store.path(spec.name)}  (local, detached)",
+            f"would run  python -m r1cloud.jobs.supervise {store.path(job_name)}  (local, detached)",
             markup=False,
         )
         if spec.envs or secrets:

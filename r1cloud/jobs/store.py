@@ -140,14 +140,24 @@ class JobStore:
     def create_unique(self, job: Job) -> Job:
         """Create `job` under its name, or the first free of name-2, name-3, …"""
         base = job.name
-        for i in range(1, 1000):
-            suffix = "" if i == 1 else f"-{i}"
-            job.name = base[: 63 - len(suffix)].rstrip("-") + suffix  # job names are at most 63 chars
+        for candidate in self.candidates(base):
+            job.name = candidate
             try:
                 return self.create(job)
             except JobExists:
                 continue
         raise JobExists(base)
+
+    @staticmethod
+    def candidates(base: str) -> Iterator[str]:
+        """name, name-2, name-3, … (job names are at most 63 characters)."""
+        for i in range(1, 1000):
+            suffix = "" if i == 1 else f"-{i}"
+            yield base[: 63 - len(suffix)].rstrip("-") + suffix
+
+    def free_name(self, base: str) -> str:
+        """The name create_unique would take now."""
+        return next((c for c in self.candidates(base) if not self.path(c).exists()), base)
 
     def remove(self, name: str) -> None:
         """Forget a job that never started (a launch that failed): nothing half-created is left."""

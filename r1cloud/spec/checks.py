@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import math
 import os
 from collections.abc import Callable
 
-from .load import CLI, Origins
+from .load import CLI, Origins, origin_of
 from .models import EXTRA_SAMPLING, GROUP_ESTIMATORS, SAMPLING_KEYS, Spec
 from .problems import Problem
 
@@ -29,7 +30,13 @@ def check_spec(spec: Spec, origins: Origins) -> list[Problem]:
 
 
 def _origin(origins: Origins, path: str) -> str:
-    return origins.get(tuple(path.split(".")), "default")
+    """Where the key was set (an entry of a free-form section, such as val_override_config: where
+    the section was)."""
+    key = tuple(path.split("."))
+    if key in origins:
+        return origins[key]
+    free = [i for i in range(1, len(key)) if key[i - 1].endswith(("_config", "_kwargs"))]
+    return (origin_of(origins, key[: free[0]]) if free else None) or "default"
 
 
 def _nearest_divisor(n: int, target: int, window: int = 4096) -> int:
@@ -234,49 +241,51 @@ def check_rollout(spec: Spec, problem: Report) -> None:
             "data.max_response_length",
         )
     known = (*SAMPLING_KEYS, *EXTRA_SAMPLING)
+    rules = _sampling_rules(d.max_response_length)
     for key, value in r.val_override_config.items():
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; use {', '.join(known)}"
             problem(f"worker.rollout.val_override_config.{key}", f"is not a sampling setting{hint}")
-        elif key == "repetition_penalty" and (
-            not isinstance(value, int | float) or isinstance(value, bool) or value <= 0
-        ):
+        elif not rules[key][0](value):
+            shown = repr(value) if len(repr(value)) <= 60 else f"{repr(value)[:59]}…"
             problem(
-                f"worker.rollout.val_override_config.{key}",
-                f"{value!r} is not valid: must be a number above 0 (1 is none)",
+                f"worker.rollout.val_override_config.{key}", f"{shown} is not valid: must be {rules[key][1]}"
             )
-        elif key == "min_tokens" and (
-            not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= d.max_response_length
-        ):
-            problem(
-                f"worker.rollout.val_override_config.{key}",
-                f"{value!r} is not valid: must be a whole number from 0 to data.max_response_length ({d.max_response_length})",
+
+
+def _sampling_rules(max_response_length: int) -> dict:
+    """Each sampling setting's test and what it must be (as vLLM's SamplingParams takes it)."""
+
+    def number(lo=None, hi=None, above=None):
+        return lambda v: (
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            and (lo is None or v >= lo) and (hi is None or v <= hi) and (above is None or v > above)
+        )  # fmt: skip
+
+    def whole(lo, hi=None):
+        return lambda v: (
+            isinstance(v, int) and not isinstance(v, bool) and v >= lo and (hi is None or v <= hi)
+        )
+
+    rules = {
+        "n": (whole(1), "a whole number ≥ 1"),
+        "temperature": (number(lo=0), "a number ≥ 0 (0 is greedy)"),
+        "top_p": (number(hi=1, above=0), "a number above 0 and at most 1"),
+        "top_k": (whole(-1), "a whole number: -1 (all tokens) or more"),
+        "seed": (whole(0), "a whole number ≥ 0"),
+        "ignore_eos": (lambda v: isinstance(v, bool), "true or false"),
+        "max_tokens": (whole(1), "a whole number ≥ 1"),
+        "repetition_penalty": (number(above=0), "a number above 0 (1 is none)"),
+        "min_tokens": (whole(0, max_response_length), f"a whole number from 0 to data.max_response_length ({max_response_length})"),
+    }  # fmt: skip
+    for key, (lo, hi) in EXTRA_SAMPLING.items():
+        if key not in rules:
+            rules[key] = (
+                number(lo, hi),
+                f"a number from {lo:g} to {hi:g}" if hi is not None else f"a number ≥ {lo:g}",
             )
-        elif key in EXTRA_SAMPLING:
-            lo, hi = EXTRA_SAMPLING[key]
-            if (
-                not isinstance(value, int | float)
-                or isinstance(value, bool)
-                or value < lo
-                or (hi is not None and value > hi)
-            ):
-                allowed = f"from {lo:g} to {hi:g}" if hi is not None else f"{lo:g} or more"
-                problem(
-                    f"worker.rollout.val_override_config.{key}",
-                    f"{value!r} is not valid: must be a number {allowed}",
-                )
-        elif key == "n" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            problem(
-                "worker.rollout.val_override_config.n",
-                f"{value!r} is not valid: samples per validation prompt must be a positive integer",
-            )
-        elif key in ("temperature", "top_p") and (
-            not isinstance(value, int | float) or isinstance(value, bool) or value < 0
-        ):
-            problem(
-                f"worker.rollout.val_override_config.{key}", f"{value!r} is not valid: must be a number ≥ 0"
-            )
+    return rules
 
 
 def check_secrets_and_envs(spec: Spec, problem: Report) -> None:

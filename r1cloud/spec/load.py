@@ -102,17 +102,10 @@ def read_yaml(path: Path) -> tuple[dict, Origins, list[Problem]]:
         reason = getattr(e, "problem", None) or str(e).splitlines()[0]
         return {}, {}, [Problem("", f"not valid YAML: {reason}", where)]
     except RecursionError:
-        return (
-            {},
-            {},
-            [
-                Problem(
-                    "",
-                    "nested too deeply to read (hundreds of levels): a blueprint is a few levels deep",
-                    shown,
-                )
-            ],
-        )
+        deep = "nested too deeply to read (hundreds of levels): a blueprint is a few levels deep"
+        return {}, {}, [Problem("", deep, shown)]
+    except ValueError as e:  # a number of thousands of digits (Python's int conversion limit), …
+        return {}, {}, [Problem("", f"not valid YAML: {_cut(str(e).split(';')[0])}", shown)]
     finally:
         if loader is not None:
             loader.dispose()
@@ -130,7 +123,25 @@ def read_yaml(path: Path) -> tuple[dict, Origins, list[Problem]]:
                 )
             ],
         )
+    _drop_non_string_keys(data, (), origins, problems)
     return data, origins, problems
+
+
+def _drop_non_string_keys(tree: dict, prefix: Key, origins: Origins, problems: list[Problem]) -> None:
+    """YAML reads `true:` or `1:` as a boolean or number key, which no setting is: said, and dropped."""
+    for key in list(tree):
+        if not isinstance(key, str):
+            raw = next(
+                (k[-1] for k in origins if k[:-1] == prefix and k[-1].lower() == str(key).lower()), str(key)
+            )
+            where = origins.get((*prefix, raw))
+            kind = "a boolean" if isinstance(key, bool) else f"a {type(key).__name__}"
+            problems.append(
+                Problem(".".join((*prefix, raw)), f"YAML reads this key as {kind}, not a name", where)
+            )
+            del tree[key]
+        elif isinstance(tree[key], dict):
+            _drop_non_string_keys(tree[key], (*prefix, key), origins, problems)
 
 
 def _cut(text: str, most: int = 120) -> str:
@@ -443,7 +454,11 @@ def load_spec(
             problems.append(Problem("", str(e), where))
             continue
         if key == ("config",):
-            base = str(value)
+            if not value:
+                problems.append(
+                    Problem("", "config= is empty: give the base, config=path/to/config.yaml", where)
+                )
+            base = str(value) if value else None
             continue
         set_path(cli_tree, key, value)
         cli_origins[key] = where

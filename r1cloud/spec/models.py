@@ -8,8 +8,9 @@ is idempotent: a resolved spec validates back to itself.
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -68,8 +69,46 @@ def minus_one_or_positive(meaning: str) -> AfterValidator:
 Off = int  # EasyR1's meaning: 0 or less is off (val_freq, save_freq) or no limit (save_limit)
 
 
+def _plain_values(section: dict) -> dict:
+    """A free-form section holds plain values: finite numbers, at most 10,000 values, 20 levels deep
+    (a YAML alias repeated, or one that refers to itself, would be millions of them, or endless)."""
+    count = 0
+
+    def walk(value, depth: int) -> None:
+        nonlocal count
+        count += 1
+        if count > 10_000 or depth > 20:
+            raise ValueError(
+                "is too large or too deep (10,000 values and 20 levels at most): a YAML alias repeated, "
+                "or one that refers to itself?"
+            )
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"holds {value}: give a finite number")
+        for item in value.values() if isinstance(value, dict) else value if isinstance(value, list) else ():
+            walk(item, depth + 1)
+
+    walk(section, 0)
+    return section
+
+
+FreeForm = Annotated[dict[str, Any], AfterValidator(_plain_values)]
+
+
 class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=False)
+    # inf and nan are no setting's value (and would make --json print invalid JSON)
+    model_config = ConfigDict(extra="forbid", validate_default=False, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, v, info):
+        """YAML's true/false is not a number (pydantic would read true as 1)."""
+        if isinstance(v, bool) and info.field_name in cls.model_fields:
+            kinds = set(get_args(cls.model_fields[info.field_name].annotation)) or {
+                cls.model_fields[info.field_name].annotation
+            }
+            if kinds - {type(None)} and kinds - {type(None)} <= {int, float}:
+                raise ValueError(f"{str(v).lower()} is not a number")
+        return v
 
 
 # --------------------------------------------------------------------------- data
@@ -139,7 +178,7 @@ class LoraConfig(Model):
 class ModelConfig(Model):
     model_path: str | None = None
     tokenizer_path: str | None = None
-    override_config: dict[str, Any] = Field(default_factory=dict)
+    override_config: FreeForm = Field(default_factory=dict)
     enable_gradient_checkpointing: bool = True
     trust_remote_code: bool = True
     freeze_vision_tower: bool = False
@@ -264,7 +303,7 @@ class RolloutConfig(Model):
     max_num_batched_tokens: int = Field(8192, ge=1)
     disable_log_stats: bool = True
     disable_tqdm: bool = False
-    val_override_config: dict[str, Any] = Field(default_factory=dict)
+    val_override_config: FreeForm = Field(default_factory=dict)
     # auto keys (copied from `data` / the actor model)
     prompt_length: int = -1
     response_length: int = -1
@@ -273,7 +312,7 @@ class RolloutConfig(Model):
 
 class RewardConfig(Model):
     reward_function: str | None = None
-    reward_function_kwargs: dict[str, Any] = Field(default_factory=dict)
+    reward_function_kwargs: FreeForm = Field(default_factory=dict)
     skip_special_tokens: bool = True
     num_cpus: int = Field(1, ge=0)
     reward_function_name: str | None = None  # auto: the part after ':' (default `main`)
