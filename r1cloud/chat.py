@@ -108,8 +108,8 @@ def job_format_prompt(target: str) -> str | None:
     from .checkpoints import parse_ref
     from .jobs.store import JobStore
 
-    spec_file = JobStore().path(parse_ref(target)[0]) / "spec.yaml"
-    if "://" in target or not spec_file.is_file():
+    store, name = JobStore(), parse_ref(target)[0]
+    if "://" in target or not store.has(name) or not (spec_file := store.path(name) / "spec.yaml").is_file():
         return None
     from .spec import load_resolved
 

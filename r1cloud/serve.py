@@ -61,7 +61,7 @@ def _lookup(target: str):
     if found:
         root, label, step = found
         name_base = Path(root).parent.name if Path(root).name == "checkpoints" else Path(root).name
-    elif (store.path(ref) / "job.json").exists():
+    elif store.has(ref):
         root, label = job_checkpoint_root(store.path(ref)), ref
         name_base = ref
     elif HUB_ID.match(ref) and step is None:

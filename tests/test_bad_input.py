@@ -5,6 +5,7 @@ data. (Each case names the cause it checks.)"""
 import json
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
@@ -315,3 +316,35 @@ def test_dry_run_with_a_taken_name_says_what_the_launch_would(cli, tmp_path, mon
     assert r.exit_code == 2 and "a job named 'quickstart' already exists" in r.stderr
     r = cli("train", q, "--dry-run", "--secret", "HF_TOKEN=x")  # no --name: the free suffix it would take
     assert r.exit_code == 0 and "jobs/quickstart-2 " in r.stdout and "job        quickstart-2" in r.stdout
+
+
+def test_a_cloud_job_folder_that_is_a_system_folder_or_too_big_is_refused(cli, tmp_path, monkeypatch):
+    """The job's folder is what SkyPilot uploads with every launch (the upload itself is not run here)."""
+    import shutil
+    import uuid
+
+    from spec_helpers import ROOT
+
+    monkeypatch.setenv("R1CLOUD_HOME", str(tmp_path / "home"))
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("reward_functions/arithmetic.py", "format_prompts/arithmetic.jinja", "data/arithmetic/train.jsonl",
+                 "data/arithmetic/test.jsonl"):  # fmt: skip
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, project / name)
+    bp = project / "q.yaml"
+    bp.write_text((ROOT / "blueprints" / "quickstart.yaml").read_text().replace("../", ""))
+    cloud = ["--infra", "aws", "--bucket", "s3://bucket/runs", "--dry-run", "--secret", "HF_TOKEN=x"]
+    assert cli("train", bp, *cloud).exit_code == 0
+    elsewhere = Path("/tmp") / f"r1cloud-test-{uuid.uuid4().hex}"  # a second folder under /tmp
+    elsewhere.mkdir()
+    try:
+        shutil.copy(project / "reward_functions/arithmetic.py", elsewhere / "reward.py")
+        r = cli("train", bp, f"worker.reward.reward_function={elsewhere}/reward.py:compute_score", *cloud)
+        assert r.exit_code == 2 and "the blueprint's files span /tmp, too wide" in r.stderr, r.stderr
+    finally:
+        shutil.rmtree(elsewhere)
+    with open(project / "data" / "big.bin", "wb") as f:  # sparse: 3 GiB on paper, nothing on disk
+        f.truncate(3 << 30)
+    r = cli("train", bp, *cloud)
+    assert r.exit_code == 2 and "holds more than 2 GiB" in r.stderr, r.stderr

@@ -206,9 +206,10 @@ def _job_spec(target: str):
     from ..jobs.store import JobStore
     from ..spec import load_resolved
 
-    if "://" in target:
+    store, name = JobStore(), parse_ref(target)[0]
+    if "://" in target or not store.has(name):
         return None
-    path = JobStore().path(parse_ref(target)[0]) / "spec.yaml"
+    path = store.path(name) / "spec.yaml"
     return load_resolved(path) if path.is_file() else None
 
 

@@ -124,7 +124,9 @@ def train(
 
     store = job_store()
     source = Path(target)
-    resuming_job = resume and not source.is_file() and (store.path(target) / "spec.yaml").is_file()
+    resuming_job = (
+        resume and not source.is_file() and store.has(target) and (store.path(target) / "spec.yaml").is_file()
+    )
     if resuming_job:
         source = store.path(target) / "spec.yaml"
     elif resume and not source.is_file() and not target.endswith((".yaml", ".yml", ".sh")):

@@ -54,12 +54,66 @@ def workdir_for(spec_data: dict, blueprint: Path) -> Path:
     """The folder to upload: the blueprint's folder, widened to hold every local file it names."""
     paths = [str(blueprint.resolve().parent), *local_paths(spec_data)]
     root = Path(os.path.commonpath(paths))
-    if Path.home().is_relative_to(root) or root == Path("/"):
+    if (
+        Path.home().is_relative_to(root)
+        or root == Path("/")
+        or (len(root.parts) == 2 and root.name in SYSTEM)
+    ):
         raise TaskError(
             f"the blueprint's files span {root}, too wide to upload as the job's folder: keep the "
             "blueprint, prompts, reward functions and data under one project folder"
         )
+    size = _size_up_to(root, WORKDIR_LIMIT)
+    if size > WORKDIR_LIMIT:
+        raise TaskError(
+            f"the job's folder {root} holds more than {WORKDIR_LIMIT >> 30} GiB, too much to upload with "
+            "every launch: put the data in a bucket or on the Hub (data.train_files: s3://… or name@split), "
+            "or keep the blueprint's files in a smaller folder"
+        )
     return root
+
+
+SYSTEM = {
+    "tmp",
+    "var",
+    "usr",
+    "etc",
+    "opt",
+    "home",
+    "root",
+    "mnt",
+    "srv",
+    "media",
+    "dev",
+    "proc",
+    "sys",
+    "Users",
+}
+WORKDIR_LIMIT = 2 << 30  # bytes: what SkyPilot uploads with every launch
+
+
+def _size_up_to(root: Path, limit: int) -> int:
+    """The bytes SkyPilot would upload from `root`, counted until they pass `limit` (then a number
+    above it). In a git work tree, as SkyPilot does, what .gitignore ignores is left out."""
+    import subprocess
+
+    listed = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+    )
+    if listed.returncode == 0:
+        files = [root / p for p in listed.stdout.decode(errors="replace").split("\0") if p]
+    else:
+        files = [Path(d) / f for d, _, names in os.walk(root) for f in names]
+    total = 0
+    for path in files:
+        try:
+            total += os.lstat(path).st_size
+        except OSError:
+            continue
+        if total > limit:
+            break
+    return total
 
 
 def relative_to(value, root: Path):

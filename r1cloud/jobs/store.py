@@ -126,7 +126,19 @@ class JobStore:
         self.root = (root or home()) / "jobs"
 
     def path(self, name: str) -> Path:
+        """The job's folder; a name that is not a job name (a path, `..`) names no job in the store."""
+        if not self.is_name(name):
+            raise NoSuchJob(name)
         return self.root / name
+
+    @staticmethod
+    def is_name(name: str) -> bool:
+        """Whether `name` could name a job here (a path or `..` never does)."""
+        return bool(name) and "/" not in name and name not in (".", "..") and "\0" not in name
+
+    def has(self, name: str) -> bool:
+        """Whether a job named `name` exists (for telling a job from a path or a model id)."""
+        return self.is_name(name) and (self.root / name / "job.json").exists()
 
     def create(self, job: Job) -> Job:
         self.root.mkdir(parents=True, exist_ok=True)

@@ -399,9 +399,9 @@ class Resources(Model):
     @field_validator("bucket")
     @classmethod
     def _bucket(cls, v: str | None) -> str | None:
-        if v is not None and not _is_url(v):
+        if v is not None and (not _is_url(v) or not v.split("://", 1)[1].strip("/")):
             raise ValueError(
-                f"{v!r} is not a bucket URL: write s3://BUCKET[/PREFIX] (or gs://, r2://, az://)"
+                f"{v[:80]!r} is not a bucket URL: write s3://BUCKET[/PREFIX] (or gs://, r2://, az://)"
             )
         return v
 
