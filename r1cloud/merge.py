@@ -435,7 +435,8 @@ def merge(
             hf_src = src if (src / "config.json").exists() else model_src
             if hf_src is None:
                 raise MergeError(
-                    f"{checkpoint.path} has no huggingface/config.json; pass the base model folder"
+                    f"{checkpoint.path} has no huggingface/config.json to describe the model: give the base "
+                    "model's folder with `r1cloud merge … --base FOLDER`"
                 )
             merge_dcp(f"{checkpoint.path}/actor", hf_src, tmp, torch_dtype, shard_bytes, progress)
         else:

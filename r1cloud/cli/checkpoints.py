@@ -87,6 +87,15 @@ def merge(
         ),
     ] = None,
     private: Annotated[bool, typer.Option("--private", help="Create the Hub repo private.")] = False,
+    base: Annotated[
+        Path | None,
+        typer.Option(
+            "--base",
+            help="The base model's folder, whose config and tokenizer describe the merged model, for a "
+            "checkpoint saved without huggingface/.",
+            show_default=False,
+        ),
+    ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Replace a previous merge in --out (never other files).")
     ] = False,
@@ -138,10 +147,13 @@ def merge(
             disable=not err.is_terminal,
         ) as bar:
             task = bar.add_task(chosen.id, total=None)
+            if base is not None and not (base / "config.json").is_file():
+                fail(f"error: --base {base} has no config.json", ["give a Hugging Face model folder"])
             path = do_merge(
                 chosen,
                 out_dir,
                 dtype,
+                model_src=str(base) if base else None,
                 progress=lambda i, n: bar.update(task, completed=i, total=n),
                 adapter_only=adapter_only,
             )

@@ -361,3 +361,18 @@ def test_trainer_saves_to_a_bucket_and_a_new_machine_resumes_from_it(make_run, s
     r = r1("checkpoints", url)  # a fresh process: no listing cached from above
     listed = {int(x) for x in re.findall(r":step-(\d+)", r.stdout)}
     assert r.returncode == 0 and listed == {3, best}, r.stdout
+
+
+def test_a_checkpoint_without_its_config_merges_with_base(trained, tiny_model, tmp_path):
+    import shutil
+
+    bare = tmp_path / "bare" / "global_step_1"
+    shutil.copytree(trained / "checkpoints" / "global_step_1" / "actor", bare / "actor")
+    shutil.copy(trained / "checkpoints" / "global_step_1" / "trainer_state.json", bare)
+    r = r1("merge", f"{bare.parent}:step-1", "--out", tmp_path / "m1", "--dtype", "fp32")
+    assert r.returncode == 2 and "--base FOLDER" in r.stderr, r.stderr
+    r = r1(
+        "merge", f"{bare.parent}:step-1", "--out", tmp_path / "m1", "--dtype", "fp32", "--base", tiny_model
+    )
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "m1" / "config.json").is_file() and any((tmp_path / "m1").glob("*.safetensors"))
