@@ -117,7 +117,7 @@ def main(folder: str) -> int:
     sampling = Sampling(**job["sampling"])
     try:
         prompts, generate, decode = (_endpoint if job["url"] else _engine)(spec, job, sampling)
-    except ValueError as e:  # the data or the model: one line
+    except (ValueError, OSError) as e:  # the data, or a model that is not there: one line
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 2
     reward = rewards.from_config(spec.worker.reward)

@@ -348,3 +348,83 @@ def test_a_cloud_job_folder_that_is_a_system_folder_or_too_big_is_refused(cli, t
         f.truncate(3 << 30)
     r = cli("train", bp, *cloud)
     assert r.exit_code == 2 and "holds more than 2 GiB" in r.stderr, r.stderr
+
+
+# --------------------------------------------------------------------------- the CLI's whole surface
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+names = st.one_of(
+    st.sampled_from(["good", "listed", "broken", "typed", "badspec", "nope", "..", "/", ".", ""]),
+    st.text(max_size=40),
+    st.from_regex(r"[a-z0-9-]{1,70}", fullmatch=True),
+)
+paths = st.one_of(
+    st.sampled_from(["OUTSIDE", "OUTSIDE/kept.txt", "missing.yaml", "a" * 300, "~nobody9/x", "/", "."]),
+    st.text(max_size=30),
+)
+overrides = st.one_of(
+    st.builds(
+        lambda k, v: f"{k}={v}",
+        st.sampled_from(
+            [
+                "worker.rollout.n",
+                "data.rollout_batch_size",
+                "worker.actor.optim.lr",
+                "trainer.n_gpus_per_node",
+                "config",
+                "name",
+                "resources.bucket",
+                "worker.rollout.val_override_config",
+                "worker.reward.reward_function_kwargs",
+            ]
+        ),
+        st.one_of(
+            st.text(max_size=20),
+            st.integers().map(str),
+            st.sampled_from([".inf", ".nan", "true", "[1, 2]", "{a: 1}", ""]),
+        ),
+    ),  # fmt: skip
+    st.text(max_size=30),
+)
+commands = st.one_of(
+    st.builds(lambda p, o: ["validate", p, *o], st.sampled_from(["Q", "OUTSIDE", "missing.yaml"]) | paths, st.lists(overrides, max_size=3)),
+    st.builds(lambda o, f: ["train", "Q", *o, *f, "--dry-run"], st.lists(overrides, max_size=2),
+              st.sampled_from([[], ["--accels", "3"], ["--nodes", "2"], ["--gpu", "H100"], ["--env", "A=b"], ["--name", "good"]])),
+    st.builds(lambda c, n: [c, n], st.sampled_from(["status", "logs", "checkpoints", "stop", "plot"]), names),
+    st.builds(lambda n, p: ["merge", n, "--out", p], names | paths, paths),
+    st.builds(lambda n, d: ["eval", n, "--data", d, "--reward", "missing.py"], names, paths),
+    st.builds(lambda t: ["logs", "good", "--tail", t], st.integers(-5, 5).map(str)),
+    st.just(["jobs"]),
+)  # fmt: skip
+
+
+@settings(max_examples=int(__import__("os").environ.get("HYPOTHESIS_EXAMPLES", 120)), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(command=commands)
+def test_any_command_ends_in_exit_0_or_2_with_short_lines_and_touches_nothing_outside(
+    cli, store, tmp_path_factory, monkeypatch, command
+):
+    """Whatever is typed — blueprints, overrides, flags, job names, paths — the CLI ends in exit 0
+    or 2, each line it prints is short, never `internal error`, never a hang, and a folder given
+    as a path (OUTSIDE) is left as it was."""
+    import time as clock
+
+    here = tmp_path_factory.mktemp("cwd")
+    monkeypatch.chdir(here)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    outside = here / "OUTSIDE"
+    outside.mkdir()
+    (outside / "kept.txt").write_text("mine")
+    q = _quickstart(here)
+    argv = [str(q) if a == "Q" else a for a in command]
+    tick = clock.monotonic()
+    r = cli(*argv)
+    assert clock.monotonic() - tick < 60, argv
+    assert r.exit_code in (0, 2), (argv, r.exit_code, r.stdout[-500:], r.stderr[-500:])
+    assert "internal error" not in r.stderr and "Traceback" not in r.stderr, (argv, r.stderr[-800:])
+    assert all(len(line) < 500 for line in r.stderr.splitlines()), (argv, r.stderr[-800:])
+    assert (
+        sorted(p.name for p in outside.iterdir()) == ["kept.txt"]
+        and (outside / "kept.txt").read_text() == "mine"
+    )
