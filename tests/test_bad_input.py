@@ -428,3 +428,10 @@ def test_any_command_ends_in_exit_0_or_2_with_short_lines_and_touches_nothing_ou
         sorted(p.name for p in outside.iterdir()) == ["kept.txt"]
         and (outside / "kept.txt").read_text() == "mine"
     )
+
+
+@pytest.mark.parametrize("key", ["data.format_prompt", "worker.reward.reward_function"])
+def test_a_folder_where_a_file_belongs_is_said_so(cli, tmp_path, monkeypatch, key):
+    monkeypatch.chdir(tmp_path)
+    r = cli("validate", _quickstart(tmp_path), f"{key}={tmp_path}")
+    assert r.exit_code == 2 and f"{key}: {tmp_path} is a folder: give a file" in r.stderr, r.stderr

@@ -46,6 +46,9 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
         for c in candidates:
             if c.is_file() if kind == "file" else c.is_dir():
                 return c
+        if kind == "file" and any(c.is_dir() for c in candidates):
+            problem(path, f"{value} is a folder: give a file{why}")
+            return None
         looked = (
             " or ".join(str(c) for c in candidates[:2])
             if not expand(value).is_absolute()
@@ -290,7 +293,10 @@ def _check_template(path: Path, origin: str | None) -> list[Problem]:
     import jinja2
     import jinja2.meta
 
-    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        return [Problem("data.format_prompt", f"cannot read {path}: {e.strerror}", origin)]
     try:
         parsed = jinja2.Environment().parse(text.strip())
     except jinja2.TemplateSyntaxError as e:
@@ -319,6 +325,8 @@ def reward_function_problems(path: Path, fn_name: str, kwargs: dict) -> list[str
         tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"), filename=str(path))
     except SyntaxError as e:
         return [f"{path}:{e.lineno}: Python syntax error: {e.msg}"]
+    except (OSError, ValueError) as e:
+        return [f"cannot read {path}: {getattr(e, 'strerror', None) or e}"]
     functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
     bound = set(functions) | _other_bindings(tree)
     problems = []

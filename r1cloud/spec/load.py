@@ -174,7 +174,9 @@ def parse_override(text: str) -> tuple[Key, Any]:
     """`a.b.c=value` -> (("a","b","c"), YAML-typed value). Raises ValueError with the fix."""
     m = OVERRIDE_RE.match(text.strip())
     if not m:
-        raise ValueError(f"{text!r} is not an override: write key.path=value, e.g. worker.rollout.n=8")
+        raise ValueError(
+            f"{_cut(repr(text), 80)} is not an override: write key.path=value, e.g. worker.rollout.n=8"
+        )
     raw = m.group(2)
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
