@@ -88,14 +88,13 @@ def sparkline(values: list[float], width: int = 24) -> str:
 
 
 def terminal(panels: dict[str, dict[str, Curve]], width: int, height: int, color: bool) -> str:
-    """One panel per metric, one line per run in each, as text."""
+    """One panel per metric, one line per run in each, as text. Each panel is its own figure:
+    plotext keeps a grid's sizes from one call to the next, and a later grid drew wrongly."""
     import plotext as plt
 
-    plt.clear_figure()
-    plt.subplots(len(panels), 1)
-    plt.plotsize(width, height * len(panels))
-    for i, (metric, runs) in enumerate(panels.items(), 1):
-        plt.subplot(i, 1)
+    texts = []
+    for metric, runs in panels.items():
+        plt.clear_figure()
         plt.plotsize(width, height)
         plt.title(metric)
         plt.xlabel("step")
@@ -105,8 +104,9 @@ def terminal(panels: dict[str, dict[str, Curve]], width: int, height: int, color
             # without colour, runs differ by marker
             marker = "braille" if color else ("braille", "•", "+", "x")[j % 4]
             plt.plot(x, y, label=label, marker=marker)
-    text = plt.build()
-    return text if color else plt.uncolorize(text)
+        text = plt.build()
+        texts.append(text if color else plt.uncolorize(text))
+    return "\n".join(texts)
 
 
 def png(panels: dict[str, dict[str, Curve]], path: str) -> None:

@@ -108,3 +108,16 @@ def test_series_keeps_a_restarted_steps_last_value_and_skips_nan():
     assert p.sparkline([0, 1, 2, 3, 4, 5, 6, 7]) == "▁▂▃▄▅▆▇█"
     assert p.sparkline([2, 2]) == "▁▁"
     assert p.flatten({"step": 1, "reward": {"overall": 0.5}}) == {"step": 1, "reward/overall": 0.5}
+
+
+def test_a_plot_draws_the_same_after_another_in_the_same_process():
+    """plotext keeps state between figures: a one-panel plot once broke the next two-panel one."""
+    from r1cloud import plot as p
+
+    two = {
+        "reward/overall": {"run-a": ([1, 2, 3], [0.1, 0.4, 0.7]), "run-b": ([1, 2, 3], [0.2, 0.2, 0.3])},
+        "val/reward_score": {"run-a": ([2, 3], [0.4, 0.8])},
+    }
+    alone = p.terminal(two, 80, 10, False)
+    p.terminal({"reward/overall": {"x": ([1, 2], [0.5, 0.6])}}, 60, 8, False)
+    assert p.terminal(two, 80, 10, False) == alone and "val/reward_score" in alone

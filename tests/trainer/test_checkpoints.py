@@ -268,6 +268,7 @@ def test_merge_push_to_hub_uploads_the_merged_folder(trained, tmp_path):
             f"{trained / 'checkpoints'}:step-1",
             "--out",
             out,
+            "--force",  # the previous merge there is replaced
             "--push-to-hub",
             "me/x",
             env={**env, "HF_TOKEN": "hf_read"},
