@@ -252,7 +252,11 @@ def parse_ref(ref: str) -> tuple[str, int | None]:
 def locate(ref: str, step: int | None) -> tuple[str, str, int | None] | None:
     """(checkpoints root, label for IDs, step) when `ref` is a folder or URL — a checkpoints root, a
     global_step_N folder, or EasyR1's actor/ folder (what its merger takes); None otherwise."""
-    if "://" not in ref and not Path(ref).exists():
+    try:
+        exists = "://" in ref or Path(ref).exists()
+    except (OSError, ValueError):  # a name too long to be a path, a NUL in it
+        return None
+    if not exists:
         return None
     if "://" not in ref and not Path(ref).is_dir():
         raise NotFound(f"error: {ref} is a file", ["give a job, a checkpoints folder, or a bucket URL"])

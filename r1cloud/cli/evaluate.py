@@ -210,7 +210,15 @@ def _job_spec(target: str):
     if "://" in target or not store.has(name):
         return None
     path = store.path(name) / "spec.yaml"
-    return load_resolved(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        return load_resolved(path)
+    except Exception as e:  # a damaged spec.yaml: one line
+        fail(
+            f"error: {path} cannot be read ({type(e).__name__})",
+            ["give --blueprint BP for the prompts and reward"],
+        )
 
 
 def _engine(requested: str) -> str:

@@ -134,7 +134,8 @@ class JobStore:
     @staticmethod
     def is_name(name: str) -> bool:
         """Whether `name` could name a job here (a path or `..` never does)."""
-        return bool(name) and "/" not in name and name not in (".", "..") and "\0" not in name
+        ok = bool(name) and "/" not in name and name not in (".", "..") and "\0" not in name
+        return ok and len(name.encode()) <= 255
 
     def has(self, name: str) -> bool:
         """Whether a job named `name` exists (for telling a job from a path or a model id)."""
