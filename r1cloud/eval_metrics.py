@@ -74,8 +74,8 @@ def _figures(samples: list[dict]) -> dict:
     groups = list(by_prompt.values())
     if not groups:
         return {"prompts": 0, "samples": 0}
-    n = min(len(g) for g in groups)  # an interrupted prompt may hold fewer: each counts its first n
-    groups = [g[:n] for g in groups]
+    n = max(len(g) for g in groups)  # a prompt cut short by an interruption holds fewer: left out
+    groups = [g for g in groups if len(g) == n]
     keys = sorted({k for g in groups for s in g for k in s["scores"]})
     figures: dict = {"prompts": len(groups), "samples": sum(len(g) for g in groups), "n": n}
     figures["accuracy"] = mean_se([_mean(float(correct(s["scores"])) for s in g) for g in groups])

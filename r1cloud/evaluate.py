@@ -41,23 +41,15 @@ class Target:
 
 
 def validation_sampling(spec, n: int | None, temperature: float | None, max_tokens: int | None) -> dict:
-    """The trainer's validation sampling (val_override_config over the rollout's), the options on top.
-    The seed is the one a one-worker validation at step 0 draws with (driver.sampling)."""
-    r = spec.worker.rollout
-    own = {"temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k}
-    own.update({k: v for k, v in r.val_override_config.items() if k in own})
-    sampling = {
-        **own,
-        "n": int(r.val_override_config.get("n", 1)),
-        "max_tokens": spec.data.max_response_length,
-        "seed": ((r.seed * 7919) * 2 + 1) * 1009,
-        "ignore_eos": r.ignore_eos,
-        "extra": {k: v for k, v in r.val_override_config.items() if k not in (*own, "n", "max_tokens")},
-    }
+    """The trainer's validation sampling at step 0 on its one worker (val_override_config over the
+    rollout's, seed and all), with the options on top."""
+    from .trainer.sampling import for_rank, sampling
+
+    out = for_rank(sampling(spec, 0, validation=True), 0)
     for key, value in (("n", n), ("temperature", temperature), ("max_tokens", max_tokens)):
         if value is not None:
-            sampling[key] = value
-    return sampling
+            out[key] = value
+    return out
 
 
 def prepare(
@@ -131,8 +123,11 @@ def main(folder: str) -> int:
         )
         return 2
     skip = spec.worker.reward.skip_special_tokens
-    size = spec.data.val_batch_size if spec.data.val_batch_size > 0 else BATCH
     indices = list(range(len(prompts)))
+    # the trainer's validation batches when the spec sets their size; without it the trainer takes
+    # the whole set at once, and eval 64 prompts at a time (progress, and Ctrl-C keeps whole batches):
+    # a seed goes by a sample's place in its batch, so beyond 64 prompts the samples differ
+    size = spec.data.val_batch_size if spec.data.val_batch_size > 0 else BATCH
     print(f"[eval] 0/{len(indices)} prompts", flush=True)
     timing = {"generate_s": 0.0, "score_s": 0.0}  # where the time goes, in samples.jsonl's summary
     try:
@@ -240,6 +235,7 @@ def _endpoint(spec, job: dict, sampling):
     from openai import OpenAI
 
     from .trainer.data import Prompt, load_rows
+    from .trainer.rollout import request_seed
 
     d = spec.data
     template = jinja2.Template(Path(d.format_prompt).read_text().strip()) if d.format_prompt else None
@@ -251,6 +247,11 @@ def _endpoint(spec, job: dict, sampling):
                 f"{source}: rows hold images, and an endpoint target is asked text only here: evaluate the "
                 "checkpoint itself (r1cloud eval JOB), which sends the images"
             )
+        if missing := [k for k in (d.prompt_key, d.answer_key) if k not in rows.column_names]:
+            raise ValueError(
+                f"{source}: no column {missing[0]!r} (its columns: {', '.join(rows.column_names)}); "
+                "set --prompt-key/--answer-key"
+            )
         own = {d.prompt_key, d.answer_key, d.image_key, d.video_key}
         for row in rows:
             extra = {k: v for k, v in row.items() if k not in own}
@@ -260,7 +261,14 @@ def _endpoint(spec, job: dict, sampling):
         base_url=job["url"], api_key=os.environ.get("R1CLOUD_EVAL_API_KEY") or "none", max_retries=2
     )
 
-    def ask(i: int) -> tuple:
+    # beyond the OpenAI API's own fields, vLLM's (an OpenAI server would refuse them): only when set
+    extra = {**sampling.extra}
+    if sampling.top_k > 0:
+        extra["top_k"] = sampling.top_k
+    if sampling.ignore_eos:
+        extra["ignore_eos"] = True
+
+    def ask(i: int, j: int) -> tuple:
         content = prompts[i].content
         reply = client.chat.completions.create(
             model=job["served"],
@@ -268,14 +276,17 @@ def _endpoint(spec, job: dict, sampling):
             max_tokens=sampling.max_tokens,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
+            seed=request_seed(sampling.seed, i, j),
+            extra_body=extra or None,
         )
         choice = reply.choices[0]
         length = reply.usage.completion_tokens if reply.usage else 0
         return i, choice.message.content or "", length, choice.finish_reason == "stop"
 
     def generate(indices: list[int]) -> list[tuple]:
+        work = [(i, j) for i in indices for j in range(sampling.n)]
         with ThreadPoolExecutor(8) as pool:
-            return list(pool.map(ask, [i for i in indices for _ in range(sampling.n)]))
+            return list(pool.map(lambda w: ask(*w), work))
 
     return prompts, generate, _Decoder(None, True)
 

@@ -80,10 +80,14 @@ def test_summary_over_prompts_by_source():
     assert "by_source" not in summarize(samples[:8])  # one source: no breakdown
 
 
-def test_an_interrupted_prompt_counts_its_first_samples_alike():
-    samples = [_sample(0, True) for _ in range(4)] + [_sample(1, False)]  # prompt 1 cut after one sample
+def test_a_prompt_cut_short_by_an_interruption_is_left_out():
+    # prompts 0 and 2 whole (4 samples), prompt 1 cut after one sample: n stays 4 for the others
+    samples = (
+        [_sample(0, True) for _ in range(4)] + [_sample(1, False)] + [_sample(2, i < 1) for i in range(4)]
+    )
     figures = summarize(samples)["all"]
-    assert figures["n"] == 1 and figures["samples"] == 2 and figures["accuracy"][0] == 0.5
+    assert figures["n"] == 4 and figures["prompts"] == 2 and figures["samples"] == 8
+    assert figures["accuracy"][0] == pytest.approx((1 + 0.25) / 2) and figures["pass@4"][0] == 1.0
 
 
 @pytest.mark.parametrize(
@@ -112,3 +116,39 @@ def test_eval_bad_input_is_one_clear_line(cli, tmp_path, monkeypatch, args, expe
     assert r.exit_code == 2, r.stdout + r.stderr
     assert expected in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert (tmp_path / "full" / "kept.txt").read_text() == "mine"
+
+
+def _spec(tmp_path, override: str):
+    from r1cloud.spec import load_spec
+
+    (tmp_path / "d.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
+    (tmp_path / "r.py").write_text("def score(reward_inputs):\n    return []\n")
+    (tmp_path / "bp.yaml").write_text(
+        f"data: {{train_files: {tmp_path}/d.jsonl, val_files: {tmp_path}/d.jsonl, max_response_length: 32}}\n"
+        f"worker:\n  actor: {{model: {{model_path: Qwen/Qwen2.5-0.5B-Instruct}}}}\n"
+        f"  rollout: {{n: 4, seed: 3, val_override_config: {override}}}\n"
+        f"  reward: {{reward_function: {tmp_path}/r.py:score}}\n"
+    )
+    return load_spec(tmp_path / "bp.yaml").spec
+
+
+def test_eval_samples_as_the_trainers_validation_does(tmp_path):
+    """Every val_override_config key the trainer applies (seed, ignore_eos, max_tokens, vLLM's
+    others as extras), the seed of rank 0 at step 0, then the command's options on top."""
+    from r1cloud.evaluate import validation_sampling
+
+    spec = _spec(tmp_path, "{seed: 5, ignore_eos: true, max_tokens: 7, min_p: 0.1, temperature: 0.5}")
+    got = validation_sampling(spec, None, None, None)
+    assert got == {"n": 1, "temperature": 0.5, "top_p": 1.0, "top_k": -1, "max_tokens": 7,
+                   "seed": (5 + 1) * 1009, "ignore_eos": True, "extra": {"min_p": 0.1}}  # fmt: skip
+    plain = validation_sampling(_spec(tmp_path, "{}"), 2, 1.0, 9)
+    assert plain["seed"] == ((3 * 7919) * 2 + 1) * 1009 and (plain["n"], plain["max_tokens"]) == (2, 9)
+    assert plain["extra"] == {} and plain["temperature"] == 1.0 and plain["ignore_eos"] is False
+
+
+def test_an_endpoint_target_names_a_missing_column(tmp_path):
+    from r1cloud.evaluate import _endpoint
+
+    spec = _spec(tmp_path, "{}")  # its rows hold `question`, the spec reads `prompt`
+    with pytest.raises(ValueError, match=r"no column 'prompt' \(its columns: question, answer\)"):
+        _endpoint(spec, {"limit": None, "url": "http://127.0.0.1:9/v1", "served": "m"}, None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -121,13 +122,14 @@ def eval_(
     for i, target in enumerate(resolved, 1):
         target.folder = folder / f"{i}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', target.ref).strip('_')[:60]}"
         ev.prepare(target, spec, sampling, chosen, limit, api_key)
-    interrupted = False
+    code, ran = 0, []
     for target in resolved:
-        interrupted = _run(target)
-        if interrupted:
+        ran.append(target)
+        code = _run(target)
+        if code:  # interrupted, or failed: the next targets are not started; what was scored is shown
             break
     summary = {"data": spec.data.val_files, "sampling": sampling, "engine": chosen, "targets": []}
-    for target in resolved:
+    for target in ran:
         samples = ev.read_samples(target.folder)
         summary["targets"].append(
             {"target": target.ref, "model": target.origin, "samples": str(target.folder / "samples.jsonl")}
@@ -135,12 +137,16 @@ def eval_(
             | {"timing": ev.read_timing(target.folder)}
         )
     (folder / "summary.json").write_text(json.dumps(summary, indent=2))
+    scored = any(t["all"]["samples"] for t in summary["targets"])
     if as_json:
         print(json.dumps(summary, indent=2))
-    else:
+    elif scored:
         _table(summary)
         err.print(f"samples and summary.json in {folder}", markup=False)
-    if interrupted:
+    if code not in (0, 130):
+        _failed(ran[-1])
+        raise typer.Exit(2 if code == 2 else 1)
+    if code == 130:
         err.print("interrupted: the table holds what was scored", style="yellow")
         raise typer.Exit(130)
 
@@ -267,11 +273,10 @@ def _merger(dtype: str):
     return merge
 
 
-def _run(target) -> bool:
-    """Score one target in its own process, showing progress; True when interrupted (Ctrl-C)."""
+def _run(target) -> int:
+    """Score one target in its own process, showing progress: the child's exit code (130 when
+    interrupted with Ctrl-C). The child never outlives this call."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from ..jobs.supervise import last_error
 
     log = target.folder / "engine.log"
     with (
@@ -295,18 +300,37 @@ def _run(target) -> bool:
             for line in proc.stdout:
                 if m := re.match(r"\[eval\] (\d+)/(\d+)", line):
                     bar.update(task, description=target.ref, completed=int(m[1]), total=int(m[2]))
-            code = proc.wait()
-        except KeyboardInterrupt:  # the child has the same Ctrl-C: it stops after writing what it scored
-            proc.wait()
-            return True
-    if code == 130:
-        return True
-    if code:
-        cause = last_error(log).removeprefix("error: ")
-        err.print(f"error: {target.ref}: {cause}", style="bold red", markup=False)
-        err.print(f"  its log: {log}", markup=False)
-        raise typer.Exit(2 if code == 2 else 1)
-    return False
+            return proc.wait()
+        except KeyboardInterrupt:
+            _stop(proc)
+            return 130
+        finally:
+            if proc.poll() is None:  # an error here: the child goes too
+                proc.kill()
+                proc.wait()
+
+
+def _stop(proc) -> None:
+    """After Ctrl-C: the child, which had the same Ctrl-C from the terminal (or is sent one now),
+    writes what it scored and exits; a second Ctrl-C, or a minute, ends it at once."""
+    try:
+        try:
+            proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=60)
+    except (KeyboardInterrupt, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.wait()
+
+
+def _failed(target) -> None:
+    from ..jobs.supervise import last_error
+
+    log = target.folder / "engine.log"
+    cause = last_error(log).removeprefix("error: ")
+    err.print(f"error: {target.ref}: {cause}", style="bold red", markup=False)
+    err.print(f"  its log: {log}", markup=False)
 
 
 def _table(summary: dict) -> None:

@@ -27,6 +27,8 @@ from .group import gather, launch, start_failure, worker_lost
 from .metrics import actor_metrics, critic_metrics, forget_after, progress_line, rollout_metrics
 from .model import pad
 from .rollout import Request, pick_engine, refuse_unknown_sampling
+from .sampling import for_rank
+from .sampling import sampling as spec_sampling
 from .trackers import TrackerError, Trackers, val_samples
 
 # ---------------------------------------------------------------------------- the trainer
@@ -111,22 +113,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ rollout
     def sampling(self, step: int, validation: bool = False, round: int = 0) -> dict:
-        r, d = self.spec.worker.rollout, self.spec.data
-        sampling = {
-            "n": r.n,
-            "temperature": r.temperature,
-            "top_p": r.top_p,
-            "top_k": r.top_k,
-            "max_tokens": d.max_response_length,
-            "seed": (r.seed * 7919 + step) * 2 + round * 2 * 104_729,
-            "ignore_eos": r.ignore_eos,
-        }
-        if validation:
-            sampling.update({k: v for k, v in r.val_override_config.items() if k in sampling})
-            sampling["extra"] = {k: v for k, v in r.val_override_config.items() if k not in sampling}
-            sampling["n"] = int(r.val_override_config.get("n", 1))
-            sampling["seed"] += 1
-        return sampling
+        return spec_sampling(self.spec, step, validation, round)
 
     def generate(self, prompt_set: PromptSet, indices: list[int], sampling: dict) -> list[Rollout]:
         tp = self.spec.worker.rollout.tensor_parallel_size if self.engine == "vllm" else 1
@@ -146,7 +133,7 @@ class Trainer:
         for rank in range(self.world):
             chunk = chunks[rank // tp]
             per_rank.append([requests[i] for i in chunk])
-            seeds.append({**sampling, "seed": sampling["seed"] * 1009 + rank // tp})
+            seeds.append(for_rank(sampling, rank // tp))
         results = gather(
             [w.generate.remote(p, s) for w, p, s in zip(self.workers, per_rank, seeds, strict=True)]
         )

@@ -3,6 +3,7 @@ on the same checkpoint, scores image prompts with a VLM, and keeps what it score
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -105,7 +106,8 @@ def test_ctrl_c_keeps_what_was_scored(tmp_path, tiny_model, digits_reward):
 
 def test_a_math500_shaped_file_with_no_blueprint(tmp_path, tiny_model):
     """MATH-500's columns (problem, solution, answer, subject, level, unique_id), scored by the math
-    reward with no blueprint and no job: each part given alone on the command line."""
+    reward with no blueprint and no job: each part given alone on the command line. A second target
+    that fails (damaged weights) ends the command with its error, after the first one's table."""
     from tinyrun import ROOT
 
     rows = [
@@ -115,19 +117,22 @@ def test_a_math500_shaped_file_with_no_blueprint(tmp_path, tiny_model):
     ]  # fmt: skip
     data = tmp_path / "math500.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    got = eval_json(
-        tiny_model,
+    # a second target whose weights are damaged: its child fails; the first one's scores are kept
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_model, broken)
+    (broken / "model.safetensors").write_bytes(b"not safetensors")
+    r = r1(
+        "eval", tiny_model, broken, "--engine", "hf", "--json",
         *("--data", data, "--reward", ROOT / "reward_functions/math.py:compute_score"),
-        *(
-            "--format-prompt",
-            ROOT / "format_prompts/math.jinja",
-            "--max-tokens",
-            "8",
-            "--prompt-key",
-            "problem",
-        ),
+        *("--format-prompt", ROOT / "format_prompts/math.jinja", "--max-tokens", "8", "--prompt-key", "problem"),
         *("--out", tmp_path / "eval"),
-    )
+    )  # fmt: skip
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert f"error: {broken}: " in r.stderr and "its log: " in r.stderr
+    got = json.loads(r.stdout)
+    assert got == json.loads((tmp_path / "eval" / "summary.json").read_text())
+    assert [t["target"] for t in got["targets"]] == [str(tiny_model), str(broken)]
+    assert got["targets"][1]["all"] == {"prompts": 0, "samples": 0}
     figures = got["targets"][0]["all"]
     assert figures["prompts"] == 3 and {"reward/accuracy", "reward/format", "reward/overall"} <= set(figures)
     assert got["sampling"]["max_tokens"] == 8 and got["data"] == str(data)
