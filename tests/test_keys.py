@@ -48,3 +48,26 @@ def test_the_readme_lists_every_key_not_honoured():
     for pattern, (kind, _) in KEYS.items():
         if kind == REFUSED:
             assert f"`{pattern}`" in readme, pattern
+
+
+@pytest.mark.parametrize(
+    "overrides,named",
+    [
+        ([], ["worker.actor.offload.offload_params", "worker.ref.offload.offload_params"]),
+        (["algorithm.disable_kl=true"], ["worker.actor.offload.offload_params"]),  # no reference model
+        (["worker.actor.model.lora.rank=8"], ["worker.actor.offload.offload_params"]),  # the actor is it
+        (["algorithm.adv_estimator=gae", "worker.critic.global_batch_size=8",
+          "worker.critic.model.model_path=Qwen/Qwen2.5-0.5B-Instruct",
+          "worker.critic.offload.offload_params=true"],
+         ["worker.actor.offload.offload_params", "worker.ref.offload.offload_params",
+          "worker.critic.offload.offload_params"]),
+    ],
+)  # fmt: skip
+def test_the_offload_line_names_only_models_the_run_has(blueprint, overrides, named):
+    from r1cloud.spec import load_spec
+    from r1cloud.trainer.offload import note
+
+    base = ["algorithm.disable_kl=false", "worker.actor.offload.offload_params=true"]
+    base += ["worker.ref.offload.offload_params=true"]
+    spec = load_spec(blueprint(), base + overrides).spec
+    assert note(spec, cuda=True) == "[offload] " + ", ".join(named)

@@ -26,8 +26,12 @@ def policy(fsdp_cfg, cuda: bool) -> dict:
 
 def note(spec, cuda: bool) -> str | None:
     """The run's one line on offload when a blueprint asks for it, or None."""
-    w = spec.worker
-    roles = {"actor": w.actor, "ref": w.ref, "critic": w.critic}
+    w, a = spec.worker, spec.algorithm
+    roles = {"actor": w.actor}  # and the models this run has (LoRA's reference is the actor)
+    if not a.disable_kl and not w.actor.model.lora.rank:
+        roles["ref"] = w.ref
+    if a.adv_estimator == "gae":
+        roles["critic"] = w.critic
     between = [
         f"worker.{name}.offload.{key}"
         for name, role in roles.items()
