@@ -492,6 +492,8 @@ class Trainer:
             self.log("[start] workers on " + ", ".join(f"{ip} ×{ips.count(ip)}" for ip in nodes))
         start = self.resume() if self.loader else 0
         forget_after(self.run_dir / "metrics.jsonl", start)
+        if start:
+            self.trackers.resumed(start)
         (self.run_dir / "trainer.json").write_text(
             json.dumps(
                 {

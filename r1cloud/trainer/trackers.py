@@ -75,6 +75,7 @@ class TensorBoard:
         where = Path(base) / spec.trainer.project_name / spec.name if base else run_dir / "tensorboard"
         self.writer = SummaryWriter(str(where))
         self.id, self.where = None, str(where)
+        self.reopen = lambda step: SummaryWriter(str(where), purge_step=step)
         if run_id is None:
             self.writer.add_text("config", "```\n" + json.dumps(run_config(spec), indent=2) + "\n```", 0)
 
@@ -90,6 +91,12 @@ class TensorBoard:
             for r in rows
         ]
         self.writer.add_text("val/generations", "\n".join(cells), step)
+
+    def resumed(self, step: int) -> None:
+        """A run resumed from step `step`: what an earlier attempt logged after it is redone, and
+        TensorBoard's readers drop the earlier points from `step + 1` on (its purge_step)."""
+        self.writer.close()
+        self.writer = self.reopen(step + 1)
 
     def close(self, status: str) -> None:
         self.writer.close()
@@ -262,6 +269,12 @@ class Trackers:
             self.log(f"[logger] {name} {verb} {tracker.where}")
         ids_file.write_text(json.dumps({k: v for k, v in ids.items() if v}))
         self._upload(IDS)
+
+    def resumed(self, step: int) -> None:
+        """The run continues after step `step`; a tracker that can forget later points does."""
+        for name, tracker in self.open.items():
+            if hasattr(tracker, "resumed") and name not in self.broken:
+                tracker.resumed(step)
 
     def record(self, step: int, metrics: dict, saved: bool = False) -> None:
         """One step's line; the bucket's copy is refreshed at each checkpoint (`saved`: a recovery
