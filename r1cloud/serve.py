@@ -216,6 +216,18 @@ def failure_cause(lines: list[str]) -> str | None:
     return None
 
 
+def _passed_length(extra: list[str]) -> int | None:
+    """A `--max-model-len` passed through to vLLM after `--` (the last one wins, as in vLLM)."""
+    found = None
+    for i, a in enumerate(extra):
+        value = a.partition("=")[2] if a.startswith("--max-model-len=") else None
+        if a == "--max-model-len" and i + 1 < len(extra):
+            value = extra[i + 1]
+        if value is not None and value.isdigit():
+            found = int(value)
+    return found
+
+
 def kv_cache_env(model_path: str, max_model_len: int | None, extra: list[str]) -> dict[str, str]:
     """vLLM's CPU build sizes its KV cache from VLLM_CPU_KVCACHE_SPACE (GiB), else claims most of
     the machine's memory and fails when other processes hold some. Sized here to four sequences of
@@ -235,7 +247,7 @@ def kv_cache_env(model_path: str, max_model_len: int | None, extra: list[str]) -
     head_dim = text.get("head_dim") or (text.get("hidden_size", 0) // heads)
     per_token = 2 * text.get("num_hidden_layers", 0) * (text.get("num_key_value_heads") or heads) * head_dim
     per_token *= 4 if str(text.get("torch_dtype") or config.get("torch_dtype")) == "float32" else 2
-    length = max_model_len or min(text.get("max_position_embeddings") or 8192, 32768)
+    length = _passed_length(extra) or max_model_len or min(text.get("max_position_embeddings") or 8192, 32768)
     return {"VLLM_CPU_KVCACHE_SPACE": str(max(1, math.ceil(per_token * length * 4 / 1024**3)))}
 
 

@@ -220,6 +220,9 @@ def test_vllm_cpu_kv_cache_is_sized_to_the_model_not_the_machine(tmp_path, monke
     # K and V × 28 layers × 4 heads × 128 dims × 2 bytes × 32768 tokens (the cap) × 4 sequences = 7 GiB
     assert kv_cache_env(str(tmp_path), None, []) == {"VLLM_CPU_KVCACHE_SPACE": "7"}
     assert kv_cache_env(str(tmp_path), 2048, []) == {"VLLM_CPU_KVCACHE_SPACE": "1"}  # at least 1
+    # --max-model-len passed to vLLM after `--` sizes the cache (and wins over the option, as in vLLM)
+    assert kv_cache_env(str(tmp_path), None, ["--max-model-len", "65536"]) == {"VLLM_CPU_KVCACHE_SPACE": "14"}
+    assert kv_cache_env(str(tmp_path), 2048, ["--max-model-len=65536"]) == {"VLLM_CPU_KVCACHE_SPACE": "14"}
     assert kv_cache_env(str(tmp_path), None, ["--gpu-memory-utilization", "0.5"]) == {}
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "3")
     assert kv_cache_env(str(tmp_path), None, []) == {}
