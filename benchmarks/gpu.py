@@ -20,6 +20,9 @@ wheels, see `scripts/gpu-wheels`):
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
   PYTHONPATH=/tmp/site:. python3 benchmarks/gpu.py --out $OUT
 
+(with `carry: [".whl"]`; a call may run 10 minutes: `--only checks,offload,attention` in one call
+and `--only mfu` in the next fits).
+
 On CPU, `--quick` runs every section on tiny shapes (gloo instead of nccl): what the tests run.
 Prints a report (markdown) and writes it with the raw numbers to --out (report.md, gpu.json).
 """

@@ -94,7 +94,9 @@ def flex_mask(segments, n: int, device):
         shared = (prompt_of[qi] == owner[ki]) & is_prompt[ki]
         return (ki <= qi) & (mine | shared)
 
-    return create_block_mask(mask_mod, None, None, n, n, device=device)
+    # compiled on a GPU: uncompiled, it would evaluate the mask at all N² pairs at once
+    compiled = {"_compile": True} if torch.device(device).type == "cuda" else {}
+    return create_block_mask(mask_mod, None, None, n, n, device=device, **compiled)
 
 
 _FLEX = {}
@@ -186,21 +188,28 @@ def measure(groups, prompt, response, g, dtype, device, heads=12, kv_heads=2, di
     ref = reference(q, k, v, segments, scale)
     # forward 4·H·D per pair (two matmuls); backward 2.5× that, as flash-attention counts it
     flops = 3.5 * 4 * heads * dim * pairs(segments)
-    seg = Segments.build(segments, list(range(n)), device)
-    candidates = {
-        "segments": lambda q, k, v: run_segments(q, k, v, seg, scale),
-        "flex": lambda q, k, v, m=flex_mask(segments, n, device): run_flex(q, k, v, m, scale),
-    }
+    # each candidate's preparation per packed row (what a micro-batch would pay), then its kernel
+    prepare = {
+        "segments": lambda: (lambda q, k, v, s=Segments.build(segments, list(range(n)), device): run_segments(
+            q, k, v, s, scale)),
+        "flex": lambda: (lambda q, k, v, m=flex_mask(segments, n, device): run_flex(q, k, v, m, scale)),
+    }  # fmt: skip
     if q.is_cuda:
-        inputs = varlen_inputs(segments, device)
-        candidates["varlen"] = lambda q, k, v: run_varlen(q, k, v, inputs, scale)
+        prepare["varlen"] = lambda: (
+            lambda q, k, v, i=varlen_inputs(segments, device): run_varlen(q, k, v, i, scale)
+        )
     result = {"shape": f"{groups}×({prompt} + {g}×{response})", "tokens": n, "dtype": str(dtype)[6:]}
-    for name, fn in candidates.items():
+    for name, make in prepare.items():
         # FlexAttention has no backward pass on CPU: its mask is checked forward only there
         backward = q.is_cuda or name != "flex"
         leaves = [x.detach().clone().requires_grad_(backward) for x in (q, k, v)]
         _GRAD[:] = [torch.randn_like(leaves[0])]
         try:
+            t0 = time.perf_counter()
+            fn = make()
+            if q.is_cuda:
+                torch.cuda.synchronize()
+            prep = time.perf_counter() - t0
             seconds, out = _time(fn, *leaves, iters, backward)
         except torch.OutOfMemoryError:
             result[name] = {"error": "out of memory"}
@@ -210,7 +219,12 @@ def measure(groups, prompt, response, g, dtype, device, heads=12, kv_heads=2, di
             result[name] = {"error": f"{type(e).__name__}: {str(e)[:160]}"}
             continue
         err = float((out.double() - ref).norm() / ref.norm())
-        result[name] = {"ms": seconds * 1e3, "tflops": flops / seconds / 1e12, "rel_err": err}
+        result[name] = {
+            "ms": seconds * 1e3,
+            "tflops": flops / seconds / 1e12,
+            "rel_err": err,
+            "prep_ms": prep * 1e3,
+        }
     if q.is_cuda:
         result["varlen-unshared"] = _unshared(
             groups, prompt, response, g, dtype, device, heads, kv_heads, dim, iters
@@ -263,7 +277,8 @@ def table(results: list[dict]) -> list[str]:
             elif "error" in c:
                 cells.append(c["error"][:40])
             else:
-                cells.append(f"{c['ms']:.2f} ms, {c['tflops']:.0f} TF/s, err {c['rel_err']:.1e}")
+                prep = f" (+{c['prep_ms']:.1f} ms to prepare)" if "prep_ms" in c else ""
+                cells.append(f"{c['ms']:.2f} ms{prep}, {c['tflops']:.0f} TF/s, err {c['rel_err']:.1e}")
         lines.append(f"| {r['shape']} {r['dtype']} | {r['tokens']} | " + " | ".join(cells) + " |")
     return lines
 
