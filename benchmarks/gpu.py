@@ -13,6 +13,7 @@ rollout engine. Sections (`--only`):
   attention  packed attention four ways (gpu_attention.py), Qwen2.5-1.5B-shaped
   mfu        the actor update's forward and backward (gpu_mfu.py): tokens/s and MFU, 0.5B and 1.5B
              shapes, 8k-32k-token micro-batches, gradient checkpointing on and off, a profile
+  mfu7b      the same for a Qwen2.5-7B shape on one GPU: bf16 weights, adamw_bf16, checkpointing
 
 On the GPU machine (python3 there has torch, transformers and peft; pydantic and datasets travel as
 wheels, see `scripts/gpu-wheels`):
@@ -20,8 +21,8 @@ wheels, see `scripts/gpu-wheels`):
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
   PYTHONPATH=/tmp/site:. python3 benchmarks/gpu.py --out $OUT
 
-(with `carry: [".whl"]`; a call may run 10 minutes: `--only checks,offload,attention` in one call
-and `--only mfu` in the next fits).
+(with `carry: [".whl"]`; a call may run 10 minutes: `--only checks,offload,attention` in one call,
+`--only mfu` and `--only mfu7b` in the next ones).
 
 On CPU, `--quick` runs every section on tiny shapes (gloo instead of nccl): what the tests run.
 Prints a report (markdown) and writes it with the raw numbers to --out (report.md, gpu.json).
@@ -49,7 +50,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT), str(ROOT / "tests" / "trainer")]
 
-SECTIONS = ("checks", "offload", "attention", "mfu")
+SECTIONS = ("checks", "offload", "attention", "mfu", "mfu7b")
 
 
 # ---------------------------------------------------------------------------- the worker, no Ray
@@ -238,12 +239,11 @@ def main(argv: list[str] | None = None) -> int:
                     "; ".join(f"{name} {e:.1e}" for name, e in errors),
                     "1e-2 (bf16), 1e-5 (fp32)",
                 )
-            elif section == "mfu":
+            elif section in ("mfu", "mfu7b"):
                 import gpu_mfu
 
-                report.sections["actor update: tokens/s and MFU"] = gpu_mfu.run(
-                    report, work, cuda, args.quick
-                )
+                title = "actor update: tokens/s and MFU" + (" (7B)" if section == "mfu7b" else "")
+                report.sections[title] = gpu_mfu.run(report, work, cuda, args.quick, big=section == "mfu7b")
         except Exception as e:  # the other sections still run; the report says what crashed
             report.failed(section, e)
         finally:

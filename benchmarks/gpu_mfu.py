@@ -22,8 +22,11 @@ from gpu import make_run, release, worker
 SHAPES = {  # Qwen2.5's configs (hidden, layers, heads, kv heads, intermediate, vocabulary)
     "0.5B": (896, 24, 14, 2, 4864, 151936),
     "1.5B": (1536, 28, 12, 2, 8960, 151936),
+    "7B": (3584, 28, 28, 4, 18944, 152064),  # its output layer is its own (not tied)
     "tiny": (64, 2, 2, 1, 128, 1000),
 }
+# 7B on one 80 GiB GPU: bf16 weights and AdamW's moments in bf16 (15 + 15 + 30 GiB), checkpointing
+BIG = ["worker.actor.fsdp.torch_dtype=bf16", "worker.actor.optim.strategy=adamw_bf16"]
 PEAK = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 PROMPT, ANSWERS = 512, 8
 
@@ -40,7 +43,7 @@ def make_model(where: Path, shape: str) -> Path:
     config = Qwen2Config(
         vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
         num_attention_heads=heads, num_key_value_heads=kv, max_position_embeddings=65536,
-        tie_word_embeddings=True, rope_theta=1e6, torch_dtype="bfloat16",
+        tie_word_embeddings=shape != "7B", rope_theta=1e6, torch_dtype="bfloat16",
     )  # fmt: skip
     device = "cuda" if torch.cuda.is_available() else "cpu"
     with torch.device(device):
@@ -137,43 +140,51 @@ def profile(w, tokens: int, prompt: int) -> list[str]:
     return ["```", *table.splitlines(), "```"]
 
 
-def run(report, work: Path, cuda: bool, quick: bool) -> list[str]:
+def plan(cuda: bool, quick: bool, big: bool) -> list[tuple[str, bool, list[str], list[int]]]:
+    """(shape, gradient checkpointing, overrides, token budgets) per worker to build."""
+    if quick or not cuda:  # the same paths on a tiny model
+        return [("tiny", True, BIG, [64])] if big else [("tiny", c, [], [64]) for c in (False, True)]
+    if big:
+        return [("7B", True, BIG, [8192, 16384, 32768])]
+    return [(shape, c, [], [8192, 16384, 32768]) for shape in ("0.5B", "1.5B") for c in (False, True)]
+
+
+def run(report, work: Path, cuda: bool, quick: bool, big: bool = False) -> list[str]:
     from gpu_checks import _models
 
     from tinyrun import tiny_blueprint
 
     _, reward = _models(work)
-    shapes = ["tiny"] if quick or not cuda else ["0.5B", "1.5B"]
-    budgets = [64] if quick or not cuda else [8192, 16384, 32768]
     prompt = 16 if quick or not cuda else PROMPT
     lines = ["| model | checkpointing | tokens | fwd+bwd s | tokens/s | TFLOP/s | MFU | update s | peak GiB |",
              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     profiled: list[str] = []
     results = []
-    for shape in shapes:
+    for shape, ckpt, extra, budgets in plan(cuda, quick, big):
         model = make_model(work / f"mfu-{shape}", shape)
-        for ckpt in (False, True):
-            over = [
-                "trainer.n_gpus_per_node=1", "algorithm.disable_kl=true", "algorithm.use_kl_loss=false",
-                f"worker.actor.model.enable_gradient_checkpointing={str(ckpt).lower()}",
-                f"worker.actor.fsdp.mp_param_dtype={'bf16' if cuda else 'fp32'}",
-            ]  # fmt: skip
-            run_dir = make_run(work, f"mfu-{shape}-{ckpt}", tiny_blueprint(model, reward), over)
-            from r1cloud.spec import load_resolved
+        over = [
+            "trainer.n_gpus_per_node=1", "algorithm.disable_kl=true", "algorithm.use_kl_loss=false",
+            f"worker.actor.model.enable_gradient_checkpointing={str(bool(ckpt)).lower()}",
+            f"worker.actor.fsdp.mp_param_dtype={'bf16' if cuda else 'fp32'}", *extra,
+        ]  # fmt: skip
+        run_dir = make_run(work, f"mfu-{shape}-{ckpt}-{len(extra)}", tiny_blueprint(model, reward), over)
+        from r1cloud.spec import load_resolved
 
-            w = worker(load_resolved(run_dir / "spec.yaml"))
-            try:
-                for tokens in budgets:
-                    r = measure(w, shape, tokens, cuda, prompt, iters=1 if quick else 3)
-                    r.update(model=shape, checkpointing=ckpt)
-                    results.append(r)
-                    print(r, flush=True)
-                if cuda and shape == shapes[-1] and not ckpt:
-                    profiled = profile(w, 16384, prompt)
-            finally:
-                w.shutdown()
-                del w
-                release()
+        w = worker(load_resolved(run_dir / "spec.yaml"))
+        try:
+            for tokens in budgets:
+                r = measure(w, shape, tokens, cuda, prompt, iters=1 if quick else 3)
+                r.update(
+                    model=shape + (" (bf16 weights, adamw_bf16)" if extra else ""), checkpointing=bool(ckpt)
+                )
+                results.append(r)
+                print(r, flush=True)
+            if cuda and shape == "1.5B" and not ckpt:
+                profiled = profile(w, 16384, prompt)
+        finally:
+            w.shutdown()
+            del w
+            release()
     for r in results:
         if "error" in r:
             lines.append(f"| {r['model']} | {r['checkpointing']} | {r['tokens']} | {r['error']} | | | | | |")
@@ -186,7 +197,8 @@ def run(report, work: Path, cuda: bool, quick: bool) -> list[str]:
         )
     done = [r for r in results if "error" not in r]
     report.check(
-        "actor update measured at every shape (forward + backward, then with the optimizer step)",
+        f"actor update{' of a 7B' if big else ''} measured at every shape (forward + backward, then with the "
+        "optimizer step)",
         len(done) == len(results) and all(r["tokens_per_s"] > 0 for r in done),
         f"{len(done)} of {len(results)} shapes ran; best MFU "
         + (
