@@ -121,10 +121,11 @@ def make_run(work: Path, name: str, blueprint: str, overrides: list[str]) -> Pat
     return run
 
 
-def gpu_overrides(cuda: bool, precision: str = "bf16") -> list[str]:
-    """One worker; on CUDA, EasyR1's default precision (fp32 weights, bf16 compute, bf16 engine)."""
+def gpu_overrides(precision: str) -> list[str]:
+    """One worker and the hf engine; with "bf16", EasyR1's default precision on GPUs (fp32
+    weights, bf16 compute, a bf16 reference and engine)."""
     out = ["trainer.n_gpus_per_node=1", "worker.rollout.name=hf"]
-    if cuda and precision == "bf16":
+    if precision == "bf16":
         out += [
             "worker.actor.fsdp.mp_param_dtype=bf16",
             "worker.ref.fsdp.mp_param_dtype=bf16",

@@ -63,7 +63,8 @@ def finite(rows: list[dict], keys=("actor/pg_loss", "actor/grad_norm", "reward/o
 
 
 def run(report, work: Path, cuda: bool, quick: bool) -> None:
-    over = gpu_overrides(cuda) + ["trainer.save_freq=1", "trainer.val_freq=-1"]
+    precision = "bf16" if cuda else "fp32"  # the run as EasyR1 runs on GPUs; exact numbers here
+    over = gpu_overrides(precision) + ["trainer.save_freq=1", "trainer.val_freq=-1"]
     bp = _blueprint(work)
     run_dir = make_run(work, "grpo", bp, [*over, "trainer.max_steps=3"])
     with trainer(run_dir) as t:
@@ -82,7 +83,7 @@ def run(report, work: Path, cuda: bool, quick: bool) -> None:
     report.check(
         "weight sync: the hf engine holds the actor's weights", synced == 0.0, f"max |Δ| {synced:g}", "0"
     )
-    limit = 5e-2 if cuda else 1e-4  # bf16 compute on CUDA: trainer and engine round differently
+    limit = 1e-1 if cuda else 1e-4  # bf16 compute on CUDA: trainer and engine round differently
     report.check(
         "sampling log-probs (hf engine) against the trainer's, after the sync",
         agree < limit,
@@ -109,18 +110,16 @@ def run(report, work: Path, cuda: bool, quick: bool) -> None:
             f"{max_diff(before[1], after[1]):g}; step 4 grad norm {m4['actor/grad_norm']:.3f}",
             "0",
         )
-        if cuda:
-            packed_checks(report, w, "bf16", work)
     release()
-    fp32 = make_run(work, "fp32", bp, gpu_overrides(cuda, "fp32"))
     from r1cloud.spec import load_resolved
 
-    w = worker(load_resolved(fp32 / "spec.yaml"))
-    try:
-        packed_checks(report, w, "fp32", work)
-    finally:
-        w.shutdown()
-    release()
+    for precision in ("fp32", "bf16"):  # bf16 compute runs on CPU too: the same code path
+        w = worker(load_resolved(make_run(work, precision, bp, gpu_overrides(precision)) / "spec.yaml"))
+        try:
+            packed_checks(report, w, precision, work)
+        finally:
+            w.shutdown()
+        release()
     lora_run(report, work, cuda)
     vlm_run(report, work, cuda)
 
@@ -203,18 +202,19 @@ def packed_checks(report, w, precision: str, work: Path) -> None:
                 f"fp32 log-probs and entropy (head.py) vs transformers' full logits, T={temperature}",
                 d_ref <= 1e-5 and d_ent <= 1e-5, f"log-prob {d_ref:.1e}, entropy {d_ent:.1e}", "1e-5",
             )  # fmt: skip
-        else:  # bf16 compute: packing must add no error beyond bf16's own (vs the fp32 model)
+        else:  # bf16 compute: two bf16 computations of one value differ by up to twice bf16's own
+            # error against fp32; packing must add nothing beyond that
             report.check(
                 f"bf16 packed vs each alone, within bf16's own error vs fp32, T={temperature}",
-                d_alone <= max(d_ref, 1e-6), f"packed vs alone {d_alone:.1e}; bf16 vs fp32 {d_ref:.1e} "
-                f"(entropy {d_ent:.1e})", "bf16 vs fp32",
+                d_alone <= 2 * d_ref, f"packed vs alone {d_alone:.1e}; bf16 vs fp32 {d_ref:.1e} "
+                f"(entropy {d_ent:.1e})", "2 × (bf16 vs fp32)",
             )  # fmt: skip
     del plain
     release()
 
 
 def lora_run(report, work: Path, cuda: bool) -> None:
-    over = gpu_overrides(cuda) + ["worker.actor.model.lora.rank=8", "worker.actor.model.lora.alpha=16",
+    over = gpu_overrides("bf16" if cuda else "fp32") + ["worker.actor.model.lora.rank=8", "worker.actor.model.lora.alpha=16",
                                   "trainer.max_steps=2", "trainer.val_freq=-1"]  # fmt: skip
     run_dir = make_run(work, "lora", _blueprint(work), over)
     with trainer(run_dir) as t:
@@ -222,7 +222,7 @@ def lora_run(report, work: Path, cuda: bool) -> None:
         w = t.workers[0].worker
         agree = engine_vs_trainer(t, w)
     rows = metrics(run_dir)
-    limit = 5e-2 if cuda else 1e-4
+    limit = 1e-1 if cuda else 1e-4
     report.check(
         "LoRA (rank 8): 2 steps train, and the engine samples with the merged adapters",
         len(rows) == 2 and finite(rows) and agree < limit,
@@ -243,7 +243,7 @@ def vlm_run(report, work: Path, cuda: bool) -> None:
     data = shapes.write(work / "shapes", train=16, test=4)
     model = make_tiny_vlm(work / "tinyvl")
     bp = tiny_vl_blueprint(model, data, _models(work)[1])
-    run_dir = make_run(work, "vlm", bp, [*gpu_overrides(cuda), "trainer.val_freq=-1"])
+    run_dir = make_run(work, "vlm", bp, [*gpu_overrides("bf16" if cuda else "fp32"), "trainer.val_freq=-1"])
     with trainer(run_dir) as t:
         t.fit()
     rows = metrics(run_dir)
@@ -284,7 +284,7 @@ def offload(report, work: Path, cuda: bool, quick: bool) -> None:
     bp = tiny_blueprint(model, reward)
     # validate refuses the policy with accumulation in the spec (as EasyR1 does); the micro-batches
     # are given to the update directly here, two of them: that is the check
-    base = [*gpu_overrides(cuda, "fp32"), "algorithm.disable_kl=true", "algorithm.use_kl_loss=false",
+    base = [*gpu_overrides("fp32"), "algorithm.disable_kl=true", "algorithm.use_kl_loss=false",
             "worker.actor.micro_batch_size_per_device_for_update=16"]  # fmt: skip
     variants = {
         "none": [],
