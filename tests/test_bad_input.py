@@ -250,15 +250,19 @@ def test_merging_a_corrupt_checkpoint_is_one_line(cli, tmp_path, shard, config, 
     assert not (tmp_path / "out").exists()
 
 
-def _bomb(d):
-    """A 600-byte file whose last alias would expand to 10 million values."""
-    lines = [
-        "worker:",
-        "  reward:",
-        "    reward_function_kwargs:",
-        "      a0: &a0 [x, x, x, x, x, x, x, x, x, x]",
-    ]
-    lines += [f"      a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 8)]
+def _bomb(d, mappings: bool = False):
+    """A 600-byte file whose last alias would expand to 10 million values (lists of lists, or
+    mappings of mappings, which reading the file's keys used to walk at every alias)."""
+    lines = ["worker:", "  reward:", "    reward_function_kwargs:"]
+    if mappings:
+        lines += ["      a0: &a0 {" + ", ".join(f"k{j}: x" for j in range(10)) + "}"]
+        lines += [
+            f"      a{i}: &a{i} {{" + ", ".join(f"k{j}: *a{i - 1}" for j in range(10)) + "}"
+            for i in range(1, 8)
+        ]
+    else:
+        lines += ["      a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+        lines += [f"      a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 8)]
     return _write(d, "bomb.yaml", "\n".join(lines) + "\n")
 
 
@@ -276,6 +280,7 @@ def _bomb(d):
         (["validate", "Q", "worker.rollout.val_override_config={max_tokens: -5}"], "max_tokens: -5 is not valid"),
         (["validate", "Q", "worker.reward.reward_function_kwargs={a: .nan}"], "reward_function_kwargs: holds nan"),
         (["validate", "BOMB", "--json"], "reward_function_kwargs: is too large or too deep"),
+        (["validate", "MAPBOMB"], "reward_function_kwargs: is too large or too deep"),
         (["validate", "BIG"], "not valid YAML: Exceeds the limit (4300 digits)"),
         (["validate", "KEYS"], "true: YAML reads this key as a boolean, not a name"),
         (["validate", "Q", "config="], "config= is empty"),
@@ -297,6 +302,7 @@ def test_bad_values_and_flags_are_refused_in_one_line(cli, tmp_path, monkeypatch
     files = {
         "Q": lambda: _quickstart(tmp_path),
         "BOMB": lambda: _bomb(tmp_path),
+        "MAPBOMB": lambda: _bomb(tmp_path, mappings=True),
         "BIG": lambda: _write(tmp_path, "big.yaml", "data:\n  rollout_batch_size: " + "9" * 5000 + "\n"),
         "KEYS": lambda: _write(tmp_path, "keys.yaml", "true: 1\nname: keys-test\n"),
         "FILE": lambda: _write(tmp_path, "plain.txt", "not a checkpoint"),

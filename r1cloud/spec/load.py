@@ -95,7 +95,7 @@ def read_yaml(path: Path) -> tuple[dict, Origins, list[Problem]]:
         data = loader.construct_document(node) if node is not None else {}
         origins: Origins = {}
         problems: list[Problem] = []
-        _walk(node, (), shown, origins, problems)
+        _walk(node, (), shown, origins, problems, set())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{shown}:{mark.line + 1}" if mark else shown
@@ -123,12 +123,19 @@ def read_yaml(path: Path) -> tuple[dict, Origins, list[Problem]]:
                 )
             ],
         )
-    _drop_non_string_keys(data, (), origins, problems)
+    _drop_non_string_keys(data, (), origins, problems, set())
     return data, origins, problems
 
 
-def _drop_non_string_keys(tree: dict, prefix: Key, origins: Origins, problems: list[Problem]) -> None:
-    """YAML reads `true:` or `1:` as a boolean or number key, which no setting is: said, and dropped."""
+def _drop_non_string_keys(
+    tree: dict, prefix: Key, origins: Origins, problems: list[Problem], seen: set
+) -> None:
+    """YAML reads `true:` or `1:` as a boolean or number key, which no setting is: said, and dropped.
+    A mapping reached again through an alias is not walked again (`seen`): aliases of aliases would
+    make that exponential."""
+    if id(tree) in seen:
+        return
+    seen.add(id(tree))
     for key in list(tree):
         if not isinstance(key, str):
             raw = next(
@@ -141,7 +148,7 @@ def _drop_non_string_keys(tree: dict, prefix: Key, origins: Origins, problems: l
             )
             del tree[key]
         elif isinstance(tree[key], dict):
-            _drop_non_string_keys(tree[key], (*prefix, key), origins, problems)
+            _drop_non_string_keys(tree[key], (*prefix, key), origins, problems, seen)
 
 
 def _cut(text: str, most: int = 120) -> str:
@@ -149,9 +156,12 @@ def _cut(text: str, most: int = 120) -> str:
     return text if len(text) <= most else f"{text[: most - 1]}…"
 
 
-def _walk(node: Any, prefix: Key, shown: str, origins: Origins, problems: list[Problem]) -> None:
-    if not isinstance(node, yaml.MappingNode):
+def _walk(node: Any, prefix: Key, shown: str, origins: Origins, problems: list[Problem], walked: set) -> None:
+    """Each key's `file:line`, and keys written twice. A mapping reached again through an alias is
+    walked once (`walked`): its keys' lines are where the anchor is written."""
+    if not isinstance(node, yaml.MappingNode) or id(node) in walked:
         return
+    walked.add(id(node))
     seen: set[str] = set()
     for knode, vnode in node.value:
         key = str(knode.value)
@@ -166,7 +176,7 @@ def _walk(node: Any, prefix: Key, shown: str, origins: Origins, problems: list[P
         if written_here:
             seen.add(key)
         origins[path] = where
-        _walk(vnode, path, shown, origins, problems)
+        _walk(vnode, path, shown, origins, problems, walked)
 
 
 # --------------------------------------------------------------------------- overrides
