@@ -15,7 +15,7 @@ from r1cloud.jobs.store import Job
 @pytest.fixture
 def store(tmp_path, monkeypatch):
     """A job store holding one good finished job (`good`, its metrics.jsonl's last line cut by a
-    kill mid-write) and four damaged ones."""
+    kill mid-write) and six damaged ones."""
     home = tmp_path / "home"
     monkeypatch.setenv("R1CLOUD_HOME", str(home))
     jobs = home / "jobs"
@@ -35,6 +35,8 @@ def store(tmp_path, monkeypatch):
     job("listed", "[1, 2]")
     job("broken", "{broken")
     job("typed", json.dumps({**good, "name": "typed", "status": 5}))
+    job("noname", {k: v for k, v in good.items() if k != "name"})
+    job("elsewhere", {**good, "name": "../evil"})  # a name not its folder's: no path is built from it
     job("badspec", {**good, "name": "badspec"}, spec="a: [\n")
     return jobs
 
@@ -46,20 +48,31 @@ def test_damaged_jobs_are_listed_as_damaged_and_the_others_as_usual(cli, store):
     assert (
         "SUCCEEDED" in rows["good"] and "2" in rows["good"] and "0.200" in rows["good"]
     )  # the cut line skipped
-    assert all("DAMAGED" in rows[n] for n in ("listed", "broken", "typed"))
+    assert all("DAMAGED" in rows[n] for n in ("listed", "broken", "typed", "noname", "elsewhere"))
     assert (
         "listed: job.json holds a JSON list" in r.stderr and "broken: job.json is not valid JSON" in r.stderr
     )
     assert "typed: job.json has status of the wrong type" in r.stderr
+    assert "noname: job.json has no name" in r.stderr and "elsewhere: job.json names '../evil'" in r.stderr
 
 
-@pytest.mark.parametrize("command", ["status", "logs", "checkpoints", "stop"])
-@pytest.mark.parametrize("name", ["listed", "broken", "typed"])
+@pytest.mark.parametrize("command", ["status", "logs", "checkpoints", "stop", "plot"])
+@pytest.mark.parametrize("name", ["listed", "broken", "typed", "noname", "elsewhere"])
 def test_a_damaged_job_is_one_line(cli, store, command, name):
     r = cli(command, name)
     assert r.exit_code == 2, r.stdout + r.stderr
     assert f"error: job {name!r} is damaged" in r.stderr and str(store / name) in r.stderr
     assert (store / name / "job.json").exists()  # nothing removed
+
+
+@pytest.mark.parametrize("command", ["logs", "checkpoints", "stop", "plot"])
+def test_with_every_job_damaged_a_command_without_a_name_says_so(cli, store, command):
+    import shutil
+
+    for name in ("good", "badspec"):
+        shutil.rmtree(store / name)
+    r = cli(command)
+    assert r.exit_code == 2 and "error: no job to show: " in r.stderr and "noname" in r.stderr, r.stderr
 
 
 def test_a_damaged_spec_is_said_and_the_rest_shown(cli, store):

@@ -125,6 +125,11 @@ def find_job(name: str | None):
     store = job_store()
     if name is None:
         job = store.latest()
+        if job is None and (damaged := [j.name for j in store.list()]):  # every record is damaged
+            fail(
+                f"error: no job to show: {', '.join(damaged)} {'is' if len(damaged) == 1 else 'are'} damaged",
+                ["`r1cloud jobs` says why; remove a damaged job's folder to forget it"],
+            )
         if job is None:
             fail("error: no jobs yet", ["start one with: r1cloud train blueprints/quickstart.yaml"])
         return store, job

@@ -74,6 +74,11 @@ class NoSuchJob(Exception):
     pass
 
 
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
 class DamagedJob(NoSuchJob):
     """A job folder whose job.json cannot be read as a job record: (name, what is wrong)."""
 
@@ -193,6 +198,9 @@ class JobStore:
             raise DamagedJob(name, f"job.json is not valid JSON ({e.msg}, line {e.lineno})") from None
         if not isinstance(data, dict):
             raise DamagedJob(name, f"job.json holds a JSON {type(data).__name__}, not a job record")
+        if data.get("name") != name:  # the folder's name is the job's: any other is not its record
+            said = f"names {_short(data['name'])}, not {name!r}" if "name" in data else "has no name"
+            raise DamagedJob(name, f"job.json {said}")
         job = Job(**{k: v for k, v in data.items() if k in Job.__dataclass_fields__})
         if bad := _wrong_fields(job):
             raise DamagedJob(name, f"job.json has {', '.join(bad)} of the wrong type")
@@ -238,5 +246,6 @@ class JobStore:
         return sorted(jobs, key=lambda j: j.created_at)
 
     def latest(self) -> Job | None:
-        jobs = self.list()
+        """The job started last, leaving out damaged records (they have no time of their own)."""
+        jobs = [j for j in self.list() if j.status != "DAMAGED"]
         return max(jobs, key=lambda j: j.started_at or j.created_at) if jobs else None
