@@ -304,6 +304,8 @@ def _bomb(d, mappings: bool = False):
         (["train", "Q", "--env", "1X=y", "--dry-run"], "'1X' is not an environment variable name"),
         (["train", "Q", "--env", "A.B=c", "--dry-run"], "'A.B' is not an environment variable name"),
         (["train", "no-such-job", "--resume"], "no job named 'no-such-job'"),
+        (["train", "a" * 300, "--resume"], "no job named 'aaaa"),
+        (["train", "a" * 300 + ".yaml", "--resume"], "cannot read aaaa"),
         (["logs", "--tail", "-5"], "Invalid value for '--tail'"),
         (["checkpoints", "FILE"], "is a file"),
         (["merge", "FILE"], "is a file"),

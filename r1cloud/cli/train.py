@@ -124,12 +124,16 @@ def train(
 
     store = job_store()
     source = Path(target)
+    try:
+        a_file = source.is_file()
+    except (OSError, ValueError):  # a name too long to be a path, a NUL in it: no file (load says so)
+        a_file = False
     resuming_job = (
-        resume and not source.is_file() and store.has(target) and (store.path(target) / "spec.yaml").is_file()
+        resume and not a_file and store.has(target) and (store.path(target) / "spec.yaml").is_file()
     )
     if resuming_job:
         source = store.path(target) / "spec.yaml"
-    elif resume and not source.is_file() and not target.endswith((".yaml", ".yml", ".sh")):
+    elif resume and not a_file and not target.endswith((".yaml", ".yml", ".sh")):
         find_job(target)  # not a file and not a job: "no job named …", with the closest names
     for flag, value in (("--gpu", gpu), ("--infra", infra), ("--name", name), ("--bucket", bucket)):
         if value is not None and not value.strip():
