@@ -369,6 +369,11 @@ def test_a_cloud_job_folder_that_is_a_system_folder_or_too_big_is_refused(cli, t
         f.truncate(3 << 30)
     r = cli("train", bp, *cloud)
     assert r.exit_code == 2 and "holds more than 2 GiB" in r.stderr, r.stderr
+    (project / ".skyignore").write_text("# what SkyPilot leaves out\n/data/big.bin\n")  # as SkyPilot reads it
+    assert cli("train", bp, *cloud).exit_code == 0
+    (project / ".skyignore").write_text("*.jsonl\n")
+    r = cli("train", bp, *cloud)  # the big file is uploaded again
+    assert r.exit_code == 2 and "holds more than 2 GiB" in r.stderr, r.stderr
 
 
 # --------------------------------------------------------------------------- the CLI's whole surface

@@ -137,7 +137,12 @@ def merge(
     from ..merge import merge as do_merge
 
     try:
-        if out_dir is not None:
+        if out_dir is not None:  # one path for the check and the write (`--out=~/x`, `--out .`)
+            from ..spec.load import expand
+
+            out_dir = expand(out_dir).resolve()
+            if base is not None and expand(base).resolve() == out_dir:
+                raise MergeError(f"--out {out_dir} is the --base model's folder: give a new folder")
             check_out(out_dir, chosen, force)
         with Progress(
             TextColumn("merging {task.description}"),

@@ -94,17 +94,28 @@ WORKDIR_LIMIT = 2 << 30  # bytes: what SkyPilot uploads with every launch
 
 def _size_up_to(root: Path, limit: int) -> int:
     """The bytes SkyPilot would upload from `root`, counted until they pass `limit` (then a number
-    above it). In a git work tree, as SkyPilot does, what .gitignore ignores is left out."""
+    above it). As SkyPilot does: a `.skyignore` there says what is left out; else, in a git work
+    tree, what .gitignore ignores."""
     import subprocess
 
-    listed = subprocess.run(
-        ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        capture_output=True,
-    )
-    if listed.returncode == 0:
-        files = [root / p for p in listed.stdout.decode(errors="replace").split("\0") if p]
-    else:
-        files = [Path(d) / f for d, _, names in os.walk(root) for f in names]
+    ignored = _skyignored(root)
+    files = None
+    if ignored is None:
+        try:
+            listed = subprocess.run(
+                ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                capture_output=True,
+            )
+        except OSError:  # no git here: every file counts
+            listed = None
+        if listed is not None and listed.returncode == 0:
+            files = [root / p for p in listed.stdout.decode(errors="replace").split("\0") if p]
+    if files is None:
+        left_out = ignored or set()
+        files = []
+        for d, dirs, names in os.walk(root):
+            dirs[:] = [x for x in dirs if os.path.join(d, x) not in left_out]
+            files += [Path(d) / f for f in names if os.path.join(d, f) not in left_out]
     total = 0
     for path in files:
         try:
@@ -114,6 +125,23 @@ def _size_up_to(root: Path, limit: int) -> int:
         if total > limit:
             break
     return total
+
+
+def _skyignored(root: Path) -> set[str] | None:
+    """The paths `root/.skyignore` leaves out, matched as SkyPilot 0.14 matches them (a pattern
+    starting with / from the root, any other at any depth); None without the file."""
+    import glob
+
+    try:
+        lines = (root / ".skyignore").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    out: set[str] = set()
+    for line in (x.strip() for x in lines):
+        if line and not line.startswith("#"):
+            pattern = "." + line if line.startswith("/") else "**/" + line
+            out.update(os.path.normpath(p) for p in glob.glob(os.path.join(root, pattern), recursive=True))
+    return out
 
 
 def relative_to(value, root: Path):

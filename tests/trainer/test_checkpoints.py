@@ -244,6 +244,17 @@ def test_merge_never_deletes_what_it_did_not_write(trained, tmp_path):
     assert r.returncode == 2 and "--force to replace it" in r.stderr
     r = r1("merge", f"{ckpts}:step-2", "--out", model, "--dtype", "fp32", "--force")
     assert r.returncode == 0 and f"into {model}" in r.stdout
+    r = r1("merge", f"{ckpts}:step-2", "--out", model, "--base", model, "--force")  # not over its own base
+    assert r.returncode == 2 and "is the --base model's folder" in r.stderr
+    empty = tmp_path / "empty"  # `--out .` in an empty folder: the merge lands there
+    empty.mkdir()
+    r = subprocess.run(
+        [R1CLOUD, "merge", f"{ckpts}:step-1", "--out", ".", "--dtype", "fp32"],
+        cwd=empty,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0 and (empty / "config.json").is_file(), r.stderr
 
 
 def test_merge_push_to_hub_uploads_the_merged_folder(trained, tmp_path):
