@@ -107,3 +107,35 @@ def test_a_script_r1cloud_cannot_read_is_one_line(cli, monkeypatch, tmp_path, bo
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     if code == 2 and "rollout_batch_size" in expected:
         assert lines[0].endswith("run.sh:4)")  # the continued line that sets it
+
+
+def test_bash_quoting_comments_arguments_and_order_as_bash_reads_them(cli, monkeypatch, tmp_path):
+    """What launch scripts write around their command: trailing comments (with $ or backquotes in
+    them), a commented-out alternative, the script's arguments (none: `${1:-default}` takes the
+    default, `"$@"` is no word), `\\$` escaped, assignments in order on one line, an unquoted
+    variable holding several overrides, and other commands (named, never expanded)."""
+    monkeypatch.chdir(EASYR1)
+    monkeypatch.delenv("PROJECT_DIR", raising=False)
+    script = tmp_path / "run.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        "MODEL_PATH=${1:-Qwen/Qwen2.5-0.5B-Instruct}  # or $LOCAL_MODEL, see `ls models`\n"
+        "X=1 Y=p$X\n"
+        'EXTRA="trainer.max_steps=3 trainer.save_freq=-1"\n'
+        "cd $PROJECT_DIR\n"
+        "python3 -m verl.trainer.main config=examples/config.yaml \\\n"
+        "    worker.actor.model.model_path=${MODEL_PATH} \\\n"
+        "    trainer.project_name=$Y \\\n"
+        "    trainer.experiment_name=run\\$HOME \\\n"
+        '    trainer.logger="[\'console\']" $EXTRA "$@"  # trailing words\n'
+    )
+    r = cli("validate", script, "--json")
+    assert r.exit_code == 0, r.stderr
+    spec = json.loads(r.stdout)
+    assert spec["worker"]["actor"]["model"]["model_path"] == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert spec["trainer"]["project_name"] == "p1" and spec["trainer"]["experiment_name"] == "run$HOME"
+    assert spec["trainer"]["logger"] == ["console"] and spec["trainer"]["max_steps"] == 3
+    assert "`cd $PROJECT_DIR` is not run" in r.stderr
+    script.write_text("python3 -m verl.trainer.main config=examples/config.yaml trainer.project_name=$1\n")
+    r = cli("validate", script)
+    assert r.exit_code == 2 and "$1 is the script's argument 1, and r1cloud runs it with none" in r.stderr
