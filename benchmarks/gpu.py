@@ -234,6 +234,14 @@ def main(argv: list[str] | None = None) -> int:
                 report.sections["attention (forward + backward)"] = gpu_attention.table(results)
                 errors = [(f"{r['shape']} {name}", c["rel_err"]) for r in results for name, c in r.items()
                           if isinstance(c, dict) and "rel_err" in c]  # fmt: skip
+                m = gpu_attention.in_model("cuda" if cuda else "cpu")
+                limit = 2 * m["segments_vs_fp32"] if cuda else 1e-5
+                report.check(
+                    f"attention: the varlen candidate inside a model ({m['dtype']}), log-probs against fp32",
+                    m["varlen_vs_fp32"] <= limit,
+                    f"varlen {m['varlen_vs_fp32']:.1e}, the trainer's segments {m['segments_vs_fp32']:.1e}",
+                    "2 × segments' (bf16), 1e-5 (fp32)",
+                )
                 report.check(
                     "attention: every candidate within its dtype's rounding of the float64 reference",
                     all(e < (1e-2 if cuda else 1e-5) for _, e in errors),

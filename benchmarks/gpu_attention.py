@@ -20,9 +20,11 @@ the same reference on its answers and first prompt copy). Shapes are Qwen2.5-1.5
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
 import warnings
+from pathlib import Path
 
 import torch
 
@@ -130,26 +132,123 @@ def varlen_inputs(segments, device):
 
 
 def run_varlen(q, k, v, inputs, scale):
-    """torch.nn.attention.varlen.varlen_attn; its keywords differ between torch releases. Flash
-    takes fewer key heads than query heads as they are; a release that says otherwise gets them
-    repeated."""
+    kv, cu_q, cu_k, max_q, max_k = inputs
+    return varlen_kernel(q, k[kv], v[kv], cu_q, cu_k, max_q, max_k, scale)
+
+
+def varlen_kernel(q, keys, values, cu_q, cu_k, max_q: int, max_k: int, scale):
+    """torch.nn.attention.varlen.varlen_attn on CUDA, causal from the bottom right (a query sees
+    the keys before its segment and its own earlier tokens); elsewhere the same function segment by
+    segment, which checks the indexing around it on CPU. varlen_attn's keywords differ between
+    torch releases; flash takes fewer key heads than query heads as they are, and a release that
+    says otherwise gets them repeated."""
+    if not q.is_cuda:
+        return _varlen_reference(q, keys, values, cu_q, cu_k, scale)
     from torch.nn.attention.varlen import varlen_attn
 
-    kv, cu_q, cu_k, max_q, max_k = inputs
     params = inspect.signature(varlen_attn).parameters
     kw = {"scale": scale} if "scale" in params else {}
     kw.update({"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True})
-    if "enable_gqa" in params and q.shape[1] != k.shape[1]:
+    if "enable_gqa" in params and q.shape[1] != keys.shape[1]:
         kw["enable_gqa"] = True
-    keys, values = k[kv], v[kv]
     try:
         return varlen_attn(q, keys, values, cu_q, cu_k, max_q, max_k, **kw)
     except RuntimeError:
-        if q.shape[1] == k.shape[1]:
+        if q.shape[1] == keys.shape[1]:
             raise
-        rep = q.shape[1] // k.shape[1]
+        rep = q.shape[1] // keys.shape[1]
         keys, values = keys.repeat_interleave(rep, 1), values.repeat_interleave(rep, 1)
         return varlen_attn(q, keys, values, cu_q, cu_k, max_q, max_k, **kw)
+
+
+def _varlen_reference(q, keys, values, cu_q, cu_k, scale):
+    rep = q.shape[1] // keys.shape[1]
+    out = []
+    for s in range(len(cu_q) - 1):
+        qs = q[cu_q[s] : cu_q[s + 1]].transpose(0, 1)
+        ks = keys[cu_k[s] : cu_k[s + 1]].repeat_interleave(rep, 1).transpose(0, 1)
+        vs = values[cu_k[s] : cu_k[s + 1]].repeat_interleave(rep, 1).transpose(0, 1)
+        n_q, n_k = qs.shape[1], ks.shape[1]
+        allowed = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril(n_k - n_q)
+        w = ((qs @ ks.transpose(-1, -2)) * scale).masked_fill(~allowed, float("-inf")).softmax(-1)
+        out.append((w @ vs).transpose(0, 1))
+    return torch.cat(out)
+
+
+def varlen_in_model(module, query, key, value, attention_mask, scaling=None, dropout=0.0, sliding_window=None,
+                    r1cloud_segments=None, **kwargs):  # fmt: skip
+    """attention.py's interface (the trainer's Segments) through varlen_kernel: what the trainer
+    would run on CUDA if this candidate wins. (1, H, N, D) in, (1, N, H, D) out."""
+    if sliding_window or dropout:
+        raise NotImplementedError("the varlen candidate has no sliding window or dropout")
+    seg = r1cloud_segments
+    rows = torch.arange(seg.q.shape[0], device=seg.q.device)
+    q_len = seg.valid.sum(1)
+    k_len = seg.allowed[rows, 0, q_len - 1].sum(-1)  # the keys a segment's last query sees: all of them
+    kv = seg.kv[torch.arange(seg.kv.shape[1], device=seg.kv.device)[None] < k_len[:, None]]
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+
+    def cu(lengths):
+        return torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
+
+    out = varlen_kernel(
+        query[0][:, seg.q[seg.valid]].transpose(0, 1), key[0][:, kv].transpose(0, 1),
+        value[0][:, kv].transpose(0, 1), cu(q_len), cu(k_len), int(q_len.max()), int(k_len.max()), scale,
+    )  # fmt: skip
+    return out[seg.order][None], None
+
+
+@contextlib.contextmanager
+def attention_as(fn):
+    """The trainer's packed attention name served by `fn` for the block (models built before it
+    included: transformers looks the function up at each forward pass)."""
+    from transformers import AttentionInterface
+
+    from r1cloud.trainer.attention import NAME
+
+    AttentionInterface.register(NAME, fn)
+    try:
+        yield
+    finally:
+        AttentionInterface.register(NAME, packed_attention)
+
+
+def in_model(device: str) -> dict:
+    """The varlen candidate inside a model: packed log-probs (shared prompts) through it against the
+    trainer's segment attention, on a tiny Qwen2. On CPU both in fp32; on CUDA (flash has no fp32)
+    both in bf16, each against the segment attention in fp32."""
+    import tempfile
+
+    from transformers import AutoModelForCausalLM
+
+    from r1cloud.testing import make_tiny_model
+    from r1cloud.trainer.attention import register
+    from r1cloud.trainer.model import packed_log_probs
+
+    folder = make_tiny_model(Path(tempfile.mkdtemp()) / "tiny", layers=2)
+    g = torch.Generator().manual_seed(1)
+    seqs = []
+    for _ in range(3):
+        prompt = torch.randint(0, 300, (int(torch.randint(5, 20, (1,), generator=g)),), generator=g).tolist()
+        seqs += [(prompt, torch.randint(0, 300, (int(torch.randint(2, 15, (1,), generator=g)),), generator=g).tolist())
+                 for _ in range(4)]  # fmt: skip
+
+    def log_probs(dtype, varlen: bool):
+        model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation=register(), dtype=dtype)
+        model = model.to(device).eval()
+        with torch.no_grad(), attention_as(varlen_in_model) if varlen else contextlib.nullcontext():
+            return packed_log_probs(model, seqs, 1.0, device)
+
+    def gap(a, b):
+        return max(float((x.double() - y.double()).abs().max()) for x, y in zip(a, b, strict=True))
+
+    reference = log_probs(torch.float32, varlen=False)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    return {
+        "dtype": str(dtype)[6:],
+        "varlen_vs_fp32": gap(log_probs(dtype, varlen=True), reference),
+        "segments_vs_fp32": gap(log_probs(dtype, varlen=False), reference),
+    }
 
 
 def _time(fn, q, k, v, iters: int, backward: bool = True) -> tuple[float, torch.Tensor]:

@@ -14,8 +14,10 @@ EasyR1's anchor: an actor MFU of 16-26% (Qwen2.5-VL-7B, 8×H100); the goal is 40
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
+import gpu_attention
 import torch
 from gpu import make_run, release, worker
 
@@ -140,13 +142,20 @@ def profile(w, tokens: int, prompt: int) -> list[str]:
     return ["```", *table.splitlines(), "```"]
 
 
-def plan(cuda: bool, quick: bool, big: bool) -> list[tuple[str, bool, list[str], list[int]]]:
-    """(shape, gradient checkpointing, overrides, token budgets) per worker to build."""
+def plan(cuda: bool, quick: bool, big: bool) -> list[tuple[str, bool, list[str], list[int], str]]:
+    """(shape, gradient checkpointing, overrides, token budgets, attention) per worker to build:
+    attention is the trainer's own (`segments`) or the flash varlen candidate (gpu_attention.py)."""
     if quick or not cuda:  # the same paths on a tiny model
-        return [("tiny", True, BIG, [64])] if big else [("tiny", c, [], [64]) for c in (False, True)]
+        if big:
+            return [("tiny", True, BIG, [64], "segments")]
+        return [("tiny", c, [], [64], "segments") for c in (False, True)] + [
+            ("tiny", False, [], [64], "varlen")
+        ]
     if big:
-        return [("7B", True, BIG, [8192, 16384, 32768])]
-    return [(shape, c, [], [8192, 16384, 32768]) for shape in ("0.5B", "1.5B") for c in (False, True)]
+        return [("7B", True, BIG, [8192, 16384, 32768], "segments")]
+    budgets = [8192, 16384, 32768]
+    runs = [(shape, c, [], budgets, "segments") for shape in ("0.5B", "1.5B") for c in (False, True)]
+    return runs + [("1.5B", c, [], budgets, "varlen") for c in (False, True)]  # the candidate, whole
 
 
 def run(report, work: Path, cuda: bool, quick: bool, big: bool = False) -> list[str]:
@@ -160,27 +169,36 @@ def run(report, work: Path, cuda: bool, quick: bool, big: bool = False) -> list[
              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     profiled: list[str] = []
     results = []
-    for shape, ckpt, extra, budgets in plan(cuda, quick, big):
+    for shape, ckpt, extra, budgets, attention in plan(cuda, quick, big):
         model = make_model(work / f"mfu-{shape}", shape)
         over = [
             "trainer.n_gpus_per_node=1", "algorithm.disable_kl=true", "algorithm.use_kl_loss=false",
             f"worker.actor.model.enable_gradient_checkpointing={str(bool(ckpt)).lower()}",
             f"worker.actor.fsdp.mp_param_dtype={'bf16' if cuda else 'fp32'}", *extra,
         ]  # fmt: skip
-        run_dir = make_run(work, f"mfu-{shape}-{ckpt}-{len(extra)}", tiny_blueprint(model, reward), over)
+        run_dir = make_run(
+            work, f"mfu-{shape}-{ckpt}-{len(extra)}-{attention}", tiny_blueprint(model, reward), over
+        )
         from r1cloud.spec import load_resolved
 
         w = worker(load_resolved(run_dir / "spec.yaml"))
+        swap = (
+            gpu_attention.attention_as(gpu_attention.varlen_in_model)
+            if attention == "varlen"
+            else nullcontext()
+        )
         try:
-            for tokens in budgets:
-                r = measure(w, shape, tokens, cuda, prompt, iters=1 if quick else 3)
-                r.update(
-                    model=shape + (" (bf16 weights, adamw_bf16)" if extra else ""), checkpointing=bool(ckpt)
-                )
-                results.append(r)
-                print(r, flush=True)
-            if cuda and shape == "1.5B" and not ckpt:
-                profiled = profile(w, 16384, prompt)
+            with swap:
+                for tokens in budgets:
+                    r = measure(w, shape, tokens, cuda, prompt, iters=1 if quick else 3)
+                    label = shape + (" (bf16 weights, adamw_bf16)" if extra else "")
+                    r.update(model=label + (", varlen attention" if attention == "varlen" else ""))
+                    r.update(checkpointing=bool(ckpt))
+                    results.append(r)
+                    print(r, flush=True)
+                if cuda and shape == "1.5B" and not ckpt:  # each attention's profile
+                    profiled += [f"{shape}, 16k tokens, checkpointing off, {attention} attention:"]
+                    profiled += profile(w, 16384, prompt)
         finally:
             w.shutdown()
             del w
@@ -205,6 +223,4 @@ def run(report, work: Path, cuda: bool, quick: bool, big: bool = False) -> list[
             f"{max(r['mfu'] for r in done if r.get('mfu')):.1%}" if any(r.get("mfu") for r in done) else "n/a"
         ),
     )
-    return lines + (
-        ["", "Profile (1.5B, 16k tokens, checkpointing off), top kernels:", *profiled] if profiled else []
-    )
+    return lines + (["", "Profiles, top kernels:", *profiled] if profiled else [])
