@@ -87,29 +87,41 @@ def sparkline(values: list[float], width: int = 24) -> str:
     return "".join(BLOCKS[round((m - lo) * scale)] for m in means)
 
 
-def terminal(panels: dict[str, dict[str, Curve]], width: int, height: int, color: bool) -> str:
-    """One panel per metric, one line per run in each, as text. Each panel is its own figure:
-    plotext keeps a grid's sizes from one call to the next, and a later grid drew wrongly."""
+def title(metric: str, smoothing: float) -> str:
+    return f"{metric} (smoothed {smoothing:g})" if smoothing > 0 else metric
+
+
+def terminal(
+    panels: dict[str, dict[str, Curve]], width: int, height: int, color: bool, smoothing: float = 0.0
+) -> str:
+    """One panel per metric, one line per run in each (smoothed by `smoothing`), as text. Each panel
+    is its own figure: plotext keeps a grid's sizes from one call to the next, and a later grid
+    drew wrongly."""
     import plotext as plt
 
     texts = []
     for metric, runs in panels.items():
         plt.clear_figure()
         plt.plotsize(width, height)
-        plt.title(metric)
+        plt.title(title(metric, smoothing))
         plt.xlabel("step")
         if not color:
             plt.theme("clear")
         for j, (label, (x, y)) in enumerate(runs.items()):
             # without colour, runs differ by marker
             marker = "braille" if color else ("braille", "•", "+", "x")[j % 4]
-            plt.plot(x, y, label=label, marker=marker)
+            plt.plot(x, smooth(y, smoothing), label=label, marker=marker)
+        steps = [s for x, _ in runs.values() for s in x]
+        lo, hi = min(steps), max(steps)
+        plt.xticks(sorted({round(lo + i * (hi - lo) / 4) for i in range(5)}))  # steps are whole
         text = plt.build()
         texts.append(text if color else plt.uncolorize(text))
     return "\n".join(texts)
 
 
-def png(panels: dict[str, dict[str, Curve]], path: str) -> None:
+def png(panels: dict[str, dict[str, Curve]], path: str, smoothing: float = 0.0) -> None:
+    """The panels as a picture; smoothed as TensorBoard shows it: each run's raw values faint
+    behind its smoothed line."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed
@@ -118,8 +130,11 @@ def png(panels: dict[str, dict[str, Curve]], path: str) -> None:
     fig, axes = mpl.subplots(len(panels), 1, figsize=(8, 3.2 * len(panels)), squeeze=False)
     for ax, (metric, runs) in zip(axes[:, 0], panels.items(), strict=True):
         for label, (x, y) in runs.items():
-            ax.plot(x, y, label=label, marker="o" if len(x) < 30 else None, markersize=3)
-        ax.set_title(metric)
+            marker = "o" if len(x) < 30 else None
+            (line,) = ax.plot(x, smooth(y, smoothing), label=label, marker=marker, markersize=3)
+            if smoothing > 0:
+                ax.plot(x, y, color=line.get_color(), alpha=0.25, linewidth=1, marker=marker, markersize=2)
+        ax.set_title(title(metric, smoothing))
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")

@@ -85,7 +85,7 @@ def plot(
     panels: dict[str, dict[str, p.Curve]] = {}
     for key in keys:
         curves = {label: p.series(rows, key) for label, rows in runs.items()}
-        curves = {label: (x, p.smooth(y, smoothing)) for label, (x, y) in curves.items() if x}
+        curves = {label: xy for label, xy in curves.items() if xy[0]}
         if curves:
             panels[key] = curves
     missing = [k for k in keys if k not in panels]
@@ -105,13 +105,13 @@ def plot(
         if out_file.suffix.lower() != ".png":
             fail(f"error: --out {out_file}", ["write to a .png file"])
         try:
-            p.png(panels, str(out_file))
+            p.png(panels, str(out_file), smoothing)
         except ImportError:
             fail("error: --out needs matplotlib", ["pip install matplotlib (r1cloud[train] includes it)"])
         except OSError as e:
             fail(f"error: cannot write {out_file}: {e.strerror or e}", ["pick a folder you can write to"])
         out.print(f"wrote {out_file} ({', '.join(panels)}; {', '.join(runs)})", markup=False)
     else:
-        print(p.terminal(panels, width, height, color=out.is_terminal))
+        print(p.terminal(panels, width, height, color=out.is_terminal, smoothing=smoothing))
     for key in missing:
         out.print(f"(no {key} in {', '.join(runs)})", markup=False)

@@ -224,6 +224,21 @@ def val_samples(rollouts, tokenizer, k: int) -> list[dict]:
     ]
 
 
+def unframed(prompts: list[str], tail: int = 120) -> list[str]:
+    """The prompts as the log shows them: the whole lines every one of them starts and ends with
+    (a chat template's system turn and headers) cut to '…', so each line shows its question. A
+    prompt with nothing to compare with (alone, or the same as the others): its last `tail` characters."""
+    head = os.path.commonprefix(prompts)
+    head = head[: head.rfind("\n") + 1]
+    backwards = [p[len(head) :][::-1] for p in prompts]
+    end = os.path.commonprefix(backwards)
+    end = end[: end.rfind("\n") + 1]
+    middles = [b[len(end) :][::-1] for b in backwards]
+    if len(prompts) < 2 or not all(m.strip() for m in middles):
+        return [p if len(p) <= tail else "…" + p[-tail:] for p in prompts]
+    return [("…" if head else "") + m + ("…" if end else "") for m in middles]
+
+
 # ---------------------------------------------------------------------------- all of them
 class Trackers:
     def __init__(self, spec, run_dir: Path, log, mirror: str | None = None):
@@ -305,9 +320,9 @@ class Trackers:
             with open(self.run_dir / "generations.jsonl", "a") as f:
                 f.writelines(json.dumps(r) + "\n" for r in rows)
         if "console" in self.names:
-            for i, r in enumerate(rows, 1):
+            for i, (r, prompt) in enumerate(zip(rows, unframed([r["prompt"] for r in rows]), strict=True), 1):
                 self.log(
-                    f"[val] sample {i}: {r['prompt']!r} -> {r['response']!r} "
+                    f"[val] sample {i}: {prompt!r} -> {r['response']!r} "
                     f"(ground truth {r['ground_truth']!r}, score {r['score']:.3f})"
                 )
         self._each("table", step, rows)
