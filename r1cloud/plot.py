@@ -112,11 +112,19 @@ def terminal(
             marker = "braille" if color else ("braille", "•", "+", "x")[j % 4]
             plt.plot(x, smooth(y, smoothing), label=label, marker=marker)
         steps = [s for x, _ in runs.values() for s in x]
-        lo, hi = min(steps), max(steps)
-        plt.xticks(sorted({round(lo + i * (hi - lo) / 4) for i in range(5)}))  # steps are whole
+        plt.xticks(step_ticks(min(steps), max(steps)))
         text = plt.build()
         texts.append(text if color else plt.uncolorize(text))
     return "\n".join(texts)
+
+
+def step_ticks(lo: int, hi: int, most: int = 6) -> list[int]:
+    """At most `most` whole, round steps from `lo` to `hi`: multiples of 1, 2 or 5 × 10^k."""
+    for size in (m * 10**k for k in range(15) for m in (1, 2, 5)):
+        if (hi - lo) // size < most:
+            break
+    first = -(-lo // size) * size
+    return list(range(first, hi + 1, size)) or [lo]
 
 
 def png(panels: dict[str, dict[str, Curve]], path: str, smoothing: float = 0.0) -> None:

@@ -82,7 +82,7 @@ def test_summary_names_what_will_run():
     for text in (
         "HuggingFaceTB/SmolLM2-135M-Instruct",
         "8 prompts × 8 samples = 64 responses",
-        "40 (trainer.max_steps)",
+        "30 (trainer.max_steps)",
         "local",
         "is valid",
     ):

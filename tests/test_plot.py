@@ -11,7 +11,7 @@ from r1cloud import plot as p
 from r1cloud.jobs.store import Job, JobStore
 
 
-def make_job(home, name, rewards, vals=None, status="SUCCEEDED", cut_last=False):
+def make_job(home, name, rewards, vals=None, status="SUCCEEDED", cut_last=False, model="org/base-model"):
     store = JobStore(home)
     job = store.create(Job(name, status=status, started_at=time.time() - 60, ended_at=time.time()))
     lines = []
@@ -25,7 +25,7 @@ def make_job(home, name, rewards, vals=None, status="SUCCEEDED", cut_last=False)
         text += '{"step": 99, "reward/ov'  # a kill in the middle of a write
     (job.dir / "metrics.jsonl").write_text(text)
     (job.dir / "spec.yaml").write_text(
-        f"name: {name}\nworker:\n  actor:\n    model:\n      model_path: org/base-model\n"
+        f"name: {name}\nworker:\n  actor:\n    model:\n      model_path: {model}\n"
     )
     return job
 
@@ -91,6 +91,18 @@ def test_status_shows_the_trend_and_a_finished_job_says_what_next(cli, home):
     assert r.exit_code != 0 and "r1cloud logs run-b" in r.stderr
 
 
+def test_next_steps_name_a_local_base_model_as_it_can_be_typed_here(cli, home, tmp_path, monkeypatch):
+    make_job(home, "run-c", [0.1], model=str(tmp_path / "models" / "base"))
+    monkeypatch.chdir(tmp_path)
+    r = cli("logs", "-f", "run-c")
+    assert "r1cloud chat run-c --compare models/base" in r.stdout
+    assert "r1cloud eval models/base run-c" in r.stdout
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # not under the working directory: the whole path
+    r = cli("logs", "-f", "run-c")
+    assert f"r1cloud chat run-c --compare {tmp_path / 'models' / 'base'}" in r.stdout
+
+
 def test_smoothing_is_tensorboards_debiased_moving_average():
     values = [1.0, 0.0, 1.0, 1.0]
     w = 0.6
@@ -121,3 +133,10 @@ def test_a_plot_draws_the_same_after_another_in_the_same_process():
     alone = p.terminal(two, 80, 10, False)
     p.terminal({"reward/overall": {"x": ([1, 2], [0.5, 0.6])}}, 60, 8, False)
     assert p.terminal(two, 80, 10, False) == alone and "val/reward_score" in alone
+
+
+def test_step_axis_ticks_are_whole_round_steps():
+    assert p.step_ticks(0, 30) == [0, 10, 20, 30]
+    assert p.step_ticks(1, 40) == [10, 20, 30, 40]
+    assert p.step_ticks(0, 2) == [0, 1, 2] and p.step_ticks(3, 3) == [3]
+    assert p.step_ticks(5, 1000) == [200, 400, 600, 800, 1000]

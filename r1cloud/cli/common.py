@@ -195,13 +195,20 @@ def next_steps(job) -> list[str]:
 
 
 def _base_model(job) -> str | None:
+    """The job's model as the user can type it: a folder under the working directory relative to it."""
     import yaml
 
     try:
         spec = yaml.safe_load((job.dir / "spec.yaml").read_text())
-        return spec["worker"]["actor"]["model"]["model_path"] or None
+        path = spec["worker"]["actor"]["model"]["model_path"] or None
     except (OSError, yaml.YAMLError, KeyError, TypeError):
         return None
+    if isinstance(path, str) and path.startswith("/"):
+        try:
+            return str(Path(path).relative_to(Path.cwd()))
+        except ValueError:
+            pass
+    return path
 
 
 def when(ts: float | None) -> str:
