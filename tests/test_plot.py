@@ -140,3 +140,12 @@ def test_step_axis_ticks_are_whole_round_steps():
     assert p.step_ticks(1, 40) == [10, 20, 30, 40]
     assert p.step_ticks(0, 2) == [0, 1, 2] and p.step_ticks(3, 3) == [3]
     assert p.step_ticks(5, 1000) == [200, 400, 600, 800, 1000]
+
+
+def test_status_log_tail_reads_rays_coloured_lines_as_text(cli, home):
+    job = make_job(home, "run-d", [0.1])
+    (job.dir / job.log.name).write_text(
+        "\x1b[36m(HybridWorker pid=7)\x1b[0m warming up\nstep 1/1 | reward 0.100\n"
+    )
+    r = cli("status", "run-d")
+    assert "  (HybridWorker pid=7) warming up" in r.stdout and "[36m" not in r.stdout, r.stdout

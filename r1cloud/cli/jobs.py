@@ -187,8 +187,10 @@ def status(
     lines = f.tail_lines(run / record.log.name, 10)
     if lines:
         out.print("log tail:", style="bold")
-        for line in lines:
-            out.print("  " + line, markup=False)
+        from rich.text import Text
+
+        for line in lines:  # Ray colours its workers' lines: colours on a terminal, stripped elsewhere
+            out.print(Text.from_ansi("  " + line))
 
 
 def _trend(run) -> str:
