@@ -24,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-from .trainer.checkpoint import dcp_storage, remove
+from .dcp_io import UnsafeCheckpoint, storage
+from .trainer.checkpoint import remove
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 HF_FILES = (
@@ -41,6 +42,8 @@ HF_FILES = (
     "processor_config.json",
 )
 DEFAULT_SHARD = 1024**3  # bytes per output file: the bound on merge memory
+MARK = ".r1cloud-merge.json"  # in every folder a merge writes: the files it wrote, so it replaces only those
+WEIGHTS = (".safetensors", ".safetensors.index.json")
 
 
 class MergeError(Exception):
@@ -91,15 +94,31 @@ def _write(
     if total > 1:
         index = {"metadata": {"total_size": total_size}, "weight_map": weight_map}
         (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    _mark(out)
+
+
+def _mark(out: Path) -> None:
+    names = sorted(p.name for p in out.iterdir() if p.name != MARK)
+    (out / MARK).write_text(json.dumps({"written_by": "r1cloud merge", "files": names}, indent=1))
+
+
+def _describes(name: str) -> bool:
+    """A file that describes a model rather than holding its weights: config, generation config,
+    tokenizer and processor files (a VLM's video processor, added tokens, a chat template)."""
+    if name in HF_FILES:
+        return True
+    if name.endswith(WEIGHTS) or name in (ADAPTER_CONFIG, MARK) or name.startswith("."):
+        return False
+    return name.endswith((".json", ".jinja", ".tiktoken")) or name in ("vocab.txt", "spiece.model")
 
 
 def copy_hf_files(src: str | Path, out: Path) -> dict:
     """Config, generation config and tokenizer/processor files; returns the config."""
     src = Path(src)
     if src.resolve() != out.resolve():
-        for name in HF_FILES:
-            if (src / name).is_file():
-                shutil.copy2(src / name, out / name)
+        for file in src.iterdir():
+            if _describes(file.name) and file.is_file():
+                shutil.copy2(file, out / file.name)
     if not (out / "config.json").is_file():
         raise MergeError(f"{src} has no config.json: cannot describe the merged model")
     try:
@@ -122,19 +141,48 @@ def _skip_tied(names: list[str], config: dict) -> list[str]:
 # ---------------------------------------------------------------------------- r1cloud (DCP)
 
 
-def _dcp_reader(path: str):
-    """DCP's reader for a local folder or a bucket URL (read in place, one tensor at a time)."""
-    from torch.distributed.checkpoint import FileSystemReader
-
-    return dcp_storage(path, write=False).get("storage_reader") or FileSystemReader(path)
-
-
-def _dcp_metadata(dcp_dir: str) -> dict:
-    """The checkpoint's tensor index (DCP's .metadata); a damaged one is a MergeError."""
+def _dcp_metadata(dcp_dir: str):
+    """The checkpoint's index (DCP's .metadata), read without running code; a damaged or crafted one
+    is a MergeError."""
     try:
-        return _dcp_reader(dcp_dir).read_metadata().state_dict_metadata
+        return storage(dcp_dir, write=False)["storage_reader"].read_metadata()
+    except UnsafeCheckpoint as e:
+        raise MergeError(f"{dcp_dir}/.metadata is not read: {e} (a crafted or foreign file)") from None
     except Exception as e:  # FileNotFoundError, an unpickling error of a cut file, …
         raise MergeError(f"{dcp_dir}/.metadata cannot be read ({type(e).__name__}: {str(e)[:160]})") from None
+
+
+def _dcp_load(state: dict, dcp_dir: str, meta) -> None:
+    """Fill `state` from the checkpoint, each file it needs checked first: a missing or cut shard
+    is a MergeError naming it (DCP's own CheckpointException is no Exception, and 60 lines long)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from .checkpoints import filesystem
+
+    needed: dict[str, int] = {}
+    for index, info in meta.storage_data.items():
+        if index.fqn in state:
+            end = info.offset + info.length
+            needed[info.relative_path] = max(needed.get(info.relative_path, 0), end)
+    fs, root = filesystem(dcp_dir)
+    for name, end in sorted(needed.items()):
+        path = f"{root.rstrip('/')}/{name}"
+        try:
+            size = fs.size(path)
+        except FileNotFoundError:
+            raise MergeError(f"{dcp_dir}/{name} is missing: the checkpoint is incomplete") from None
+        if size < end:
+            raise MergeError(
+                f"{dcp_dir}/{name} is cut short ({size} of at least {end} bytes): the checkpoint is damaged"
+            )
+    try:
+        dcp.load(state, **storage(dcp_dir, write=False), no_dist=True)
+    except (CheckpointException, Exception) as e:
+        causes = getattr(e, "failures", {}) or {0: e}
+        cause = next(iter(causes.values()))
+        line = str(cause).strip().splitlines()[-1:] or [""]
+        raise MergeError(f"{dcp_dir} cannot be read ({type(cause).__name__}: {line[0][:160]})") from None
 
 
 def merge_dcp(
@@ -145,10 +193,10 @@ def merge_dcp(
     shard_bytes: int = DEFAULT_SHARD,
     progress=None,
 ) -> None:
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    meta = _dcp_metadata(dcp_dir)
+    index = _dcp_metadata(dcp_dir)
+    meta = index.state_dict_metadata
     tensors = {
         k.removeprefix("model."): m
         for k, m in meta.items()
@@ -157,7 +205,7 @@ def merge_dcp(
     if not tensors:
         raise MergeError(f"{dcp_dir}: no model weights in this checkpoint")
     if any(".lora_A." in n for n in tensors):  # a LoRA run's checkpoint: adapters only
-        return _merge_lora(dcp_dir, tensors, Path(hf_src), out, dtype, shard_bytes, progress)
+        return _merge_lora(dcp_dir, index, tensors, Path(hf_src), out, dtype, shard_bytes, progress)
     config = copy_hf_files(hf_src, out)
     names = _skip_tied(list(tensors), config)
     width = dtype.itemsize if dtype is not None else None
@@ -168,7 +216,7 @@ def merge_dcp(
 
     def fill(chunk: list[str]) -> dict[str, torch.Tensor]:
         state = {f"model.{n}": torch.empty(tensors[n].size, dtype=tensors[n].properties.dtype) for n in chunk}
-        dcp.load(state, storage_reader=_dcp_reader(dcp_dir), no_dist=True)
+        _dcp_load(state, dcp_dir, index)
         return {k.removeprefix("model."): v for k, v in state.items()}
 
     _write(_plan([(n, nbytes(n)) for n in names], shard_bytes), fill, out, dtype, progress)
@@ -179,19 +227,36 @@ SAFETENSORS_BYTES = {"F64": 8, "I64": 8, "F32": 4, "I32": 4, "BF16": 2, "F16": 2
 SAFETENSORS_BYTES |= dict.fromkeys(("F8_E4M3", "F8_E5M2", "I8", "U8", "BOOL"), 1)
 
 
-def _merge_lora(dcp_dir, tensors, hf_src: Path, out: Path, dtype, shard_bytes, progress) -> None:
-    """The base model's weights with the adapters folded in (W + alpha/r · B·A), streamed shard by
-    shard like any merge: the base's tensors from its safetensors, the adapters from the DCP files."""
-    import torch.distributed.checkpoint as dcp
-    from safetensors import safe_open
-
-    from .checkpoints import NotFound, base_model, filesystem
+def adapter_config(dcp_dir: str) -> dict:
+    """A LoRA checkpoint's actor/adapter_config.json, checked: a MergeError naming the file and the
+    field when it is missing, not JSON, or holds no usable rank and alpha."""
+    from .checkpoints import filesystem
 
     fs, path = filesystem(dcp_dir)
+    where = f"{dcp_dir}/{ADAPTER_CONFIG}"
     try:
         adapter = json.loads(fs.cat_file(f"{path.rstrip('/')}/{ADAPTER_CONFIG}"))
     except FileNotFoundError:
         raise MergeError(f"{dcp_dir} holds LoRA adapters but no {ADAPTER_CONFIG}") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise MergeError(f"{where} is not valid JSON ({str(e)[:120]})") from None
+    if not isinstance(adapter, dict):
+        raise MergeError(f"{where} holds a JSON {type(adapter).__name__}, not an adapter config")
+    for key in ("r", "lora_alpha"):
+        value = adapter.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 2**31:
+            raise MergeError(f"{where}: {key} is {value!r}, not a positive number: the file is damaged")
+    return adapter
+
+
+def _merge_lora(dcp_dir, index, tensors, hf_src: Path, out: Path, dtype, shard_bytes, progress) -> None:
+    """The base model's weights with the adapters folded in (W + alpha/r · B·A), streamed shard by
+    shard like any merge: the base's tensors from its safetensors, the adapters from the DCP files."""
+    from safetensors import safe_open
+
+    from .checkpoints import NotFound, base_model
+
+    adapter = adapter_config(dcp_dir)
     try:
         base = base_model(adapter)
     except NotFound as e:
@@ -219,7 +284,7 @@ def _merge_lora(dcp_dir, tensors, hf_src: Path, out: Path, dtype, shard_bytes, p
             f"model.{n}": torch.empty(tensors[n].size, dtype=tensors[n].properties.dtype) for n in wanted
         }
         if state:
-            dcp.load(state, storage_reader=_dcp_reader(dcp_dir), no_dist=True)
+            _dcp_load(state, dcp_dir, index)
         result = {}
         for file in dict.fromkeys(where[n] for n in chunk):  # each base file opened once per shard
             with safe_open(str(file), "pt") as sf:
@@ -241,14 +306,13 @@ def write_adapter(dcp_dir: str, out: Path) -> None:
     """A LoRA checkpoint as the folder peft writes (adapter_config.json and
     adapter_model.safetensors, keys `base_model.model.<module>.lora_A.weight`): what
     `PeftModel.from_pretrained` and `vllm serve --enable-lora` load."""
-    import torch.distributed.checkpoint as dcp
     from safetensors.torch import save_file
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    from .checkpoints import filesystem
     from .trainer.lora import peft_name
 
-    meta = _dcp_metadata(dcp_dir)
+    index = _dcp_metadata(dcp_dir)
+    meta = index.state_dict_metadata
     names = [
         k
         for k, m in meta.items()
@@ -259,11 +323,11 @@ def write_adapter(dcp_dir: str, out: Path) -> None:
             f"{dcp_dir} holds no LoRA adapters: this run trained every weight (merge without --adapter-only)"
         )
     state = {k: torch.empty(meta[k].size, dtype=meta[k].properties.dtype) for k in names}
-    dcp.load(state, storage_reader=_dcp_reader(dcp_dir), no_dist=True)
+    _dcp_load(state, dcp_dir, index)
     tensors = {peft_name(k.removeprefix("model.")): v.contiguous() for k, v in state.items()}
     save_file(tensors, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
-    fs, path = filesystem(dcp_dir)
-    (out / ADAPTER_CONFIG).write_bytes(fs.cat_file(f"{path.rstrip('/')}/{ADAPTER_CONFIG}"))
+    (out / ADAPTER_CONFIG).write_text(json.dumps(adapter_config(dcp_dir), indent=2))
+    _mark(out)
 
 
 # ---------------------------------------------------------------------------- EasyR1 / verl shards
@@ -285,7 +349,9 @@ def _rank_files(actor_dir: Path) -> list[Path]:
 
 def _load_mmap(path: Path) -> dict:
     try:
-        shard = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+        import torch.distributed.tensor  # noqa: F401 - torch's weights_only loader admits DTensors once imported
+
+        shard = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
     except Exception as e:  # truncated, not a torch file, or not written by torch.save: one line
         raise MergeError(
             f"{path} cannot be read as a torch shard ({type(e).__name__}: {str(e)[:160]})"
@@ -355,22 +421,27 @@ def merge_easyr1(
 # ---------------------------------------------------------------------------- entry point
 
 
-def _merged_file(name: str) -> bool:
-    """A file a merge writes (a model folder's or an adapter folder's)."""
-    return (
-        name in (*HF_FILES, ADAPTER_CONFIG) or name.endswith(".safetensors") or name.endswith(".index.json")
-    )
+def _merged_by_us(folder: Path) -> set[str] | None:
+    """The files a merge wrote into `folder`, from its mark (None: no merge wrote it)."""
+    try:
+        files = json.loads((folder / MARK).read_text())["files"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    return {f for f in files if isinstance(f, str)} if isinstance(files, list) else None
 
 
 def check_out(out: Path, checkpoint, force: bool) -> None:
     """Refuse an --out whose contents a merge would lose: the checkpoint itself, a folder inside it
     or holding it, a file, or a folder that is not empty — with `force`, only a previous merge's
-    folder (nothing in it but what a merge writes) is replaced. Raises MergeError saying why."""
+    folder (every file in it named in merge's mark) is replaced. The checkpoint's own huggingface/
+    and adapter/ are merged into as with no --out: what merge did not write there stays."""
     target = out.expanduser().resolve()
     if "://" not in checkpoint.path:
         source = Path(checkpoint.path).resolve()
         own = {Path(checkpoint.hf_dir).resolve(), source / "adapter"}  # its own merge folders
-        if target == source or (source in target.parents and target not in own):
+        if target in own:
+            return
+        if target == source or source in target.parents:
             raise MergeError(f"--out {out} is inside the checkpoint {source}: give a folder elsewhere")
         if target in source.parents:
             raise MergeError(f"--out {out} holds the checkpoint {source}: give a folder elsewhere")
@@ -379,15 +450,38 @@ def check_out(out: Path, checkpoint, force: bool) -> None:
     entries = sorted(p.name for p in target.iterdir()) if target.is_dir() else []
     if not entries:
         return
-    others = [name for name in entries if not _merged_file(name)]
+    ours = _merged_by_us(target) or set()
+    others = [name for name in entries if name != MARK and name not in ours]
     if others:
         shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
         raise MergeError(
-            f"--out {out} holds files a merge does not write ({shown}); nothing there is overwritten: "
+            f"--out {out} holds files merge did not write ({shown}); nothing there is overwritten: "
             "give a new folder"
         )
     if not force:
-        raise MergeError(f"--out {out} holds a model already: give a new folder, or --force to replace it")
+        raise MergeError(f"--out {out} holds a previous merge: give a new folder, or --force to replace it")
+
+
+def _carry(old: Path, new: Path) -> None:
+    """Into the new merge folder, everything in the old one that merge did not write (a file a
+    user put there, the trainer's tokenizer extras), linked where it can be, so nothing is lost."""
+    ours = _merged_by_us(old)
+    for entry in old.iterdir():
+        if entry.name == MARK or (new / entry.name).exists():
+            continue
+        if (entry.name in ours) if ours is not None else entry.name.endswith(WEIGHTS):
+            continue  # a previous merge's weights (or, unmarked, the trainer's save_hf weights)
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.copytree(entry, new / entry.name, symlinks=True, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(entry, new / entry.name)
+
+
+def _link_or_copy(src, dst) -> None:
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(src, dst, follow_symlinks=False)
 
 
 def merge(
@@ -401,10 +495,11 @@ def merge(
 ) -> str:
     """Merge `checkpoint` (a checkpoints.Checkpoint) into `out` (default: its huggingface/ folder;
     with `adapter_only`, a LoRA run's adapters as a peft folder, by default its adapter/ folder),
-    atomically: written beside the target, then renamed into place. A bucket checkpoint (a URL) is
-    copied to a local folder first — only the weights and the config/tokenizer files — and, with no
-    `out`, the merged model is uploaded back into its huggingface/ folder, config.json last, so the
-    bucket lists it INFERENCE READY only once every file is there."""
+    atomically: written beside the target under a name of its own, then renamed into place. Into
+    the checkpoint's own folder, what merge did not write there is kept. A bucket checkpoint (a
+    URL) is copied to a local folder first — only the weights and the config/tokenizer files —
+    and, with no `out`, the merged model is uploaded back into its huggingface/ folder, config.json
+    last, so the bucket lists it INFERENCE READY only once every file is there."""
     if "://" in checkpoint.path:
         from .checkpoints import bucket_errors
 
@@ -421,9 +516,9 @@ def merge(
             return where
     default = Path(checkpoint.path) / "adapter" if adapter_only else Path(checkpoint.hf_dir)
     target = Path(out) if out else default
-    tmp = target.with_name(f".{target.name}.merging")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    own = target.resolve() == default.resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.merging-"))
     torch_dtype = DTYPES[dtype] if dtype else None
     try:
         if adapter_only:
@@ -441,6 +536,8 @@ def merge(
             merge_dcp(f"{checkpoint.path}/actor", hf_src, tmp, torch_dtype, shard_bytes, progress)
         else:
             merge_easyr1(Path(checkpoint.path) / "actor", tmp, torch_dtype, shard_bytes, progress)
+        if own and target.is_dir():
+            _carry(target, tmp)
         if target.exists():  # renamed away before deletion: never a half-deleted model in place
             remove(target)
         os.replace(tmp, target)
@@ -461,7 +558,7 @@ def _download(checkpoint, into: Path):
     for path in fs.find(base):
         rel = path[len(base) :].lstrip("/")
         if rel.startswith(hf):
-            wanted = rel[len(hf) :] in (*HF_FILES, ADAPTER_CONFIG)
+            wanted = _describes(rel[len(hf) :]) or rel[len(hf) :] == ADAPTER_CONFIG
         elif checkpoint.format == "r1cloud":
             wanted = rel.startswith("actor/")
         else:

@@ -42,10 +42,8 @@ def write_json_atomic(path: Path, data: dict) -> None:
 def remove(path: Path) -> None:
     """Delete a checkpoint atomically: renamed out of sight first, so a process killed halfway
     through the deletion never leaves a half-deleted checkpoint that still looks complete."""
-    trash = path.with_name(f".{path.name}.deleting")
-    if trash.exists():
-        shutil.rmtree(trash, ignore_errors=True)
-    os.replace(path, trash)
+    trash = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.deleting-"))
+    os.replace(path, trash)  # onto the empty folder just made: never another's folder of that name
     shutil.rmtree(trash, ignore_errors=True)
 
 
@@ -78,7 +76,7 @@ class Checkpoints:
 
     def begin(self, step: int) -> str:
         """A fresh temporary folder for step `step` (leftovers of a crashed save are removed)."""
-        for p in [*self.root.glob(f".global_step_{step}.tmp*"), *self.root.glob(".global_step_*.deleting")]:
+        for p in [*self.root.glob(f".global_step_{step}.tmp*"), *self.root.glob(".global_step_*.deleting-*")]:
             shutil.rmtree(p, ignore_errors=True)  # leftovers of a crashed save or deletion
         path = self.root / f".global_step_{step}.tmp"
         path.mkdir()
@@ -204,19 +202,6 @@ def read_state(checkpoint: str) -> dict:
 
     fs, path = filesystem(checkpoint)
     return json.loads(fs.cat_file(f"{path.rstrip('/')}/{STATE}"))
-
-
-def dcp_storage(path: str, write: bool) -> dict:
-    """DCP's arguments for a local folder or a bucket URL: each rank writes its own shards straight
-    to the bucket, so a checkpoint of workers on several machines is whole in one place."""
-    if "://" not in path:
-        return {"checkpoint_id": path}
-    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
-
-    # a fresh filesystem: a cached S3 client keeps the endpoint and credentials it was made with
-    if write:
-        return {"storage_writer": FsspecWriter(path, skip_instance_cache=True)}
-    return {"storage_reader": FsspecReader(path, skip_instance_cache=True)}
 
 
 def write_hf_files(

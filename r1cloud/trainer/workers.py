@@ -15,10 +15,10 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from ..dcp_io import storage
 from ..spec import Spec
 from . import algorithms as alg
 from . import lora, offload, onednn
-from .checkpoint import dcp_storage
 from .model import (
     Seq,
     auto_class,
@@ -465,7 +465,7 @@ class HybridWorker:
         state = {"model": _model_state(model)}
         if not model_only:  # trainer.save_model_only: a smaller checkpoint, resumed with a fresh optimizer
             state["optim"] = get_optimizer_state_dict(model, optim)
-        dcp.save(state, **dcp_storage(path, write=True))
+        dcp.save(state, **storage(path, write=True))
         dist.barrier()
 
     def load(
@@ -490,7 +490,7 @@ class HybridWorker:
         state = {"model": _model_state(model)}
         if optimizer:
             state["optim"] = get_optimizer_state_dict(model, optim)
-        dcp.load(state, **dcp_storage(path, write=False))
+        dcp.load(state, **storage(path, write=False))
         set_model_state_dict(model, state["model"], options=_state_options(model))
         if optimizer:
             set_optimizer_state_dict(model, optim, state["optim"])

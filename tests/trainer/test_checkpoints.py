@@ -228,14 +228,14 @@ def test_merge_never_deletes_what_it_did_not_write(trained, tmp_path):
         (ckpts, "holds the checkpoint"),
         (trained, "holds the checkpoint"),
         (note, "is a file"),
-        (mine, "holds files a merge does not write (data.csv)"),
+        (mine, "holds files merge did not write (data.csv)"),
     ]:
         r = r1("merge", f"{ckpts}:step-2", "--out", out, "--force")
         assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, (out, r.stderr)
     r = subprocess.run(
         [R1CLOUD, "merge", f"{ckpts}:step-2", "--out", "."], cwd=mine, capture_output=True, text=True
     )
-    assert r.returncode == 2 and "holds files a merge does not write" in r.stderr
+    assert r.returncode == 2 and "holds files merge did not write" in r.stderr
     assert sorted(p.relative_to(trained) for p in trained.rglob("*")) == before
     assert note.read_text() == "mine" and (mine / "data.csv").read_text() == "a,b"
     model = tmp_path / "model"
