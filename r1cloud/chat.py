@@ -120,10 +120,9 @@ def render(template_file: str | None, text: str) -> str:
     """EasyR1's format prompt: a Jinja template over `content`."""
     if not template_file:
         return text
-    import jinja2
+    from . import prompts
 
-    template = jinja2.Template(Path(template_file).read_text(encoding="utf-8").strip())
-    return template.render(content=text)
+    return prompts.load(template_file).render(content=text)
 
 
 def content(text: str, images: list[str]) -> str | list[dict]:

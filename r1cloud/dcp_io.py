@@ -1,4 +1,5 @@
-"""torch.distributed.checkpoint (DCP) folders, local or in a bucket, read without running their code.
+"""torch.distributed.checkpoint (DCP) folders, local or in a bucket: read without running their code,
+and removed atomically.
 
 DCP keeps its index (`.metadata`) as a pickle and non-tensor state (an optimizer's `param_groups`)
 as `torch.save` bytes that its default planner loads with `weights_only=False`: a checkpoint from
@@ -15,7 +16,11 @@ cross between r1cloud's own processes (Ray's, a reward's exception) are made by 
 from __future__ import annotations
 
 import io
+import os
 import pickle
+import shutil
+import tempfile
+from pathlib import Path
 
 METADATA = ".metadata"
 _DCP_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")
@@ -106,3 +111,11 @@ def storage(path: str, write: bool) -> dict:
 
         reader = _safe(FsspecReader)(path, skip_instance_cache=True)
     return {"storage_reader": reader, "planner": _planner()}
+
+
+def remove(path: Path) -> None:
+    """Delete a checkpoint atomically: renamed out of sight first, so a process killed halfway
+    through the deletion never leaves a half-deleted checkpoint that still looks complete."""
+    trash = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.deleting-"))
+    os.replace(path, trash)  # onto the empty folder just made: never another's folder of that name
+    shutil.rmtree(trash, ignore_errors=True)

@@ -231,14 +231,14 @@ def _one_process_world() -> None:
 
 def _endpoint(spec, job: dict, sampling):
     """The rows, a generate that asks the endpoint (eight requests at a time), and the decoder."""
-    import jinja2
     from openai import OpenAI
 
+    from . import prompts
     from .trainer.data import Prompt, load_rows
     from .trainer.rollout import request_seed
 
     d = spec.data
-    template = jinja2.Template(Path(d.format_prompt).read_text().strip()) if d.format_prompt else None
+    template = prompts.load(d.format_prompt) if d.format_prompt else None
     prompts = []
     for source in [d.val_files] if isinstance(d.val_files, str) else d.val_files:
         rows = load_rows(source)

@@ -24,8 +24,7 @@ from pathlib import Path
 
 import torch
 
-from .dcp_io import UnsafeCheckpoint, storage
-from .trainer.checkpoint import remove
+from .dcp_io import UnsafeCheckpoint, remove, storage
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 HF_FILES = (

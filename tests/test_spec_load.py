@@ -208,7 +208,7 @@ def test_paths_resolve_from_the_blueprint_folder_then_the_working_directory(blue
 
 
 def test_local_data_and_model_become_absolute(blueprint, tmp_path):
-    path = blueprint(files={"d/train.jsonl": "{}\n", "m/config.json": "{}"})
+    path = blueprint(files={"d/train.jsonl": '{"prompt": "q", "answer": "a"}\n' * 16, "m/config.json": "{}"})
     spec = load_spec(path, ["data.train_files=d/train.jsonl@train", "worker.actor.model.model_path=./m"]).spec
     assert spec.data.train_files == f"{tmp_path}/d/train.jsonl@train"
     assert spec.worker.actor.model.model_path == str(tmp_path / "m")

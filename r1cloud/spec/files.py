@@ -98,17 +98,6 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
             setattr(d, key, [_resolve_local_or_hub(at, v, bases(at), problem, "data") for v in value])
         elif value:
             setattr(d, key, _resolve_local_or_hub(at, value, bases(at), problem, "data"))
-    for key in ("train_files", "val_files"):
-        for value in getattr(d, key) if isinstance(getattr(d, key), list) else [getattr(d, key)]:
-            if (
-                value
-                and not unusable_path(value)
-                and Path(value).is_file()
-                and Path(value).suffix.lower() in ROW_FILES
-            ):
-                message = _image_rows(Path(value), d)
-                if message:
-                    problem(f"data.{key}", message)
     for role in ("actor", "critic"):
         model = getattr(w, role).model
         for key in ("model_path", "tokenizer_path"):
@@ -116,7 +105,70 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
             if value:
                 at = f"worker.{role}.model.{key}"
                 setattr(model, key, _resolve_local_or_hub(at, value, bases(at), problem, "model"))
+    config = model_config(spec)
+    for at, message in [*check_data(d, text_model=config is not None and "vision_config" not in config),
+                        *check_model(spec, config)]:  # fmt: skip
+        problem(at, message)
     return problems
+
+
+def model_config(spec: Spec) -> dict | None:
+    """The actor's local config.json, or None (a Hub id, or not readable: check_model says why)."""
+    import json
+
+    path = spec.worker.actor.model.model_path
+    try:
+        config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError, RecursionError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def check_model(spec: Spec, config: dict | None) -> list[tuple[str, str]]:
+    """A local model_path that is not a model folder, and with its config.json at hand: prompt +
+    response beyond the model's context (vLLM would stop at start-up), or the language model frozen
+    in a text-only model."""
+    at = "worker.actor.model.model_path"
+    path = spec.worker.actor.model.model_path
+    if not path or unusable_path(path) or not Path(path).exists():
+        return []  # a Hub id, or said already
+    if not Path(path).is_dir():
+        return [(at, f"{path} is a file: give the model's folder (the one holding config.json)")]
+    if not (Path(path) / "config.json").exists():
+        return [
+            (at, f"{path} has no config.json: give a Hugging Face model folder (as save_pretrained writes)")
+        ]
+    if config is None:
+        return [
+            (at, f"{path}/config.json cannot be read as a JSON object: restore it from the model's source")
+        ]
+    found: list[tuple[str, str]] = []
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    context = text.get("max_position_embeddings", config.get("max_position_embeddings"))
+    d, r = spec.data, spec.worker.rollout
+    need = r.max_model_len or d.max_prompt_length + d.max_response_length
+    if isinstance(context, int) and not isinstance(context, bool) and 0 < context < need:
+        what = (
+            "worker.rollout.max_model_len"
+            if r.max_model_len
+            else "data.max_prompt_length + max_response_length"
+        )
+        found.append(
+            (
+                "data.max_response_length" if not r.max_model_len else "worker.rollout.max_model_len",
+                f"{what} ({need}) is more than the model's context ({context} tokens, max_position_embeddings "
+                f"in {path}/config.json): lower them to fit",
+            )
+        )
+    if spec.worker.actor.model.freeze_language_model and "vision_config" not in config:
+        found.append(
+            (
+                "worker.actor.model.freeze_language_model",
+                f"the model in {path} is text-only (no vision_config): freezing its language model "
+                "leaves nothing to train; remove it",
+            )
+        )
+    return found
 
 
 def bad_url(url: str) -> str | None:
@@ -141,98 +193,6 @@ def unusable_path(value: str) -> str | None:
     if any(len(part.encode()) > 255 for part in value.split("/")):
         return f"{shown} has a part longer than 255 bytes, more than a file name can be"
     return None
-
-
-def placeholder_mismatch(where: str, row: int, wanted: int, images: int, d) -> str:
-    """The one line for a row whose `<image>` placeholders and images differ (validate, data load)."""
-    return (
-        f"{where}: row {row} has {wanted} <image> placeholder(s) in {d.prompt_key!r} and {images} "
-        f"image(s) in {d.image_key!r}; put one <image> in the prompt where each image goes"
-    )
-
-
-def template_placeholders(format_prompt: str | None) -> int:
-    """How many `<image>` placeholders the format prompt adds around `content` (EasyR1 splits the
-    prompt at them after the format prompt is applied, so a template may place the picture)."""
-    if not format_prompt:
-        return 0
-    import jinja2
-
-    try:
-        return (
-            jinja2.Template(Path(format_prompt).read_text(encoding="utf-8"))
-            .render(content="")
-            .count("<image>")
-        )
-    except (OSError, ValueError, jinja2.TemplateError):
-        return 0  # the template's own check names what is wrong with it
-
-
-def mixed_rows(where: str, bare: int, with_images: int) -> str:
-    """The one line for a data set that mixes text-only rows with image rows (validate, data load)."""
-    return (
-        f"{where} mixes {bare} text-only rows with {with_images} rows with images, which is not "
-        "supported yet (FSDP's workers would wait on each other's vision tower): give every row an "
-        "image, or train the text rows as their own data set"
-    )
-
-
-ROW_FILES = (".jsonl", ".json", ".parquet")  # local files whose rows validate reads
-
-
-def _rows(path: Path, columns: list[str], limit: int):
-    """The first `limit` rows of a local JSON-lines, JSON-array or parquet file (parquet: only
-    `columns`), as dicts; a row that is not one ends the check (the data loader names it)."""
-    import json
-
-    if path.suffix.lower() == ".parquet":
-        import pyarrow.parquet as pq
-
-        f = pq.ParquetFile(path)
-        have = [c for c in columns if c in f.schema_arrow.names]
-        seen = 0
-        for batch in f.iter_batches(batch_size=1024, columns=have):
-            yield from batch.to_pylist()[: limit - seen]
-            seen += batch.num_rows
-            if seen >= limit:
-                return
-        return
-    with open(path, encoding="utf-8") as f:
-        if f.read(1) == "[":  # a JSON array: the data loader reads it whole too
-            f.seek(0)
-            yield from json.load(f)[:limit]
-            return
-        f.seek(0)
-        for i, line in enumerate(f):
-            if i >= limit:
-                return
-            yield json.loads(line)
-
-
-def _image_rows(path: Path, d, limit: int = 20000) -> str | None:
-    """The first row (of a local data file's first `limit`) whose `<image>` placeholders and images
-    differ, that holds videos, or text-only rows among image rows: what the trainer would refuse
-    at data load, said now."""
-    bare = with_images = 0
-    added = template_placeholders(d.format_prompt)
-    try:
-        for i, row in enumerate(_rows(path, [d.prompt_key, d.image_key, d.video_key], limit)):
-            if not isinstance(row, dict):
-                return None
-            if row.get(d.video_key):
-                return f"{path.name}: row {i} holds videos ({d.video_key!r}), which are not supported yet; give their frames as images"
-            if d.image_key not in row:  # no image column: a text prompt, as EasyR1 decides
-                bare += 1
-                continue
-            images = row[d.image_key] or []
-            images = images if isinstance(images, list) else [images]
-            wanted = str(row.get(d.prompt_key, "")).count("<image>") + added
-            if wanted != len(images):
-                return placeholder_mismatch(path.name, i, wanted, len(images), d)
-            bare, with_images = bare + (not images), with_images + bool(images)
-    except (ValueError, OSError, ImportError):
-        return None  # not this check's business: the data loader names a broken file or row
-    return mixed_rows(path.name, bare, with_images) if bare and with_images else None
 
 
 def _unique(paths: list[Path]) -> list[Path]:
@@ -290,22 +250,16 @@ def _resolve_local_or_hub(path: str, value: str, bases: list[Path], problem, kin
 
 
 def _check_template(path: Path, origin: str | None) -> list[Problem]:
+    """A template that never uses `content` (a warning); whether it renders is check_data's."""
     import jinja2
     import jinja2.meta
 
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as e:
-        return [Problem("data.format_prompt", f"cannot read {path}: {e.strerror}", origin)]
-    try:
-        parsed = jinja2.Environment().parse(text.strip())
-    except jinja2.TemplateSyntaxError as e:
-        return [
-            Problem(
-                "data.format_prompt", f"{path}:{e.lineno}: not a valid Jinja template: {e.message}", origin
-            )
-        ]
-    if "content" not in jinja2.meta.find_undeclared_variables(parsed):
+        parsed = jinja2.Environment().parse(path.read_text(encoding="utf-8", errors="replace").strip())
+        used = jinja2.meta.find_undeclared_variables(parsed)
+    except (OSError, jinja2.TemplateError):
+        return []
+    if "content" not in used:
         return [
             Problem(
                 "data.format_prompt",
@@ -315,6 +269,53 @@ def _check_template(path: Path, origin: str | None) -> list[Problem]:
             )
         ]
     return []
+
+
+def check_data(d, text_model: bool = False) -> list[tuple[str, str]]:
+    """(key, message) for each local data file's problems (data_check.py), the format prompt
+    rendered over the first real row, and a train set smaller than one rollout batch."""
+    from .. import prompts
+    from . import data_check
+
+    found: list[tuple[str, str]] = []
+    first: str | None = None
+    added = None
+    usable = d.format_prompt and not unusable_path(d.format_prompt) and Path(d.format_prompt).is_file()
+    template = d.format_prompt if usable else None
+    for key in ("train_files", "val_files"):
+        values = getattr(d, key)
+        for value in values if isinstance(values, list) else [values]:
+            if not value or unusable_path(value):
+                continue
+            try:
+                files = data_check.local_files(value) or []
+            except data_check.DataError as e:
+                found.append((f"data.{key}", str(e)))
+                continue
+            for file in files:
+                messages, prompt = data_check.check_file(file, d)
+                first = prompt if first is None else first
+                if not messages:
+                    if added is None:
+                        added = prompts.placeholders(template)
+                    message = data_check.image_rows_problem(file, d, added, text_model)
+                    messages = [message] if message else []
+                found += [(f"data.{key}", m) for m in messages]
+    sample = first if first is not None else "What is 1 + 1?"
+    if template and (message := prompts.check(template, sample)):
+        found.append(("data.format_prompt", f"{template}: {message}"))
+    rows = data_check.count_rows(d.train_files)
+    batch = d.mini_rollout_batch_size or d.rollout_batch_size
+    if rows is not None and (rows // batch * batch) // d.rollout_batch_size == 0 and not found:
+        found.append(
+            (
+                "data.train_files",
+                f"holds {rows} rows, fewer than one rollout batch (data.rollout_batch_size "
+                f"{d.rollout_batch_size}): the run would train nothing; lower data.rollout_batch_size to "
+                f"at most {rows}, or give more rows",
+            )
+        )
+    return found
 
 
 def reward_function_problems(path: Path, fn_name: str, kwargs: dict) -> list[str]:

@@ -2,35 +2,9 @@
 
 from __future__ import annotations
 
-import csv
 import os
-from pathlib import Path
 
 from .models import Spec, accelerator_options
-
-COUNTABLE = (".jsonl", ".json", ".csv")
-
-
-def count_rows(path: str | list[str]) -> int | None:
-    """Rows of a local jsonl/csv file (JSON lines counted the same way); None when unknown without
-    loading the data set (Hub ids, parquet, folders, JSON arrays, and mixtures)."""
-    if isinstance(path, list):
-        return count_rows(path[0]) if len(path) == 1 else None
-    name = path.rpartition("@")[0] if "@" in path else path
-    p = Path(name)
-    if not p.is_file() or p.suffix.lower() not in COUNTABLE:
-        return None
-    try:
-        with p.open(encoding="utf-8", errors="replace") as f:
-            if p.suffix.lower() == ".csv":
-                return max(sum(1 for _ in csv.reader(f)) - 1, 0)
-            first = f.read(1)
-            if first == "[":
-                return None
-            f.seek(0)
-            return sum(1 for line in f if line.strip())
-    except OSError:
-        return None
 
 
 def total_steps(spec: Spec) -> tuple[int | None, str]:
@@ -38,6 +12,8 @@ def total_steps(spec: Spec) -> tuple[int | None, str]:
     t, d = spec.trainer, spec.data
     if t.max_steps:
         return t.max_steps, "trainer.max_steps"
+    from .data_check import count_rows
+
     rows = count_rows(d.train_files)
     if rows is None:
         return (

@@ -25,6 +25,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ..dcp_io import remove
+
 TRACKER = "checkpoint_tracker.json"
 STATE = "trainer_state.json"
 STEP_RE = re.compile(r"^global_step_(\d+)$")
@@ -37,14 +39,6 @@ def write_json_atomic(path: Path, data: dict) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-
-
-def remove(path: Path) -> None:
-    """Delete a checkpoint atomically: renamed out of sight first, so a process killed halfway
-    through the deletion never leaves a half-deleted checkpoint that still looks complete."""
-    trash = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.deleting-"))
-    os.replace(path, trash)  # onto the empty folder just made: never another's folder of that name
-    shutil.rmtree(trash, ignore_errors=True)
 
 
 class Checkpoints:

@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from ..spec.files import mixed_rows, placeholder_mismatch, template_placeholders
+from .. import prompts
+from ..spec.data_check import mixed_rows, placeholder_mismatch
 from . import vision
 
 EXTENSION_BUILDERS = {
@@ -133,8 +134,6 @@ class PromptSet:
         probs: list[float] | None = None,
         images=None,  # vision.ImageProcessor, for a vision-language model
     ):
-        import jinja2
-
         self.cfg, self.vision = data_cfg, images
         parts, columns = [], None
         for source in [files] if isinstance(files, str) else files:
@@ -159,8 +158,8 @@ class PromptSet:
             rows = rows[:limit]
         self.template = None
         if data_cfg.format_prompt:
-            self.template = jinja2.Template(Path(data_cfg.format_prompt).read_text(encoding="utf-8").strip())
-        self.template_images = template_placeholders(data_cfg.format_prompt)  # `<image>` in the template
+            self.template = prompts.load(data_cfg.format_prompt)
+        self.template_images = prompts.placeholders(data_cfg.format_prompt)  # `<image>` in the template
         self.tokenizer = tokenizer
         self.max_len = data_cfg.max_prompt_length
         keep_all = not (data_cfg.filter_overlong_prompts if filter_overlong is None else filter_overlong)
