@@ -190,6 +190,10 @@ def _engine(spec, job: dict, sampling):
         from .trainer.rollout.vllm import VLLMEngine
 
         _one_process_world()
+        length = context_length(
+            m.model_path, r, [len(p.prompt_ids) for p in prompts.prompts], sampling.max_tokens
+        )
+        r = r.model_copy(update={"max_model_len": length})
         engine = VLLMEngine(m.model_path, m.tokenizer_path, r, eos, seed=r.seed)
     else:
         from .trainer.batch import RunError
@@ -214,6 +218,22 @@ def _engine(spec, job: dict, sampling):
         ]
 
     return prompts.prompts, generate, _Decoder(tokenizer, spec.worker.reward.skip_special_tokens)
+
+
+def context_length(model_path: str, rollout, prompt_lengths: list[int], max_tokens: int) -> int:
+    """vLLM's max_model_len for scoring: what these prompts and max_tokens need, else the
+    blueprint's prompt + response lengths cut to the model's own context (config.json) — never the
+    blueprint's alone, which may be longer than the model can take."""
+
+    need = max(prompt_lengths, default=1) + max_tokens
+    planned = rollout.max_model_len or rollout.prompt_length + rollout.response_length
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+        text = config.get("text_config") or config
+        context = int(text.get("max_position_embeddings") or config.get("max_position_embeddings"))
+    except (OSError, ValueError, TypeError, AttributeError):
+        context = planned
+    return max(need, min(planned, context))
 
 
 def _one_process_world() -> None:

@@ -181,6 +181,15 @@ def command(
     return [*head, "--host", host, "--port", str(port), "--served-model-name", name, *limit, *extra]
 
 
+def images_only(argv: list[str], config) -> list[str]:
+    """`argv` with videos turned off for a vision-language model, unless it limits modalities itself."""
+    if getattr(config, "vision_config", None) is None or any(
+        a.startswith("--limit-mm-per-prompt") for a in argv
+    ):
+        return argv
+    return [*argv, "--limit-mm-per-prompt", json.dumps({"video": 0})]
+
+
 def key_env(api_key: str | None) -> dict[str, str]:
     return {"VLLM_API_KEY": api_key, "R1CLOUD_API_KEY": api_key} if api_key else {}
 

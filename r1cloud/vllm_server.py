@@ -1,5 +1,7 @@
 """`python -m r1cloud.vllm_server ARGS`: vLLM's OpenAI-compatible server (the same arguments), with
-`vision_compat` in place, so Qwen-VL models serve on a machine without torchvision.
+`vision_compat` in place, so Qwen-VL models serve on a machine without torchvision — for images:
+there a vision-language model is served with `--limit-mm-per-prompt {"video": 0}` (unless the
+arguments set it), or vLLM's start-up profiling feeds it a dummy video it cannot process.
 
 vLLM's CPU build starts its engine and worker processes with `spawn`, and a spawned process
 imports the parent's main module again (as `__mp_main__`): so the shim is installed at this
@@ -11,26 +13,30 @@ from __future__ import annotations
 import sys
 
 from . import vision_compat
+from .serve import images_only
 
 
-def _architectures(argv: list[str]) -> list[str]:
+def _config(argv: list[str]):
     if "--model" not in argv or argv.index("--model") + 1 >= len(argv):
-        return []
+        return None
     from transformers import AutoConfig
 
     try:
-        return AutoConfig.from_pretrained(argv[argv.index("--model") + 1]).architectures or []
+        return AutoConfig.from_pretrained(argv[argv.index("--model") + 1])
     except (OSError, ValueError):  # vLLM says what is wrong with the model itself
-        return []
+        return None
 
 
 if vision_compat.torchvision_missing():
-    vision_compat.prepare_vllm(_architectures(sys.argv[1:]))
+    _found = _config(sys.argv[1:])
+    vision_compat.prepare_vllm((_found.architectures or []) if _found is not None else [])
 
 
 def main() -> None:
     from vllm.entrypoints.launchers.api_server.entry import main as serve
 
+    if vision_compat.torchvision_missing():
+        sys.argv[1:] = images_only(sys.argv[1:], _found)
     serve()
 
 

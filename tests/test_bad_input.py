@@ -461,3 +461,52 @@ def test_a_folder_where_a_file_belongs_is_said_so(cli, tmp_path, monkeypatch, ke
     monkeypatch.chdir(tmp_path)
     r = cli("validate", _quickstart(tmp_path), f"{key}={tmp_path}")
     assert r.exit_code == 2 and f"{key}: {tmp_path} is a folder: give a file" in r.stderr, r.stderr
+
+
+def test_logs_without_a_name_says_whose_log_it_prints(cli, store):
+    import shutil
+
+    for name in ("listed", "broken", "typed", "noname", "elsewhere", "badspec"):
+        shutil.rmtree(store / name)
+    (store / "good" / "train.log").write_text("step 1/2 | reward 0.1\n")
+    r = cli("logs")
+    assert r.exit_code == 0 and "job good (the latest" in r.stderr and "job good" not in r.stdout, r.stderr
+    r = cli("logs", "good")  # named: nothing to say
+    assert r.exit_code == 0 and r.stderr == ""
+
+
+def test_a_failed_servers_reason_is_the_root_cause_not_vllms_summary(tmp_path):
+    """The shape of vLLM 0.32's log when a worker fails at start-up (the Qwen2-VL dummy-video case):
+    the cause in a worker's prefixed traceback, then summaries that point back to it."""
+    from r1cloud.jobs.supervise import last_error
+
+    w = "(Worker pid=6949) ERROR 11-25 01:45:50 [multiproc_executor.py:1063] "
+    log = tmp_path / "serve.log"
+    log.write_text("\n".join([
+        "(APIServer pid=1) INFO 11-25 01:45:31 [api_server.py:1] vLLM API server version 0.32.0",
+        w + "Traceback (most recent call last):",
+        w + '  File "/x/vision_compat.py", line 79, in __call__',
+        w + "ValueError: videos need torchvision, which has no build for this machine's torch",
+        w + "The above exception was the direct cause of the following exception:",
+        w + "ValueError: Failed to apply Qwen2VLProcessor on data={'videos': [array([[[[255, 255, 255],",
+        "         [255, 255, 255]]]], shape=(14, 112, 112, 3), dtype=uint8)]} with kwargs={}",
+        "RuntimeError: Worker failed with error 'Failed to apply Qwen2VLProcessor on data={'videos': [array([[[[255,",
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {'EngineCore': 1}",
+    ]) + "\n")  # fmt: skip
+    assert (
+        last_error(log) == "ValueError: videos need torchvision, which has no build for this machine's torch"
+    )
+    log.write_text(log.read_text() + "error: the trainer's own words\n")
+    assert last_error(log) == "error: the trainer's own words"
+
+
+def test_a_vision_language_model_is_served_for_images_where_videos_cannot_be_processed():
+    from types import SimpleNamespace
+
+    from r1cloud.serve import images_only  # what r1cloud.vllm_server applies
+
+    vlm, text = SimpleNamespace(vision_config={}), SimpleNamespace()
+    assert images_only(["--model", "m"], vlm) == ["--model", "m", "--limit-mm-per-prompt", '{"video": 0}']
+    assert images_only(["--model", "m"], text) == ["--model", "m"]
+    assert images_only(["--limit-mm-per-prompt={}"], vlm) == ["--limit-mm-per-prompt={}"]  # the user's own
+    assert images_only([], None) == []

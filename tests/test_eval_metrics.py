@@ -152,3 +152,22 @@ def test_an_endpoint_target_names_a_missing_column(tmp_path):
     spec = _spec(tmp_path, "{}")  # its rows hold `question`, the spec reads `prompt`
     with pytest.raises(ValueError, match=r"no column 'prompt' \(its columns: question, answer\)"):
         _endpoint(spec, {"limit": None, "url": "http://127.0.0.1:9/v1", "served": "m"}, None)
+
+
+def test_eval_sizes_the_engines_context_from_the_prompts_and_the_model(tmp_path):
+    """An EasyR1 config's 2,048 + 2,048 tokens on a model of 1,024: vLLM gets what the model can
+    take (it refused the blueprint's 4,096 at start-up), and never less than the prompts need."""
+    import json
+    from types import SimpleNamespace
+
+    from r1cloud.evaluate import context_length
+
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 1024}))
+    easyr1 = SimpleNamespace(max_model_len=None, prompt_length=2048, response_length=2048)
+    assert context_length(str(tmp_path), easyr1, [30, 50], 8) == 1024
+    assert context_length(str(tmp_path), easyr1, [1100], 8) == 1108  # the prompts' own need wins
+    small = SimpleNamespace(max_model_len=None, prompt_length=64, response_length=32)
+    assert context_length(str(tmp_path), small, [30], 8) == 96
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": {"max_position_embeddings": 512}}))
+    assert context_length(str(tmp_path), easyr1, [30], 8) == 512  # a VLM's context is its text model's
+    assert context_length(str(tmp_path / "missing"), easyr1, [30], 8) == 4096

@@ -30,6 +30,8 @@ def logs(
     from ..jobs import follow as f
 
     store, record = find_job(job)
+    if job is None:  # on stderr: the log itself stays what stdout carries
+        err.print(f"job {record.name} (the latest; r1cloud logs NAME for another)", markup=False, style="dim")
     if record.cloud:
         raise typer.Exit(cloud_logs(record, follow_))
     log = store.path(record.name) / record.log.name

@@ -17,19 +17,33 @@ from pathlib import Path
 
 from .store import JobStore, process_start_time
 
+PREFIX = re.compile(r"^(\(\w+ pid=\d+\)\s*)?((ERROR|WARNING|INFO) [\d-]+ [\d:]+ \[[^\]]*\]\s*)?")
+POINTERS = (
+    "root cause above",
+    "stack trace above",
+    "Worker failed with error",
+    "Failed to apply",
+)  # vLLM's summaries: the cause is above
+
 
 def last_error(log: Path) -> str:
-    """The most telling line at the end of the log: an `error:` line or the exception."""
+    """The most telling line at the end of the log: an `error:` line of r1cloud's, else the root
+    cause — the last exception that does not only point to another one above it (vLLM's "Engine
+    core initialization failed. See root cause above"), its worker's prefix and arrays cut."""
     try:
         with log.open("rb") as f:
-            f.seek(max(0, f.seek(0, 2) - 20000))
+            f.seek(max(0, f.seek(0, 2) - 400_000))
             lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return ""
-    lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln) for ln in lines]  # Ray colours its workers' lines
+    lines = [
+        PREFIX.sub("", re.sub(r"\x1b\[[0-9;]*m", "", ln)) for ln in lines
+    ]  # Ray colours its workers' lines
     said = [ln for ln in lines if ln.startswith("error:")]  # the trainer's own words come first
     raised = [ln for ln in lines if ": " in ln and ln.split(":")[0].endswith(("Error", "Exception"))]
-    return ((said or raised or lines or [""])[-1])[:300]
+    causes = [ln for ln in raised if not any(p in ln for p in POINTERS)]
+    chosen = (said or causes or raised or lines or [""])[-1]
+    return re.sub(r"\[array\(.*", "[array(…)…", chosen)[:300]
 
 
 def main(job_dir: str) -> int:
