@@ -37,15 +37,18 @@ def _free_port() -> int:
 
 
 def remote(url: str, api_key: str | None) -> Endpoint:
+    import http.client
     import urllib.error
     import urllib.parse
 
     try:
         parts = urllib.parse.urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+        if any(c.isspace() or ord(c) < 32 for c in url):
+            raise ValueError("it holds a space or a control character")
     except ValueError as e:
         raise sv.ServeError(
-            f"error: {url!r} is not a valid URL ({e})", ["write it as http://HOST:PORT/v1"]
+            f"error: {url[:120]!r} is not a valid URL ({e})", ["write it as http://HOST:PORT/v1"]
         ) from None
     if not parts.hostname:
         raise sv.ServeError(f"error: {url!r} names no host", ["write it as http://HOST:PORT/v1"])
@@ -60,7 +63,7 @@ def remote(url: str, api_key: str | None) -> Endpoint:
             else "is it an OpenAI-compatible server?"
         )
         raise sv.ServeError(f"error: {url}/models answered {e.code}", [hint]) from None
-    except (urllib.error.URLError, OSError) as e:
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:  # InvalidURL
         reason = getattr(e, "reason", e)
         raise sv.ServeError(
             f"error: cannot reach {url}: {reason}", ["start one with: r1cloud serve --checkpoint JOB"]

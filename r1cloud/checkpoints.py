@@ -12,11 +12,12 @@ safetensors weights, in `huggingface/` (r1cloud) or `actor/huggingface/` (EasyR1
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from .records import finite, loads, whole
 
 STEP_RE = re.compile(r"global_step_(\d+)$")
 SHARD_RE = re.compile(r"model_world_size_(\d+)_rank_(\d+)\.pt$")
@@ -108,15 +109,14 @@ def _bucket_reason(url: str, e: Exception) -> tuple[str, list[str]]:
 def _read_json(fs, path: str) -> dict | None:
     """A JSON object from `path`; None when it is missing, broken, or not an object."""
     try:
-        with fs.open(path, "r") as f:
-            data = json.load(f)
+        with fs.open(path, "rb") as f:
+            data = loads(f.read())
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
 
-def _number(value) -> float | None:
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+_number = finite
 
 
 def _section(row: dict, key: str) -> dict:
@@ -148,10 +148,10 @@ def _easyr1_metrics(fs, root: str) -> dict[int, dict]:
         with fs.open(f"{root}/experiment_log.jsonl", "r") as f:
             for line in f:
                 if line.strip():
-                    with contextlib.suppress(ValueError, TypeError):
-                        row = json.loads(line)
-                        if isinstance(row, dict):
-                            out[int(row.get("step", -1))] = row
+                    with contextlib.suppress(ValueError):
+                        row = loads(line)
+                        if isinstance(row, dict) and whole(row.get("step")) is not None:
+                            out[row["step"]] = row
     except (OSError, ValueError):
         pass
     return out
@@ -172,6 +172,8 @@ def _list_checkpoints(root: str, label: str | None) -> list[Checkpoint]:
         entries = fs.ls(base, detail=True)
     except FileNotFoundError:
         return []
+    except OSError as e:  # a symlink loop, no permission: local folders (a bucket's errors are said above)
+        raise BucketError(f"cannot read {root}: {e.strerror or e}", ["check the folder"]) from None
     label = label or root
     easyr1_rows = None
     found = []
@@ -204,7 +206,7 @@ def _list_checkpoints(root: str, label: str | None) -> list[Checkpoint]:
         )
         ck.inference_ready = inference_ready(fs, ck.hf_dir.removeprefix(proto))
         if fmt == "r1cloud" and (adapter := _read_json(fs, f"{path}/actor/adapter_config.json")):
-            ck.lora_rank = adapter.get("r") if isinstance(adapter.get("r"), int) else None
+            ck.lora_rank = whole(adapter.get("r"), 1, 2**16)
         found.append(ck)
     return sorted(found, key=lambda c: c.step)
 
@@ -237,7 +239,7 @@ def job_checkpoint_root(run_dir: Path) -> str:
 
         spec = yaml.safe_load((run_dir / "spec.yaml").read_text())
         path = (spec.get("trainer") or {}).get("save_checkpoint_path")
-    except (OSError, ValueError, yaml.YAMLError, AttributeError):  # no spec, or a damaged one
+    except (OSError, ValueError, yaml.YAMLError, AttributeError, RecursionError):  # no spec, or a damaged one
         path = None
     path = path if isinstance(path, str) else None
     return path or str(run_dir / "checkpoints")

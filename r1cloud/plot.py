@@ -4,8 +4,7 @@ with matplotlib. Both libraries are imported only when drawing."""
 
 from __future__ import annotations
 
-import json
-import math
+from .records import finite, loads, whole
 
 Curve = tuple[list[int], list[float]]
 BLOCKS = "▁▂▃▄▅▆▇█"
@@ -31,10 +30,10 @@ def read_rows(where: str) -> list[dict]:
         rows = []
         for line in text.splitlines():
             try:
-                row = json.loads(line)
+                row = loads(line)
             except ValueError:
                 continue
-            if isinstance(row, dict) and isinstance(row.get("step"), int):
+            if isinstance(row, dict) and whole(row.get("step")) is not None:
                 rows.append(flatten(row))
         return rows
     raise PlotError(f"{where} has no metrics.jsonl (nor EasyR1's experiment_log.jsonl)")
@@ -54,11 +53,7 @@ def flatten(tree: dict, sep: str = "/", prefix: str = "") -> dict:
 
 def series(rows: list[dict], key: str) -> Curve:
     """(steps, values) of `key`; a restarted run's later line for a step wins."""
-    by_step = {
-        r["step"]: float(r[key])
-        for r in rows
-        if isinstance(r.get(key), (int, float)) and math.isfinite(float(r[key]))
-    }
+    by_step = {r["step"]: finite(r.get(key)) for r in rows if finite(r.get(key)) is not None}
     steps = sorted(by_step)
     return steps, [by_step[s] for s in steps]
 

@@ -45,8 +45,10 @@ def corrupt(answer: str, other: str) -> str:
 
 
 def run(spec, n: int, progress=lambda msg: None) -> tuple[list[Row], dict]:
+    import time
+
     from .trainer.data import PromptSet, load_tokenizer
-    from .trainer.rewards import from_config, reward_input
+    from .trainer.rewards import RewardDeadline, from_config, reward_input
 
     d, r = spec.data, spec.worker.reward
     progress("loading the tokenizer")
@@ -60,6 +62,10 @@ def run(spec, n: int, progress=lambda msg: None) -> tuple[list[Row], dict]:
         d.train_files, tokenizer, d, filter_overlong=False, limit=n, probs=d.train_files_probs, images=images
     )
     reward = from_config(r)
+    if hasattr(
+        reward, "deadline"
+    ):  # one deadline for all of it: a stuck function ends `try`, not each sample
+        reward.deadline = time.monotonic() + 2 * r.timeout + 10
 
     def inputs(answers: list[str], shape: str) -> list[dict]:
         texts = [SHAPES[shape].format(a=a) for a in answers]
@@ -82,6 +88,8 @@ def run(spec, n: int, progress=lambda msg: None) -> tuple[list[Row], dict]:
         progress("scoring corrupted answers")
         scores, e = reward(inputs(bad, shape))
         errors += e
+    except RewardDeadline as e:
+        raise ValueError(str(e)) from None
     finally:
         reward.close()
     image_token = images.image_token_id if images is not None else None
@@ -105,6 +113,7 @@ def run(spec, n: int, progress=lambda msg: None) -> tuple[list[Row], dict]:
         "overlong": sum(x.prompt_tokens > d.max_prompt_length for x in rows),
         "max_prompt_length": d.max_prompt_length,
         "errors": errors,
+        "samples": len(rows) * (len(SHAPES) + 1),
         "reasons": sorted(getattr(reward, "reasons", ())),
         "columns": prompts.columns,
         "first_prompt": (

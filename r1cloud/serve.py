@@ -9,6 +9,7 @@ environment (VLLM_API_KEY for vLLM, R1CLOUD_API_KEY for the fallback).
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 import math
@@ -48,10 +49,11 @@ def _lookup(target: str):
     with the model's default name: (Checkpoint, name)."""
     from .checkpoints import NotFound, job_checkpoint_root, locate, parse_ref, select
     from .jobs.store import JobStore
+    from .spec.load import is_dir
 
     ref, step = parse_ref(target)
     path = Path(ref)
-    if step is None and path.is_dir() and is_hf_folder(path):
+    if step is None and is_dir(path) and is_hf_folder(path):
         return Model(str(path.resolve()), path.resolve().name, f"the model folder {path}")
     store = JobStore()
     try:
@@ -65,6 +67,11 @@ def _lookup(target: str):
         root, label = job_checkpoint_root(store.path(ref)), ref
         name_base = ref
     elif HUB_ID.match(ref) and step is None:
+        if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes") and not _cached(ref):
+            raise ServeError(
+                f"error: {ref!r} is no job or folder here, and the Hub is off (HF_HUB_OFFLINE) with no copy of it cached",
+                ["give a job (`r1cloud jobs`), a checkpoint or model folder, or unset HF_HUB_OFFLINE"],
+            )
         return Model(ref, ref, f"the Hugging Face Hub model {ref}")
     else:
         raise ServeError(
@@ -76,6 +83,15 @@ def _lookup(target: str):
     except NotFound as e:
         raise ServeError(*e.args) from None
     return chosen, f"{name_base}-step-{chosen.step}"
+
+
+def _cached(repo: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo, "config.json"), str)
+    except Exception:  # an id the client refuses, or no client: not cached
+        return False
 
 
 def resolve(target: str, merge_fn: Callable, cache: Path) -> Model:
@@ -265,7 +281,19 @@ def check_port(host: str, port: int) -> None:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
+        except (socket.gaierror, UnicodeError) as e:
+            raise ServeError(
+                f"error: --host {host[:80]!r} is not an address ({getattr(e, 'strerror', None) or e})",
+                [
+                    "give an address of this machine: 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)"
+                ],
+            ) from None
         except OSError as e:
+            if e.errno == errno.EADDRNOTAVAIL:
+                raise ServeError(
+                    f"error: --host {host} is not an address of this machine",
+                    ["give 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or one of its addresses"],
+                ) from None
             raise ServeError(
                 f"error: cannot listen on {host}:{port}: {e.strerror or e}",
                 [

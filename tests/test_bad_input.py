@@ -87,7 +87,8 @@ def test_a_damaged_spec_is_said_and_the_rest_shown(cli, store):
 @pytest.mark.parametrize(
     "args,said",
     [
-        (["train", "{bp}", "--accels", "999999999989", "--dry-run"], "trainer.n_gpus_per_node: 999999999989 devices"),
+        (["train", "{bp}", "trainer.n_gpus_per_node=999999999989", "--dry-run"], "trainer.n_gpus_per_node: 999999999989 devices"),
+        (["train", "{bp}", "--accels", "999999999989", "--dry-run"], "Invalid value for '--accels'"),
         (["validate", "{bp}", "data.rollout_batch_size=1000000007"], "data.rollout_batch_size: 1000000007 is not"),
         (["validate", "{bp}", "worker.actor.micro_batch_size_per_device_for_experience=999999937"],
          "micro_batch_size_per_device_for_experience: 999999937 does not divide"),
@@ -294,7 +295,7 @@ def _bomb(d, mappings: bool = False):
         (["validate", "Q", "worker.reward.reward_function_kwargs={a: .nan}"], "reward_function_kwargs: holds nan"),
         (["validate", "BOMB", "--json"], "reward_function_kwargs: is too large or too deep"),
         (["validate", "MAPBOMB"], "reward_function_kwargs: is too large or too deep"),
-        (["validate", "BIG"], "not valid YAML: Exceeds the limit (4300 digits)"),
+        (["validate", "BIG"], "data.rollout_batch_size: a number of more than 4,300 digits is no setting's value (big.yaml:2)"),
         (["validate", "KEYS"], "true: YAML reads this key as a boolean, not a name"),
         (["validate", "Q", "config="], "config= is empty"),
         (["train", "Q", "--nodes", "0", "--dry-run"], "Invalid value for '--nodes'"),

@@ -102,16 +102,29 @@ def test_a_prompt_cut_short_by_an_interruption_is_left_out():
         (["eval", "some/model", "--data", "d.jsonl", "--reward", "r.py", "--out", "full"], "not an empty folder"),
         (["eval", "http://127.0.0.1:9/v1", "--data", "d.jsonl", "--reward", "r.py"], "cannot reach"),
         (["eval", "./no/such/folder", "--data", "d.jsonl", "--reward", "r.py"], "no/such/folder"),
+        # checked before a model starts (they once failed after it, exit 1)
+        (["eval", "some/model", "--data", "d.jsonl", "--reward", "raises.py"], "the reward fails on a row's own answer ('2')"),
+        (["eval", "some/model", "--data", "null.jsonl", "--reward", "r.py"], "null.jsonl: row 0 (line 1): 'answer' is null"),
+        (["eval", "some/model", "--data", "empty.jsonl", "--reward", "r.py"], "empty.jsonl holds no rows"),
+        (["eval", "some/model", "--data", "d.jsonl", "--reward", "r.py", "--format-prompt", "bad.jinja"], "bad.jinja: line 1: not a valid Jinja template"),
+        (["eval", "some/model", "--data", "d.jsonl", "--reward", "r.py", "--n", str(10**30)], "Invalid value for '--n'"),
+        (["eval", "some/model", "--data", "d.jsonl", "--reward", "r.py", "--temperature", "inf"], "Invalid value for '--temperature'"),
     ],
 )  # fmt: skip
 def test_eval_bad_input_is_one_clear_line(cli, tmp_path, monkeypatch, args, expected):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("R1CLOUD_HOME", str(tmp_path / "home"))
-    (tmp_path / "d.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
-    (tmp_path / "r.py").write_text("def score(reward_inputs):\n    return []\n")
+    (tmp_path / "d.jsonl").write_text('{"prompt": "1+1", "answer": "2"}\n')
+    (tmp_path / "null.jsonl").write_text('{"prompt": "1+1", "answer": null}\n')
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "bad.jinja").write_text("{{ content ")
+    (tmp_path / "r.py").write_text(
+        "def score(reward_inputs):\n    return [{'overall': 1.0} for _ in reward_inputs]\n"
+    )
+    (tmp_path / "raises.py").write_text("def score(reward_inputs):\n    raise KeyError('answer')\n")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "kept.txt").write_text("mine")
-    args = [a if a != "r.py" else "r.py:score" for a in args]
+    args = [f"{a}:score" if a in ("r.py", "raises.py") else a for a in args]
     r = cli(*args)
     assert r.exit_code == 2, r.stdout + r.stderr
     assert expected in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -58,6 +58,13 @@ def _root(
     pass
 
 
+def finite(value: float | None) -> float | None:
+    """An option's callback: NaN passes click's ranges (no comparison holds), so it is refused here."""
+    if value is not None and value != value:
+        raise typer.BadParameter("nan is not a number")
+    return value
+
+
 def fail(title: str, lines: list[str], warnings: list[str] = ()) -> None:
     for w in warnings:
         err.print(f"warning: {w}", style="yellow", markup=False)
@@ -201,7 +208,7 @@ def _base_model(job) -> str | None:
     try:
         spec = yaml.safe_load((job.dir / "spec.yaml").read_text())
         path = spec["worker"]["actor"]["model"]["model_path"] or None
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
+    except (OSError, yaml.YAMLError, KeyError, TypeError, RecursionError):
         return None
     if isinstance(path, str) and path.startswith("/"):
         try:

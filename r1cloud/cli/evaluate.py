@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .common import app, err, fail, load_blueprint, out
+from .common import app, err, fail, finite, load_blueprint, out
 
 ENGINES = ("auto", "vllm", "hf")
 
@@ -48,11 +48,14 @@ def eval_(
         ),
     ] = None,
     n: Annotated[
-        int | None, typer.Option("--n", min=1, help="Samples per prompt: pass@k and mean@k for k ≤ n.")
+        int | None,
+        typer.Option("--n", min=1, max=10_000, help="Samples per prompt: pass@k and mean@k for k ≤ n."),
     ] = None,
-    temperature: Annotated[float | None, typer.Option("--temperature", min=0.0, help="0 is greedy.")] = None,
+    temperature: Annotated[
+        float | None, typer.Option("--temperature", min=0.0, max=100.0, callback=finite, help="0 is greedy.")
+    ] = None,
     max_tokens: Annotated[
-        int | None, typer.Option("--max-tokens", min=1, help="Tokens per answer at most.")
+        int | None, typer.Option("--max-tokens", min=1, max=10_000_000, help="Tokens per answer at most.")
     ] = None,
     reward: Annotated[
         str | None, typer.Option("--reward", help="The reward as FILE.py[:FUNCTION].", show_default=False)
@@ -75,7 +78,9 @@ def eval_(
         Path | None,
         typer.Option("--image-dir", help="Where relative picture paths start.", show_default=False),
     ] = None,
-    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Only the first N prompts.")] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, max=10**9, help="Only the first N prompts.")
+    ] = None,
     engine: Annotated[str, typer.Option("--engine", help="auto (vLLM if installed), vllm or hf.")] = "auto",
     api_key: Annotated[
         str | None,
@@ -204,7 +209,49 @@ def _spec(targets, blueprint, data, reward, format_prompt, keys: dict, image_dir
             "error: no reward to score with",
             ["give --reward FILE.py[:FUNCTION], or a blueprint that names one"],
         )
-    return Spec.model_validate(tree)
+    spec = Spec.model_validate(tree)
+    _check_before_starting(spec)
+    return spec
+
+
+def _check_before_starting(spec) -> None:
+    """What would fail after the model is up, said first (exit 2): the rows and the format prompt
+    (as validate reads them), and the reward on one row's own answer."""
+    from ..spec.files import check_data
+    from ..trainer.rewards import RewardDeadline, from_config
+
+    if problems := [message for _, message in check_data(spec.data, keys=("val_files",))]:
+        fail("error: the data cannot be scored", problems)
+    d = spec.data
+    values = d.val_files if isinstance(d.val_files, list) else [d.val_files]
+    row = next((r for v in values if (r := _first_row(v)) is not None), {})
+    answer = str(row.get(d.answer_key, "1"))
+    try:
+        reward = from_config(spec.worker.reward)
+    except Exception as e:  # the module raised on import, or names no such function
+        fail(f"error: the reward cannot be loaded: {type(e).__name__}: {str(e)[:200]}", [])
+    try:
+        if hasattr(reward, "deadline"):
+            reward.deadline = time.monotonic() + 2 * spec.worker.reward.timeout + 10
+        probe = {"response": answer, "response_length": 1, "ground_truth": answer}
+        asked = {k: row.get(d.prompt_key if k == "prompt" else k) for k in reward.wants}  # REWARD_INPUT_KEYS
+        _, errors = reward([{**probe, **asked}])
+    except RewardDeadline as e:
+        fail(f"error: {e}", [])
+    finally:
+        reward.close()
+    if errors:
+        fail(f"error: the reward fails on a row's own answer ({answer[:40]!r})", sorted(reward.reasons)[:3])
+
+
+def _first_row(value: str) -> dict | None:
+    from ..spec.data_check import DataError, local_files, rows
+
+    try:
+        files = local_files(value) if value else None
+        return next((row for _, row in rows(files[0], limit=1)), None) if files else None
+    except DataError:
+        return None
 
 
 def _job_spec(target: str):

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .common import app, cloud_logs, err, fail, find_job, job_store, out, report_end, when
+from .common import app, cloud_logs, err, fail, find_job, finite, job_store, out, report_end, when
 
 JobArg = Annotated[
     str | None, typer.Argument(help="Job name (default: the most recent job).", show_default=False)
@@ -23,7 +23,7 @@ def logs(
         typer.Option("--follow", "-f", help="Keep printing until the job ends; exit with its exit code."),
     ] = False,
     tail: Annotated[
-        int, typer.Option("--tail", "-n", min=0, help="Lines from the end to print first.")
+        int, typer.Option("--tail", "-n", min=0, max=10_000_000, help="Lines from the end to print first.")
     ] = 200,
 ) -> None:
     """Print a job's log (the trainer's or the server's output)."""
@@ -215,7 +215,14 @@ def _trend(run) -> str:
 def stop(
     job: JobArg = None,
     grace: Annotated[
-        float, typer.Option("--grace", help="Seconds the trainer gets to save a checkpoint and exit.")
+        float,
+        typer.Option(
+            "--grace",
+            min=0.0,
+            max=3600.0,
+            callback=finite,
+            help="Seconds the trainer gets to save a checkpoint and exit.",
+        ),
     ] = 180.0,
 ) -> None:
     """Stop a job cleanly: the trainer finishes its step and saves a checkpoint first."""

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .common import app, fail, find_job, out
+from .common import app, fail, find_job, finite, out
 
 DEFAULT_METRICS = "reward/overall,val/reward_score"
 
@@ -15,9 +15,9 @@ DEFAULT_METRICS = "reward/overall,val/reward_score"
 def metrics_source(target: str | None) -> tuple[str, str]:
     """(label, where its metrics are) for a job name (default: the latest job), a run or
     checkpoint folder, or a bucket URL."""
-    from ..spec.load import expand
+    from ..spec.load import expand, is_dir
 
-    if target and ("://" in target or expand(target).is_dir()):
+    if target and ("://" in target or is_dir(expand(target))):
         return target.rstrip("/"), target if "://" in target else str(expand(target))
     store, job = find_job(target)
     run = store.path(job.name)
@@ -49,12 +49,18 @@ def plot(
     smoothing: Annotated[
         float,
         typer.Option(
-            "--smooth", min=0.0, max=0.99, help="TensorBoard-style smoothing weight, 0 (none) to 0.99."
+            "--smooth",
+            min=0.0,
+            max=0.99,
+            callback=finite,
+            help="TensorBoard-style smoothing weight, 0 (none) to 0.99.",
         ),
     ] = 0.0,
-    width: Annotated[int, typer.Option("--width", min=30, help="Terminal plot width in characters.")] = 100,
+    width: Annotated[
+        int, typer.Option("--width", min=30, max=1000, help="Terminal plot width in characters.")
+    ] = 100,
     height: Annotated[
-        int, typer.Option("--height", min=8, help="Height of each terminal panel in lines.")
+        int, typer.Option("--height", min=8, max=200, help="Height of each terminal panel in lines.")
     ] = 16,
 ) -> None:
     """Plot training curves: reward and validation reward by default; compare runs by naming several.

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .common import app, err, fail, job_store, load_blueprint, out, report_end
+from .common import app, err, fail, finite, job_store, load_blueprint, out, report_end
 
 
 def _merge_for_serving(checkpoint, out_dir) -> None:
@@ -69,7 +69,10 @@ def serve(
         ),
     ] = None,
     max_model_len: Annotated[
-        int | None, typer.Option("--max-model-len", help="Context length limit.", show_default=False)
+        int | None,
+        typer.Option(
+            "--max-model-len", min=1, max=10_000_000, help="Context length limit.", show_default=False
+        ),
     ] = None,
     engine: Annotated[
         str, typer.Option("--engine", help="auto (vLLM when installed), vllm, or transformers.")
@@ -90,7 +93,14 @@ def serve(
         typer.Option("--detach", "-d", help="Start, wait until ready, and return; stop with r1cloud stop."),
     ] = False,
     ready_timeout: Annotated[
-        float, typer.Option("--ready-timeout", help="Seconds to wait for /v1/models to answer.")
+        float,
+        typer.Option(
+            "--ready-timeout",
+            min=1.0,
+            max=86_400.0,
+            callback=finite,
+            help="Seconds to wait for /v1/models to answer.",
+        ),
     ] = 900.0,
     adapter: Annotated[
         bool,
@@ -276,8 +286,12 @@ def chat(
             "--api-key", envvar="R1CLOUD_API_KEY", help="Bearer key of the endpoint(s).", show_default=False
         ),
     ] = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens per answer at most.")] = 512,
-    temperature: Annotated[float, typer.Option("--temperature", help="0 is greedy.")] = 0.0,
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", min=1, max=10_000_000, help="Tokens per answer at most.")
+    ] = 512,
+    temperature: Annotated[
+        float, typer.Option("--temperature", min=0.0, max=100.0, callback=finite, help="0 is greedy.")
+    ] = 0.0,
     engine: Annotated[
         str,
         typer.Option(

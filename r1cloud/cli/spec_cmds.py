@@ -57,7 +57,7 @@ def try_(
         list[str] | None,
         typer.Argument(help="key.path=value overrides, as for validate.", show_default=False),
     ] = None,
-    n: Annotated[int, typer.Option("--n", help="How many training prompts to try.")] = 20,
+    n: Annotated[int, typer.Option("--n", min=1, max=10_000, help="How many training prompts to try.")] = 20,
     as_json: Annotated[bool, typer.Option("--json", help="Print the rows and summary as JSON.")] = False,
 ) -> None:
     """Pre-flight: render prompts from the data through the format prompt and chat template, and
@@ -76,6 +76,14 @@ def try_(
             rows, summary = run(spec, n, lambda msg: status.update(msg + "…"))
     except ValueError as e:
         fail(f"error: {e}", ["`r1cloud validate` checks the rest of the blueprint"])
+    if summary["errors"] and summary["errors"] >= summary["samples"]:
+        fail(
+            f"error: the reward function failed on every sample ({summary['errors']})",
+            [
+                *summary["reasons"][:3],
+                "fix the function: `r1cloud validate` checks its signature, this its results",
+            ],
+        )
     if as_json:
         from dataclasses import asdict
 

@@ -74,10 +74,13 @@ def train(
     accels: Annotated[
         int | None,
         typer.Option(
-            "--accels", min=1, help="Devices per node; locally, worker slots (CPU processes or local GPUs)."
+            "--accels",
+            min=1,
+            max=4096,
+            help="Devices per node; locally, worker slots (CPU processes or local GPUs).",
         ),
     ] = None,
-    nodes: Annotated[int | None, typer.Option("--nodes", min=1, help="Number of nodes.")] = None,
+    nodes: Annotated[int | None, typer.Option("--nodes", min=1, max=4096, help="Number of nodes.")] = None,
     gpu: Annotated[str | None, typer.Option("--gpu", help="Accelerator type: H100, A100-80GB, …")] = None,
     infra: Annotated[
         str | None, typer.Option("--infra", help="local (default) or a SkyPilot infra: aws, gcp, k8s, …")

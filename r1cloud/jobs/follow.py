@@ -3,16 +3,17 @@ step count. Files only — the same for a job on this machine and, later, one sy
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from ..records import finite, load_object, loads, whole
 from .store import TERMINAL, Job, JobStore
 
 
 def tail_lines(path: Path, n: int) -> list[str]:
-    if not path.exists() or n <= 0:
+    """The last `n` lines of a file; none when it is missing or cannot be read (a folder, say)."""
+    if n <= 0 or not path.is_file():
         return []
     with path.open("rb") as f:
         end = f.seek(0, 2)
@@ -59,7 +60,7 @@ def follow(
 def _record(line: str) -> dict | None:
     """One metrics line, or None for a line cut by a kill mid-write (or otherwise not a record)."""
     try:
-        m = json.loads(line)
+        m = loads(line)
     except ValueError:
         return None
     return m if isinstance(m, dict) else None
@@ -67,7 +68,7 @@ def _record(line: str) -> dict | None:
 
 def metrics(run_dir: Path) -> Iterator[dict]:
     path = run_dir / "metrics.jsonl"
-    if path.exists():
+    if path.is_file():
         for line in path.read_text(errors="replace").splitlines():
             if line.strip() and (m := _record(line)) is not None:
                 yield m
@@ -77,19 +78,15 @@ def last_train_metrics(run_dir: Path) -> dict | None:
     """The newest training step's metrics (validation-only lines, such as step 0, are skipped)."""
     for line in reversed(tail_lines(run_dir / "metrics.jsonl", 50)):
         m = _record(line)
-        if (
-            m is not None
-            and isinstance(m.get("reward/overall"), int | float)
-            and isinstance(m.get("step"), int)
-        ):
+        if m is not None and finite(m.get("reward/overall")) is not None and whole(m.get("step")) is not None:
             return m
     return None
 
 
 def total_steps(run_dir: Path) -> int | None:
     try:
-        return json.loads((run_dir / "trainer.json").read_text())["total_steps"]
-    except (OSError, ValueError, KeyError):
+        return whole(load_object(run_dir / "trainer.json").get("total_steps"))
+    except (OSError, ValueError):
         return None
 
 

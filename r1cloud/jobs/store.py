@@ -18,12 +18,15 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from ..records import loads
 
 ACTIVE = ("PENDING", "RUNNING")
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED", "ENDED")  # ENDED: a cloud job whose outcome is unknown
@@ -100,6 +103,9 @@ def _wrong_fields(job: Job) -> list[str]:
             ok = isinstance(value, kinds.get(kind, object)) and not (
                 kind in ("int", "float") and isinstance(value, bool)
             )
+        if ok and kind in ("int", "float") and value is not None:  # a time, a pid, a count: in range
+            top = 1e11 if name.endswith(("_at", "_started")) else 2**31 - 1
+            ok = math.isfinite(value) and (0 if name != "exit_code" else -top) <= value <= top
         if not ok:
             bad.append(name)
     if not bad and job.status not in STATUSES:
@@ -189,13 +195,15 @@ class JobStore:
 
     def _read(self, name: str) -> Job:
         try:
-            data = json.loads((self.path(name) / "job.json").read_text())
+            data = loads((self.path(name) / "job.json").read_bytes())
         except FileNotFoundError as e:
             raise NoSuchJob(name) from e
-        except (OSError, UnicodeDecodeError) as e:
+        except OSError as e:
             raise DamagedJob(name, f"job.json cannot be read ({getattr(e, 'strerror', None) or e})") from None
         except json.JSONDecodeError as e:
             raise DamagedJob(name, f"job.json is not valid JSON ({e.msg}, line {e.lineno})") from None
+        except (ValueError, UnicodeDecodeError) as e:
+            raise DamagedJob(name, f"job.json is not valid JSON ({str(e)[:80]})") from None
         if not isinstance(data, dict):
             raise DamagedJob(name, f"job.json holds a JSON {type(data).__name__}, not a job record")
         if data.get("name") != name:  # the folder's name is the job's: any other is not its record
@@ -203,7 +211,7 @@ class JobStore:
             raise DamagedJob(name, f"job.json {said}")
         job = Job(**{k: v for k, v in data.items() if k in Job.__dataclass_fields__})
         if bad := _wrong_fields(job):
-            raise DamagedJob(name, f"job.json has {', '.join(bad)} of the wrong type")
+            raise DamagedJob(name, f"job.json has {', '.join(bad)} of the wrong type or out of range")
         return job
 
     @contextlib.contextmanager

@@ -35,4 +35,8 @@ def dump_spec(spec: Spec) -> str:
 
 def load_resolved(path: str | Path) -> Spec:
     """Read a spec written by `dump_spec` (already resolved and checked)."""
-    return Spec.model_validate(yaml.safe_load(Path(path).read_text(encoding="utf-8")))
+    try:
+        tree = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ValueError(f"{path} is nested too deeply to be a spec") from None
+    return Spec.model_validate(tree)

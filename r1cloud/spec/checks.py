@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
-import math
 import os
 from collections.abc import Callable
 
@@ -257,25 +256,25 @@ def check_rollout(spec: Spec, problem: Report) -> None:
 def _sampling_rules(max_response_length: int) -> dict:
     """Each sampling setting's test and what it must be (as vLLM's SamplingParams takes it)."""
 
+    from ..records import finite
+
     def number(lo=None, hi=None, above=None):
         return lambda v: (
-            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            finite(v) is not None
             and (lo is None or v >= lo) and (hi is None or v <= hi) and (above is None or v > above)
         )  # fmt: skip
 
-    def whole(lo, hi=None):
-        return lambda v: (
-            isinstance(v, int) and not isinstance(v, bool) and v >= lo and (hi is None or v <= hi)
-        )
+    def whole(lo, hi):
+        return lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
 
     rules = {
-        "n": (whole(1), "a whole number ≥ 1"),
+        "n": (whole(1, 10_000), "a whole number from 1 to 10,000"),
         "temperature": (number(lo=0), "a number ≥ 0 (0 is greedy)"),
         "top_p": (number(hi=1, above=0), "a number above 0 and at most 1"),
-        "top_k": (whole(-1), "a whole number: -1 (all tokens) or more"),
-        "seed": (whole(0), "a whole number ≥ 0"),
+        "top_k": (whole(-1, 2**31 - 1), "a whole number: -1 (all tokens) or more"),
+        "seed": (whole(0, 2**32 - 1), "a whole number from 0 to 2^32 - 1"),
         "ignore_eos": (lambda v: isinstance(v, bool), "true or false"),
-        "max_tokens": (whole(1), "a whole number ≥ 1"),
+        "max_tokens": (whole(1, 10**7), "a whole number from 1 to 10,000,000"),
         "repetition_penalty": (number(above=0), "a number above 0 (1 is none)"),
         "min_tokens": (whole(0, max_response_length), f"a whole number from 0 to data.max_response_length ({max_response_length})"),
     }  # fmt: skip

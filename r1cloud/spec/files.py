@@ -42,7 +42,13 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
         if reason := unusable_path(value):
             problem(path, reason)
             return None
-        candidates = [(b / expand(value)).resolve() for b in bases(path)]
+        try:
+            candidates = [(b / expand(value)).resolve() for b in bases(path)]
+        except RuntimeError:  # Python's word for a symlink loop
+            problem(
+                path, f"{value} is a symlink loop (a link that leads back to itself): give the {kind} itself"
+            )
+            return None
         for c in candidates:
             if c.is_file() if kind == "file" else c.is_dir():
                 return c
@@ -178,6 +184,8 @@ def bad_url(url: str) -> str | None:
     try:
         parts = urllib.parse.urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number or out of range
+        if any(c.isspace() or ord(c) < 32 for c in url):
+            raise ValueError("it holds a space or a control character")
     except ValueError as e:
         return f"{url[:120]!r} is not a valid URL ({e}): write http(s)://HOST[:PORT]/PATH"
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -238,7 +246,13 @@ def _resolve_local_or_hub(path: str, value: str, bases: list[Path], problem, kin
         return value
     name, at, split = value.rpartition("@") if kind == "data" and "@" in value else (value, "", "")
     for b in bases:
-        c = (b / expand(name)).resolve()
+        try:
+            c = (b / expand(name)).resolve()
+        except RuntimeError:  # a symlink loop
+            problem(
+                path, f"{name} is a symlink loop (a link that leads back to itself): give the {kind} itself"
+            )
+            return value
         if c.exists():
             return f"{c}{at}{split}"
     missing, fix, neither = NOT_FOUND[kind]
@@ -271,7 +285,7 @@ def _check_template(path: Path, origin: str | None) -> list[Problem]:
     return []
 
 
-def check_data(d, text_model: bool = False) -> list[tuple[str, str]]:
+def check_data(d, text_model: bool = False, keys=("train_files", "val_files")) -> list[tuple[str, str]]:
     """(key, message) for each local data file's problems (data_check.py), the format prompt
     rendered over the first real row, and a train set smaller than one rollout batch."""
     from .. import prompts
@@ -282,7 +296,7 @@ def check_data(d, text_model: bool = False) -> list[tuple[str, str]]:
     added = None
     usable = d.format_prompt and not unusable_path(d.format_prompt) and Path(d.format_prompt).is_file()
     template = d.format_prompt if usable else None
-    for key in ("train_files", "val_files"):
+    for key in keys:
         values = getattr(d, key)
         for value in values if isinstance(values, list) else [values]:
             if not value or unusable_path(value):
@@ -304,7 +318,7 @@ def check_data(d, text_model: bool = False) -> list[tuple[str, str]]:
     sample = first if first is not None else "What is 1 + 1?"
     if template and (message := prompts.check(template, sample)):
         found.append(("data.format_prompt", f"{template}: {message}"))
-    rows = data_check.count_rows(d.train_files)
+    rows = data_check.count_rows(d.train_files) if "train_files" in keys else None
     batch = d.mini_rollout_batch_size or d.rollout_batch_size
     if rows is not None and (rows // batch * batch) // d.rollout_batch_size == 0 and not found:
         found.append(

@@ -369,8 +369,8 @@ ACCEL_RE = re.compile(r"^([A-Za-z][A-Za-z0-9_.-]*)(?::(\d+))?$")
 def parse_accelerator(text: str) -> tuple[str, int]:
     """`H100:8` -> ("H100", 8); `H100` -> ("H100", 1)."""
     m = ACCEL_RE.match(text.strip())
-    if not m or (m.group(2) is not None and int(m.group(2)) < 1):
-        raise ValueError(f"{text!r} is not an accelerator; write NAME:COUNT, e.g. H100:8")
+    if not m or (m.group(2) is not None and not 1 <= int(m.group(2)) <= 4096):
+        raise ValueError(f"{text[:40]!r} is not an accelerator; write NAME:COUNT (1 to 4096), e.g. H100:8")
     return m.group(1), int(m.group(2) or 1)
 
 
@@ -437,9 +437,11 @@ def accelerator_options(value: str | list[str] | dict[str, int]) -> list[tuple[s
     out = []
     for name, count in value.items():
         parsed, _ = parse_accelerator(name)
-        if count is None or count < 1:
-            raise ValueError(f"{name}: count must be a positive number")
-        out.append((parsed, int(count)))
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 4096:
+            raise ValueError(
+                f"{name}: {str(count)[:20]} is not a count of devices (a whole number from 1 to 4096)"
+            )
+        out.append((parsed, count))
     if not out:
         raise ValueError("the dict of accelerators is empty")
     return out

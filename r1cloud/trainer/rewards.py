@@ -96,7 +96,29 @@ class ScoreChecks:
             print(f"[reward] {self.name}: {reason}", file=sys.stderr, flush=True)
 
 
+class RewardDeadline(Exception):
+    """The whole of a bounded scoring (`try`'s) ran past its deadline: the function is stuck."""
+
+
 class RewardFunction(ScoreChecks):
+    deadline: float | None = None  # time.monotonic() by which every call must be done (None: none)
+
+    def _wait(self, future):
+        """The future's result, waiting no longer than the deadline allows."""
+        import time
+
+        if self.deadline is None:
+            return future.result()
+        try:
+            return future.result(timeout=max(0.0, self.deadline - time.monotonic()))
+        except FutureTimeout:
+            if time.monotonic() >= self.deadline:
+                raise RewardDeadline(
+                    f"the reward function did not finish in time (it is stuck, or slower than "
+                    f"worker.reward.timeout, {self.timeout:g} s a sample)"
+                ) from None
+            raise
+
     def __init__(
         self,
         path: str,
@@ -138,7 +160,7 @@ class RewardFunction(ScoreChecks):
         scores, errors = [], 0
         for part, future in zip(parts, futures, strict=True):
             try:
-                out = future.result()
+                out = self._wait(future)
                 if isinstance(out, list) and len(out) == len(part) and all(self._valid(s) for s in out):
                     scores += [self._clean(s) for s in out]
                     continue
@@ -147,6 +169,8 @@ class RewardFunction(ScoreChecks):
                 )
             except FutureTimeout:
                 self._note(f"batch call timed out after {limit:g}s; scoring samples one by one")
+            except RewardDeadline:
+                raise
             except Exception as e:  # the batch failed: find which samples did
                 self._note(f"batch call raised {type(e).__name__}: {e}; scoring samples one by one")
             more, n = self._each(part, sequential=False)
@@ -162,13 +186,15 @@ class RewardFunction(ScoreChecks):
         for future in futures:
             try:
                 try:
-                    s = future.result()
+                    s = self._wait(future)
                 except FutureTimeout:
                     raise TimeoutError(f"timed out after {self.timeout:g}s") from None
                 s = s if sequential else self._first(s)
                 if not self._valid(s):
                     raise ValueError(f"returned {self._describe(s, 1)}")
                 scores.append(self._clean(s))
+            except RewardDeadline:
+                raise
             except Exception as e:
                 self._note(f"{type(e).__name__}: {e}")
                 scores.append({"overall": 0.0})
@@ -178,8 +204,8 @@ class RewardFunction(ScoreChecks):
 
 def _finite(v) -> bool:
     try:
-        return math.isfinite(float(v))
-    except (TypeError, ValueError):
+        return not isinstance(v, str) and math.isfinite(float(v))
+    except (TypeError, ValueError, OverflowError):
         return False
 
 

@@ -523,11 +523,12 @@ def test_chunked_prefill_on_cpu_is_refused_not_dropped(make_run):
 
 
 def test_freezing_the_language_model_of_a_text_model_is_refused(make_run):
-    """freeze_language_model is for VLMs: on a text model nothing would train, which is said."""
-    from r1cloud.trainer.driver import Trainer
+    """freeze_language_model is for VLMs: on a text model nothing would train, which validate says
+    when the model's config is here (the trainer says it too, for a model it fetches)."""
+    from r1cloud.spec import SpecError
 
-    with pytest.raises(ValueError, match="freeze_language_model: a text model has nothing else"):
-        Trainer(make_run("worker.actor.model.freeze_language_model=true"))
+    with pytest.raises(SpecError, match="is text-only \\(no vision_config\\): freezing its language model"):
+        make_run("worker.actor.model.freeze_language_model=true")
 
 
 def test_hf_engine_applies_the_extra_sampling_fields(tiny_model):

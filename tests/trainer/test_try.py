@@ -40,3 +40,28 @@ def test_try_bad_column_is_one_clear_line(tmp_path, tiny_model, digits_reward):
     r = r1("try", bp, "data.answer_key=solution")
     assert r.returncode == 2 and "no column 'solution'" in r.stderr and "answer, problem" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_reward_that_fails_everywhere_or_hangs_ends_try_in_exit_2(tmp_path, tiny_model, digits_reward):
+    """A reward that raises on every sample, or returns a non-number, is exit 2 naming why; one that
+    never returns ends `try` at one deadline for the whole check (2 × worker.reward.timeout + 10 s),
+    not after the timeout of every sample."""
+    import time
+
+    bp = tmp_path / "bp.yaml"
+    bp.write_text(tiny_blueprint(tiny_model, digits_reward))
+    bodies = {
+        "raises.py": ("def compute_score(reward_inputs):\n    raise KeyError('ground_truth')\n",
+                      "failed on every sample (42)", "KeyError"),
+        "text.py": ("def compute_score(reward_inputs):\n    return [{'overall': 'high'} for _ in reward_inputs]\n",
+                    "failed on every sample (42)", "a non-finite or non-numeric score"),
+        "hangs.py": ("import time\ndef compute_score(reward_inputs):\n    time.sleep(600)\n",
+                     "the reward function did not finish in time", "worker.reward.timeout, 1 s a sample"),
+    }  # fmt: skip
+    for name, (body, said, why) in bodies.items():
+        (tmp_path / name).write_text(body)
+        tick = time.monotonic()
+        r = r1("try", bp, f"worker.reward.reward_function={tmp_path / name}:compute_score",
+               "worker.reward.timeout=1", "--n", "6")  # fmt: skip
+        assert r.returncode == 2 and said in r.stderr and why in r.stderr, (name, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr and time.monotonic() - tick < 60, name
