@@ -234,12 +234,16 @@ def drop_path(tree: dict, key: Key) -> None:
         node[int(key[-1])] = None
 
 
-def huge_numbers(tree: Any, origins: Origins, path: tuple = ()) -> list[Problem]:
-    """Whole numbers beyond a 64-bit integer, anywhere in the tree: no setting takes one."""
-    if isinstance(tree, dict):
-        return [p for k, v in tree.items() for p in huge_numbers(v, origins, (*path, str(k)))]
-    if isinstance(tree, list):
-        return [p for i, v in enumerate(tree) for p in huge_numbers(v, origins, (*path, str(i)))]
+def huge_numbers(tree: Any, origins: Origins, path: tuple = (), seen: set | None = None) -> list[Problem]:
+    """Whole numbers beyond a 64-bit integer, anywhere in the tree: no setting takes one. A mapping
+    or list reached again through a YAML alias is not walked again (an alias bomb would be 10^7)."""
+    seen = set() if seen is None else seen
+    if isinstance(tree, dict | list):
+        if id(tree) in seen:
+            return []
+        seen.add(id(tree))
+        items = tree.items() if isinstance(tree, dict) else enumerate(tree)
+        return [p for k, v in items for p in huge_numbers(v, origins, (*path, str(k)), seen)]
     if isinstance(tree, int) and not isinstance(tree, bool) and abs(tree) > INT_LIMIT:
         at = ".".join(path)
         return [
