@@ -116,6 +116,7 @@ def resolve_adapter(target: str, adapter_fn: Callable) -> Model:
     """`target`, a LoRA run's checkpoint on this machine -> its base model with the adapter on
     top. `adapter_fn(checkpoint)` writes the checkpoint's adapter/ folder when it is missing."""
     from .checkpoints import NotFound, base_model
+    from .records import load_object
 
     found = _lookup(target)
     chosen, name = found if not isinstance(found, Model) else (None, None)
@@ -134,9 +135,14 @@ def resolve_adapter(target: str, adapter_fn: Callable) -> Model:
     if not (folder / "adapter_model.safetensors").is_file():
         adapter_fn(chosen)
     try:
-        base = base_model(json.loads((folder / "adapter_config.json").read_text()))
+        base = base_model(load_object(folder / "adapter_config.json"))
     except NotFound as e:
         raise ServeError(*e.args) from None
+    except (OSError, ValueError, AttributeError) as e:  # damaged by hand: merge --adapter-only writes it anew
+        raise ServeError(
+            f"error: {folder}/adapter_config.json cannot be read ({str(e)[:80]})",
+            [f"remove {folder} and serve again: it is written anew from the checkpoint"],
+        ) from None
     origin = f"{chosen.id}'s LoRA adapter (rank {chosen.lora_rank}) on {base}"
     return Model(str(base), name, origin, adapter=str(folder), adapter_rank=chosen.lora_rank)
 

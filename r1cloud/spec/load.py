@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from .models import Spec, accelerator_options, normalise_name
+from .numbers import MAX_DIGITS, drop_path, huge_numbers, long_number, node_of
 from .problems import Problem, SpecError
 
 Key = tuple[str, ...]
@@ -113,7 +114,7 @@ def read_yaml(path: Path) -> tuple[dict, Origins, list[Problem]]:
         deep = "nested too deeply to read (hundreds of levels): a blueprint is a few levels deep"
         return {}, {}, [Problem("", deep, shown)]
     except ValueError as e:  # a number of thousands of digits (Python's int conversion limit), …
-        key, line = _long_number(node_of(text))
+        key, line = long_number(node_of(text))
         if key is not None:
             message = f"a number of more than {MAX_DIGITS:,} digits is no setting's value"
             return {}, {}, [Problem(key, message, f"{shown}:{line}")]
@@ -189,71 +190,6 @@ def _walk(node: Any, prefix: Key, shown: str, origins: Origins, problems: list[P
             seen.add(key)
         origins[path] = where
         _walk(vnode, path, shown, origins, problems, walked)
-
-
-MAX_DIGITS = 4300  # Python's limit on converting a string of digits to an int
-INT_LIMIT = 2**63 - 1  # a setting's whole number beyond a 64-bit integer fits nothing downstream
-
-
-def node_of(text: str):
-    """The YAML node tree of `text` (scalars not yet converted), or None."""
-    try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
-    except (yaml.YAMLError, RecursionError):
-        return None
-
-
-def _long_number(node, path: tuple = ()) -> tuple[str | None, int]:
-    """The dotted key and line of the first integer too long for Python to read, or (None, 0)."""
-    if isinstance(node, yaml.ScalarNode):
-        digits = node.value.lstrip("+-").replace("_", "")
-        if node.tag.endswith(":int") and len(digits) > MAX_DIGITS:
-            return ".".join(path) or "(the document)", node.start_mark.line + 1
-    elif isinstance(node, yaml.MappingNode):
-        for k, v in node.value:
-            found = _long_number(v, (*path, str(getattr(k, "value", k))))
-            if found[0] is not None:
-                return found
-    elif isinstance(node, yaml.SequenceNode):
-        for i, v in enumerate(node.value):
-            found = _long_number(v, (*path, str(i)))
-            if found[0] is not None:
-                return found
-    return None, 0
-
-
-def drop_path(tree: dict, key: Key) -> None:
-    node = tree
-    for part in key[:-1]:
-        node = (
-            node.get(part) if isinstance(node, dict) else node[int(part)] if isinstance(node, list) else None
-        )
-    if isinstance(node, dict):
-        node.pop(key[-1], None)
-    elif isinstance(node, list):
-        node[int(key[-1])] = None
-
-
-def huge_numbers(tree: Any, origins: Origins, path: tuple = (), seen: set | None = None) -> list[Problem]:
-    """Whole numbers beyond a 64-bit integer, anywhere in the tree: no setting takes one. A mapping
-    or list reached again through a YAML alias is not walked again (an alias bomb would be 10^7)."""
-    seen = set() if seen is None else seen
-    if isinstance(tree, dict | list):
-        if id(tree) in seen:
-            return []
-        seen.add(id(tree))
-        items = tree.items() if isinstance(tree, dict) else enumerate(tree)
-        return [p for k, v in items for p in huge_numbers(v, origins, (*path, str(k)), seen)]
-    if isinstance(tree, int) and not isinstance(tree, bool) and abs(tree) > INT_LIMIT:
-        at = ".".join(path)
-        return [
-            Problem(
-                at,
-                f"{str(tree)[:12]}… ({len(str(abs(tree)))} digits) is too large: at most 2^63 - 1",
-                origin_of(origins, path),
-            )
-        ]
-    return []
 
 
 # --------------------------------------------------------------------------- overrides
@@ -572,7 +508,9 @@ def load_spec(
     for tree, origins in layers:
         raw = deep_merge(raw, tree)
         merged_origins.update(origins)
-    for huge in huge_numbers(raw, merged_origins):  # said, and dropped: no later check repeats it
+    for huge in huge_numbers(
+        raw, lambda key: origin_of(merged_origins, key)
+    ):  # said, and dropped: no later check repeats it
         problems.append(huge)
         drop_path(raw, tuple(huge.path.split(".")))
     if problems and not raw:

@@ -191,11 +191,35 @@ def _key(url: str) -> str:
 
 
 def read_state(checkpoint: str) -> dict:
-    """A checkpoint's trainer_state.json, from a local folder or a bucket."""
+    """A checkpoint's trainer_state.json, from a local folder or a bucket, checked: one that is
+    damaged or not r1cloud's is a RunError naming it (a resume would otherwise fail deep inside)."""
     from ..checkpoints import filesystem
+    from ..records import finite, loads, whole
+    from .batch import RunError
 
     fs, path = filesystem(checkpoint)
-    return json.loads(fs.cat_file(f"{path.rstrip('/')}/{STATE}"))
+    where = f"{checkpoint.rstrip('/')}/{STATE}"
+    fix = "resume from another checkpoint (trainer.load_checkpoint_path), or remove this one"
+    try:
+        state = loads(fs.cat_file(f"{path.rstrip('/')}/{STATE}"))
+    except FileNotFoundError:
+        raise RunError(f"{where} is missing: not a complete checkpoint; {fix}") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise RunError(f"{where} is damaged ({str(e)[:80]}); {fix}") from None
+    loader = state.get("loader") if isinstance(state, dict) else None
+    if (
+        not isinstance(loader, dict)
+        or whole(state.get("step")) is None
+        or whole(loader.get("epoch")) is None
+        or whole(loader.get("position")) is None
+        or not isinstance(state.get("scheduler"), dict | None)
+        or not isinstance(state.get("critic_scheduler"), dict | None)
+        or ("kl_coef" in state and finite(state["kl_coef"]) is None)
+    ):
+        raise RunError(
+            f"{where} is not a trainer state r1cloud wrote (step, data position, schedules); {fix}"
+        )
+    return state
 
 
 def write_hf_files(

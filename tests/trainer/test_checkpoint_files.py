@@ -3,6 +3,8 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from r1cloud.trainer.checkpoint import Checkpoints
 
 
@@ -45,3 +47,31 @@ def test_prune_keeps_the_newest_and_the_best(tmp_path):
     assert json.loads((tmp_path / "checkpoint_tracker.json").read_text())["best_global_step"] == 2
     ck.prune(-1)
     assert ck.complete_steps() == [2, 5]
+
+
+@pytest.mark.parametrize(
+    "text,said",
+    [
+        (None, "is missing: not a complete checkpoint"),
+        ("{cut", "is damaged (Expecting"),
+        ("[" * 50_000 + "]" * 50_000, "is damaged (nested too deeply)"),
+        ('{"step": ' + "9" * 5000 + "}", "is damaged (a number of more than 4,300 digits)"),
+        ("[1, 2]", "is not a trainer state r1cloud wrote"),
+        ('{"step": 3, "loader": {"epoch": 0, "position": "x"}}', "is not a trainer state r1cloud wrote"),
+        ('{"step": 3, "loader": {"epoch": 0, "position": 1}, "scheduler": [1]}', "is not a trainer state"),
+        ('{"step": 3, "loader": {"epoch": 0, "position": 1}, "kl_coef": 1e400}', "is not a trainer state"),
+    ],
+)
+def test_a_damaged_trainer_state_stops_a_resume_in_one_line(tmp_path, text, said):
+    from r1cloud.trainer.batch import RunError
+    from r1cloud.trainer.checkpoint import read_state
+
+    if text is not None:
+        (tmp_path / "trainer_state.json").write_text(text)
+    with pytest.raises(RunError, match="resume from another checkpoint") as caught:
+        read_state(str(tmp_path))
+    assert said in str(caught.value) and str(tmp_path) in str(caught.value)
+    (tmp_path / "trainer_state.json").write_text(
+        '{"step": 3, "loader": {"epoch": 1, "position": 2}, "scheduler": null}'
+    )
+    assert read_state(str(tmp_path))["step"] == 3
