@@ -24,7 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")  # org/name, 96 characters each at most
+HUB_ID = re.compile(
+    r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$"
+)  # org/name, 96 characters each at most
 
 
 class ServeError(Exception):

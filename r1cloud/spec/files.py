@@ -18,7 +18,9 @@ from .models import Spec, _is_url
 from .problems import Problem
 
 DATA_EXTENSIONS = (".json", ".jsonl", ".parquet", ".csv", ".arrow", ".txt", ".tsv")
-HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")  # the Hub: 96 at most
+HUB_ID_RE = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$"
+)  # the Hub: 96 at most
 
 
 def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
