@@ -462,14 +462,14 @@ def check_out(out: Path, checkpoint, force: bool) -> None:
 
 
 def _carry(old: Path, new: Path) -> None:
-    """Into the new merge folder, everything in the old one that merge did not write (a file a
-    user put there, the trainer's tokenizer extras), linked where it can be, so nothing is lost."""
+    """Into the new merge folder, everything in the old one but the old weights (a file a user put
+    there, the trainer's tokenizer extras), linked where it can be, so nothing is lost."""
     ours = _merged_by_us(old)
     for entry in old.iterdir():
         if entry.name == MARK or (new / entry.name).exists():
             continue
-        if (entry.name in ours) if ours is not None else entry.name.endswith(WEIGHTS):
-            continue  # a previous merge's weights (or, unmarked, the trainer's save_hf weights)
+        if entry.name.endswith(WEIGHTS) and (ours is None or entry.name in ours):
+            continue  # the weights a previous merge wrote (unmarked: the trainer's save_hf) give way
         if entry.is_dir() and not entry.is_symlink():
             shutil.copytree(entry, new / entry.name, symlinks=True, copy_function=_link_or_copy)
         else:
