@@ -267,9 +267,9 @@ def test_no_jobs_yet_and_dry_run(home, blueprint):
             "the train data has 0 prompts, fewer than one batch of 4: 2000 were dropped as longer than "
             "data.max_prompt_length (8), the longest",
         ),
-        (
+        (  # counted before launch: no job is made
             ["data.rollout_batch_size=4000", "worker.actor.global_batch_size=4000"],
-            "fewer than one batch of 4000",
+            "data.train_files: holds 2000 rows, fewer than one rollout batch (data.rollout_batch_size 4000)",
         ),
     ],
 )
@@ -278,6 +278,9 @@ def test_data_that_cannot_fill_a_batch_fails_before_the_first_step_in_one_line(
 ):
     r = r1("train", blueprint, "--name", "short", "--secret", "HF_TOKEN=x", *overrides)
     assert r.returncode == 2, r.stdout + r.stderr
+    if expected.startswith("data.train_files"):
+        assert expected in r.stderr and not (home / "jobs/short").exists(), r.stderr
+        return
     record = job_record(home, "short")
     assert record["status"] == "FAILED" and expected in record["reason"], record["reason"]
     log = (home / "jobs/short/train.log").read_text()

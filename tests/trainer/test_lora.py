@@ -212,6 +212,7 @@ def test_lora_run_through_the_cli_lists_merges_both_ways_and_resumes_on_one_work
     made = r1("merge", "lora-job:step-1", "--adapter-only", env=home)
     assert made.returncode == 0, made.stderr
     assert sorted(p.name for p in (step / "adapter").iterdir()) == [
+        ".r1cloud-merge.json",  # merge's mark: the files it wrote
         "adapter_config.json",
         "adapter_model.safetensors",
     ]

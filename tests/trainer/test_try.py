@@ -52,9 +52,9 @@ def test_a_reward_that_fails_everywhere_or_hangs_ends_try_in_exit_2(tmp_path, ti
     bp.write_text(tiny_blueprint(tiny_model, digits_reward))
     bodies = {
         "raises.py": ("def compute_score(reward_inputs):\n    raise KeyError('ground_truth')\n",
-                      "failed on every sample (42)", "KeyError"),
+                      "failed on every sample (36)", "KeyError"),
         "text.py": ("def compute_score(reward_inputs):\n    return [{'overall': 'high'} for _ in reward_inputs]\n",
-                    "failed on every sample (42)", "a non-finite or non-numeric score"),
+                    "failed on every sample (36)", "a non-finite or non-numeric score"),
         "hangs.py": ("import time\ndef compute_score(reward_inputs):\n    time.sleep(600)\n",
                      "the reward function did not finish in time", "worker.reward.timeout, 1 s a sample"),
     }  # fmt: skip

@@ -383,6 +383,7 @@ def test_validate_reads_local_image_rows(cli, blueprint, shapes, tmp_path, kind)
         f"data.train_files={shapes}/train.jsonl",
         f"data.val_files={shapes}/test.jsonl",
         "data.prompt_key=problem",
+        f"data.image_dir={shapes}",  # validate opens the pictures, from where the trainer would
     ]
     assert cli("validate", good, *local).exit_code == 0
     bad = tmp_path / f"bad{kind}"
@@ -407,7 +408,12 @@ def test_a_format_prompt_may_place_the_picture(cli, blueprint, shapes, tmp_path)
     bare = tmp_path / "bare.jsonl"
     write_rows(bare, [{**r, "problem": r["problem"].replace("<image>", "")} for r in rows])
     (tmp_path / "place.jinja").write_text("<image>{{ content }}")
-    local = [f"data.train_files={bare}", f"data.val_files={bare}", "data.prompt_key=problem"]
+    local = [
+        f"data.train_files={bare}",
+        f"data.val_files={bare}",
+        "data.prompt_key=problem",
+        f"data.image_dir={shapes}",
+    ]
     assert (
         cli("validate", blueprint(), *local, f"data.format_prompt={tmp_path / 'place.jinja'}").exit_code == 0
     )
