@@ -224,15 +224,12 @@ def context_length(model_path: str, rollout, prompt_lengths: list[int], max_toke
     """vLLM's max_model_len for scoring: what these prompts and max_tokens need, else the
     blueprint's prompt + response lengths cut to the model's own context (config.json) — never the
     blueprint's alone, which may be longer than the model can take."""
+    from .spec.files import model_config, model_context
 
     need = max(prompt_lengths, default=1) + max_tokens
     planned = rollout.max_model_len or rollout.prompt_length + rollout.response_length
-    try:
-        config = json.loads((Path(model_path) / "config.json").read_text())
-        text = config.get("text_config") or config
-        context = int(text.get("max_position_embeddings") or config.get("max_position_embeddings"))
-    except (OSError, ValueError, TypeError, AttributeError):
-        context = planned
+    config = model_config(model_path)
+    context = (model_context(config) if config is not None else None) or planned
     return max(need, min(planned, context))
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from .dcp_io import UnsafeCheckpoint, remove, storage
+from .records import load_object, loads
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 HF_FILES = (
@@ -234,10 +235,10 @@ def adapter_config(dcp_dir: str) -> dict:
     fs, path = filesystem(dcp_dir)
     where = f"{dcp_dir}/{ADAPTER_CONFIG}"
     try:
-        adapter = json.loads(fs.cat_file(f"{path.rstrip('/')}/{ADAPTER_CONFIG}"))
+        adapter = loads(fs.cat_file(f"{path.rstrip('/')}/{ADAPTER_CONFIG}"))
     except FileNotFoundError:
         raise MergeError(f"{dcp_dir} holds LoRA adapters but no {ADAPTER_CONFIG}") from None
-    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+    except (ValueError, UnicodeDecodeError) as e:
         raise MergeError(f"{where} is not valid JSON ({str(e)[:120]})") from None
     if not isinstance(adapter, dict):
         raise MergeError(f"{where} holds a JSON {type(adapter).__name__}, not an adapter config")
@@ -423,8 +424,8 @@ def merge_easyr1(
 def _merged_by_us(folder: Path) -> set[str] | None:
     """The files a merge wrote into `folder`, from its mark (None: no merge wrote it)."""
     try:
-        files = json.loads((folder / MARK).read_text())["files"]
-    except (OSError, ValueError, TypeError, KeyError):
+        files = load_object(folder / MARK).get("files")
+    except (OSError, ValueError):
         return None
     return {f for f in files if isinstance(f, str)} if isinstance(files, list) else None
 

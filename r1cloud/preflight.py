@@ -45,8 +45,6 @@ def corrupt(answer: str, other: str) -> str:
 
 
 def run(spec, n: int, progress=lambda msg: None) -> tuple[list[Row], dict]:
-    import time
-
     from .trainer.data import PromptSet, load_tokenizer
     from .trainer.rewards import RewardDeadline, from_config, reward_input
 
@@ -61,11 +59,7 @@ def run(spec, n: int, progress=lambda msg: None) -> tuple[list[Row], dict]:
     prompts = PromptSet(
         d.train_files, tokenizer, d, filter_overlong=False, limit=n, probs=d.train_files_probs, images=images
     )
-    reward = from_config(r)
-    if hasattr(
-        reward, "deadline"
-    ):  # one deadline for all of it: a stuck function ends `try`, not each sample
-        reward.deadline = time.monotonic() + 2 * r.timeout + 10
+    reward = from_config(r, bounded=True)
 
     def inputs(answers: list[str], shape: str) -> list[dict]:
         texts = [SHAPES[shape].format(a=a) for a in answers]

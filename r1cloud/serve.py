@@ -24,9 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-HUB_ID = re.compile(
-    r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$"
-)  # org/name, 96 characters each at most
+# org/name, 96 characters each at most
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
 
 
 class ServeError(Exception):

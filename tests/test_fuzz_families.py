@@ -102,6 +102,14 @@ def home(tmp_path_factory, monkeypatch):
         good = root / "jobs" / "good"
         _write(good / "job.json", json.dumps(_good("good")))
         _write(good / "metrics.jsonl", '{"step": 1, "reward/overall": 0.5}\n')
+        # what eval and validate are pointed at: a row, a reward that scores it, the quickstart
+        (root / "d.jsonl").write_text('{"prompt": "1+1", "answer": "2"}\n')
+        (root / "r.py").write_text(
+            "def score(reward_inputs):\n    return [{'overall': 1.0} for _ in reward_inputs]\n"
+        )
+        (root / "q.yaml").write_text(
+            (ROOT / "blueprints" / "quickstart.yaml").read_text().replace("../", f"{ROOT}/")
+        )
         return root
 
     return make
@@ -171,12 +179,7 @@ options = st.sampled_from(
 @given(option=options, value=numbers)
 def test_any_number_for_any_option_is_refused_or_used_never_a_crash(home, option, value):
     root = home()
-    (root / "d.jsonl").write_text('{"prompt": "1+1", "answer": "2"}\n')
-    (root / "r.py").write_text(
-        "def score(reward_inputs):\n    return [{'overall': 1.0} for _ in reward_inputs]\n"
-    )
     q = root / "q.yaml"
-    q.write_text((ROOT / "blueprints" / "quickstart.yaml").read_text().replace("../", f"{ROOT}/"))
     argv = [str(q) if a == "Q" else a for a in option] + [value]
     if option[0] == "try" and value in ("1", "2.5"):
         return  # a real pre-flight on the quickstart's model: not this test's business
@@ -203,7 +206,6 @@ keys = st.sampled_from(
 def test_any_huge_or_non_finite_number_in_a_blueprint_is_one_line_naming_its_key(home, key, value, in_file):
     root = home()
     q = root / "q.yaml"
-    q.write_text((ROOT / "blueprints" / "quickstart.yaml").read_text().replace("../", f"{ROOT}/"))
     bp, extra = q, [f"{key}={value}"]
     if in_file:  # written as YAML in the blueprint, over the quickstart as its base (config=)
         parts = key.split(".")
@@ -231,11 +233,7 @@ name_commands = st.sampled_from(
 @SETTINGS
 @given(command=name_commands, name=names)
 def test_any_name_or_url_is_one_line(home, command, name):
-    root = home()
-    (root / "d.jsonl").write_text('{"prompt": "1+1", "answer": "2"}\n')
-    (root / "r.py").write_text(
-        "def score(reward_inputs):\n    return [{'overall': 1.0} for _ in reward_inputs]\n"
-    )
+    home()
     argv = (
         [command[0], *command[1:2], name, *command[2:]]
         if command[0] == "serve"
@@ -255,7 +253,6 @@ def test_a_symlink_loop_where_a_file_belongs_is_one_line(home, key):
     root = home()
     (root / "loop").symlink_to(root / "loop")
     q = root / "q.yaml"
-    q.write_text((ROOT / "blueprints" / "quickstart.yaml").read_text().replace("../", f"{ROOT}/"))
     code, said = _run("validate", q, f"{key}={root / 'loop'}")
     _fine(code, said, [key])
     assert code == 2 and key in said, said

@@ -58,7 +58,7 @@ def _root(
     pass
 
 
-def finite(value: float | None) -> float | None:
+def not_nan(value: float | None) -> float | None:
     """An option's callback: NaN passes click's ranges (no comparison holds), so it is refused here."""
     if value is not None and value != value:
         raise typer.BadParameter("nan is not a number")

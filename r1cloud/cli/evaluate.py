@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .common import app, err, fail, finite, load_blueprint, out
+from .common import app, err, fail, load_blueprint, not_nan, out
 
 ENGINES = ("auto", "vllm", "hf")
 
@@ -52,7 +52,7 @@ def eval_(
         typer.Option("--n", min=1, max=10_000, help="Samples per prompt: pass@k and mean@k for k ≤ n."),
     ] = None,
     temperature: Annotated[
-        float | None, typer.Option("--temperature", min=0.0, max=100.0, callback=finite, help="0 is greedy.")
+        float | None, typer.Option("--temperature", min=0.0, max=100.0, callback=not_nan, help="0 is greedy.")
     ] = None,
     max_tokens: Annotated[
         int | None, typer.Option("--max-tokens", min=1, max=10_000_000, help="Tokens per answer at most.")
@@ -227,12 +227,10 @@ def _check_before_starting(spec) -> None:
     row = next((r for v in values if (r := _first_row(v)) is not None), {})
     answer = str(row.get(d.answer_key, "1"))
     try:
-        reward = from_config(spec.worker.reward)
+        reward = from_config(spec.worker.reward, bounded=True)
     except Exception as e:  # the module raised on import, or names no such function
         fail(f"error: the reward cannot be loaded: {type(e).__name__}: {str(e)[:200]}", [])
     try:
-        if hasattr(reward, "deadline"):
-            reward.deadline = time.monotonic() + 2 * spec.worker.reward.timeout + 10
         probe = {"response": answer, "response_length": 1, "ground_truth": answer}
         asked = {k: row.get(d.prompt_key if k == "prompt" else k) for k in reward.wants}  # REWARD_INPUT_KEYS
         _, errors = reward([{**probe, **asked}])

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .common import app, cloud_logs, err, fail, find_job, finite, job_store, out, report_end, when
+from .common import app, cloud_logs, err, fail, find_job, job_store, not_nan, out, report_end, when
 
 JobArg = Annotated[
     str | None, typer.Argument(help="Job name (default: the most recent job).", show_default=False)
@@ -220,7 +220,7 @@ def stop(
             "--grace",
             min=0.0,
             max=3600.0,
-            callback=finite,
+            callback=not_nan,
             help="Seconds the trainer gets to save a checkpoint and exit.",
         ),
     ] = 180.0,

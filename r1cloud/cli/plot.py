@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .common import app, fail, find_job, finite, out
+from .common import app, fail, find_job, not_nan, out
 
 DEFAULT_METRICS = "reward/overall,val/reward_score"
 
@@ -52,7 +52,7 @@ def plot(
             "--smooth",
             min=0.0,
             max=0.99,
-            callback=finite,
+            callback=not_nan,
             help="TensorBoard-style smoothing weight, 0 (none) to 0.99.",
         ),
     ] = 0.0,

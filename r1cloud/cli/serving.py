@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .common import app, err, fail, finite, job_store, load_blueprint, out, report_end
+from .common import app, err, fail, job_store, load_blueprint, not_nan, out, report_end
 
 
 def _merge_for_serving(checkpoint, out_dir) -> None:
@@ -98,7 +98,7 @@ def serve(
             "--ready-timeout",
             min=1.0,
             max=86_400.0,
-            callback=finite,
+            callback=not_nan,
             help="Seconds to wait for /v1/models to answer.",
         ),
     ] = 900.0,
@@ -290,7 +290,7 @@ def chat(
         int, typer.Option("--max-tokens", min=1, max=10_000_000, help="Tokens per answer at most.")
     ] = 512,
     temperature: Annotated[
-        float, typer.Option("--temperature", min=0.0, max=100.0, callback=finite, help="0 is greedy.")
+        float, typer.Option("--temperature", min=0.0, max=100.0, callback=not_nan, help="0 is greedy.")
     ] = 0.0,
     engine: Annotated[
         str,

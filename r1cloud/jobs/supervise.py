@@ -18,12 +18,8 @@ from pathlib import Path
 from .store import JobStore, process_start_time
 
 PREFIX = re.compile(r"^(\(\w+ pid=\d+\)\s*)?((ERROR|WARNING|INFO) [\d-]+ [\d:]+ \[[^\]]*\]\s*)?")
-POINTERS = (
-    "root cause above",
-    "stack trace above",
-    "Worker failed with error",
-    "Failed to apply",
-)  # vLLM's summaries: the cause is above
+# vLLM's summaries of an error, which only point to its cause above them
+POINTERS = ("root cause above", "stack trace above", "Worker failed with error", "Failed to apply")
 
 
 def last_error(log: Path) -> str:
@@ -36,9 +32,8 @@ def last_error(log: Path) -> str:
             lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return ""
-    lines = [
-        PREFIX.sub("", re.sub(r"\x1b\[[0-9;]*m", "", ln)) for ln in lines
-    ]  # Ray colours its workers' lines
+    # Ray colours its workers' lines; vLLM prefixes its workers' with their pid, level and file
+    lines = [PREFIX.sub("", re.sub(r"\x1b\[[0-9;]*m", "", ln)) for ln in lines]
     said = [ln for ln in lines if ln.startswith("error:")]  # the trainer's own words come first
     raised = [ln for ln in lines if ": " in ln and ln.split(":")[0].endswith(("Error", "Exception"))]
     causes = [ln for ln in raised if not any(p in ln for p in POINTERS)]

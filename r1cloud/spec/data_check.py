@@ -1,7 +1,7 @@
-"""What `validate` reads of a blueprint's local data before a GPU is rented: each file's rows (a
-bounded sample: the first ROWS of every file, and every row's columns where the format keeps them
-in one place — parquet's schema, a CSV header), their count, and the first images, with one line
-naming the file and row for what the trainer would stop at after the machines are up.
+"""What `validate` reads of a blueprint's local data before a GPU is rented, in one pass over each
+file: its first ROWS rows checked whole and its first IMAGES images opened, the `<image>`
+placeholders of its first PLACED rows counted against their images, and its row count — with one
+line naming the file and row for what the trainer would stop at after the machines are up.
 
 Rows are read as the trainer's data loader (🤗 datasets) reads those formats; a Hub data set
 (`name@split`) is not downloaded here.
@@ -182,59 +182,76 @@ KINDS = {
     dict: "an object",
     list: "a list",
 }
+PLACED = 20_000  # rows whose `<image>` placeholders are counted against their images
 
 
 def _kind(value) -> str:
     return "null" if value is None else KINDS.get(type(value), type(value).__name__)
 
 
-def check_file(path: Path, d, with_images: bool = True) -> tuple[list[str], str | None]:
-    """Problems with one local data file's sample (one line naming the file and row), and the
-    first row's prompt text (to render the format prompt over)."""
+def _row_problem(row: dict, d, at: str, where: str, kinds: dict[str, tuple[str, str]]) -> str | None:
+    """What the data loader would refuse in one row: a missing or mistyped prompt or answer, or a
+    column whose type differs from an earlier row's (`kinds`: column -> (kind, where first seen))."""
+    missing = [k for k in (d.prompt_key, d.answer_key) if k not in row]
+    if missing:
+        key = "data.prompt_key" if missing[0] == d.prompt_key else "data.answer_key"
+        columns = ", ".join(sorted(map(str, row))[:8]) or "none"
+        return f"{at} has no column {missing[0]!r} (its columns: {columns}); set {key} to the column to use"
+    prompt, answer = row[d.prompt_key], row[d.answer_key]
+    if not isinstance(prompt, str):
+        return f"{at}: {d.prompt_key!r} is {_kind(prompt)}, not text: every prompt must be a string"
+    if answer is None or isinstance(answer, dict | list):
+        return f"{at}: {d.answer_key!r} is {_kind(answer)}: the ground truth must be text or a number"
+    for column, value in row.items():
+        kind = _kind(value)
+        seen = kinds.setdefault(column, (kind, where)) if kind != "null" else None
+        if seen and seen[0] != kind:
+            return f"{at}: {column!r} is {kind}, and {seen[0]} in {seen[1]}: a column holds one type; make them all alike"
+    return None
+
+
+def check_file(path: Path, d, added: int = 0, text_model: bool = False) -> tuple[list[str], str | None]:
+    """One pass over a local data file: its first ROWS rows checked whole (columns, types, the first
+    IMAGES images opened), and its first PLACED rows' images against their `<image>` placeholders
+    (the prompt's, plus `added` by the format prompt), for videos, text-only rows among image rows,
+    and images for a text-only model. Returns the problem (one line naming the file and row) and
+    the first row's prompt (to render the format prompt over)."""
     first: str | None = None
-    images = 0
-    kinds: dict[
-        str, tuple[str, str]
-    ] = {}  # column -> (kind, where first seen): datasets wants one per column
+    images = bare = with_images = 0
+    kinds: dict[str, tuple[str, str]] = {}
     try:
-        for where, row in rows(path):
+        for i, (where, row) in enumerate(rows(path, PLACED)):
             at = f"{path.name}: {where}"
-            missing = [k for k in (d.prompt_key, d.answer_key) if k not in row]
-            if missing:
-                key = "data.prompt_key" if missing[0] == d.prompt_key else "data.answer_key"
-                columns = ", ".join(sorted(map(str, row))[:8]) or "none"
-                return [
-                    f"{at} has no column {missing[0]!r} (its columns: {columns}); set {key} to the column to use"
-                ], first
-            prompt, answer = row[d.prompt_key], row[d.answer_key]
-            if not isinstance(prompt, str):
-                return [
-                    f"{at}: {d.prompt_key!r} is {_kind(prompt)}, not text: every prompt must be a string"
-                ], first
-            if answer is None or isinstance(answer, (dict, list)):
-                return [
-                    f"{at}: {d.answer_key!r} is {_kind(answer)}: the ground truth must be text or a number"
-                ], first
-            for column, value in row.items():
-                kind = _kind(value)
-                seen = kinds.setdefault(column, (kind, where)) if kind != "null" else None
-                if seen and seen[0] != kind:
-                    return [
-                        f"{at}: {column!r} is {kind}, and {seen[0]} in {seen[1]}: a column holds one type; make them all alike"
-                    ], first
-            first = prompt if first is None else first
-            if with_images and images < IMAGES:
-                for item in _items(row.get(d.image_key)):
-                    if images >= IMAGES:
-                        break
+            if i < ROWS:
+                if message := _row_problem(row, d, at, where, kinds):
+                    return [message], first
+                first = row[d.prompt_key] if first is None else first
+                for item in _items(row.get(d.image_key))[: max(0, IMAGES - images)]:
                     images += 1
                     if message := _image_problem(item, d.image_dir):
                         return [f"{at}: {message}"], first
+            if row.get(d.video_key):
+                return [
+                    f"{path.name}: row {i} holds videos ({d.video_key!r}), which are not supported yet; give their frames as images"
+                ], first
+            if d.image_key not in row:  # no image column: a text prompt, as EasyR1 decides
+                bare += 1
+                continue
+            found = _items(row[d.image_key])
+            wanted = str(row.get(d.prompt_key, "")).count("<image>") + added
+            if wanted != len(found):
+                return [placeholder_mismatch(path.name, i, wanted, len(found), d)], first
+            if found and text_model:
+                return [
+                    f"{path.name}: row {i} has images, and the model is text-only (its config has no "
+                    f"vision_config): train a vision-language model, or drop the {d.image_key!r} column"
+                ], first
+            bare, with_images = bare + (not found), with_images + bool(found)
     except DataError as e:
         return [str(e)], first
     if first is None:
         return [f"{path.name} holds no rows: a data set needs at least one"], first
-    return [], first
+    return ([mixed_rows(path.name, bare, with_images)] if bare and with_images else []), first
 
 
 def _items(value) -> list:
@@ -243,28 +260,37 @@ def _items(value) -> list:
     return value if isinstance(value, list) else [value]
 
 
+def image_source(item, image_dir: str | None):
+    """One image of a row, in any of EasyR1's forms, as what opens it: a path (joined with
+    `image_dir` when relative), bytes, or the item as it is (the trainer's vision.open_image too)."""
+    if isinstance(item, dict):  # an HF Image feature
+        item = item.get("bytes") or item.get("path")
+    if isinstance(item, str):
+        return os.path.join(image_dir, item) if image_dir and not os.path.isabs(item) else item
+    return item
+
+
 def _image_problem(item, image_dir: str | None) -> str | None:
     """Why one image of a row cannot be opened, or None (only the file's header is read)."""
     import io
 
     from PIL import Image, UnidentifiedImageError
 
-    if isinstance(item, dict):  # an HF Image feature
-        item = item.get("bytes") or item.get("path")
+    source = image_source(item, image_dir)
     try:
-        if isinstance(item, str):
-            path = os.path.join(image_dir, item) if image_dir and not os.path.isabs(item) else item
-            if not os.path.isfile(path):
+        if isinstance(source, str):
+            if not os.path.isfile(source):
                 where = "data.image_dir" if image_dir else "the working directory (data.image_dir is not set)"
-                return f"image {item!r} not found (relative paths are joined with {where})"
-            with Image.open(path):
+                name = item.get("path") if isinstance(item, dict) else item
+                return f"image {name!r} not found (relative paths are joined with {where})"
+            with Image.open(source):
                 return None
-        if isinstance(item, (bytes, bytearray)):
-            with Image.open(io.BytesIO(item)):
+        if isinstance(source, bytes | bytearray):
+            with Image.open(io.BytesIO(source)):
                 return None
     except (UnidentifiedImageError, OSError, ValueError) as e:
-        return f"image {str(item)[:80]!r} is not an image PIL can read ({type(e).__name__})"
-    return f"an image is a path, bytes or an HF Image dict, not {type(item).__name__}"
+        return f"image {str(source)[:80]!r} is not an image PIL can read ({type(e).__name__})"
+    return f"an image is a path, bytes or an HF Image dict, not {type(source).__name__}"
 
 
 def placeholder_mismatch(where: str, row: int, wanted: int, images: int, d) -> str:
@@ -282,33 +308,6 @@ def mixed_rows(where: str, bare: int, with_images: int) -> str:
         "supported yet (FSDP's workers would wait on each other's vision tower): give every row an "
         "image, or train the text rows as their own data set"
     )
-
-
-def image_rows_problem(path: Path, d, added: int, text_model: bool = False, limit: int = 20000) -> str | None:
-    """The first row (of a file's first `limit`) whose `<image>` placeholders (the prompt's, and
-    `added` from the format prompt) and images differ, that holds videos, or text-only rows among
-    image rows: what the trainer would refuse at data load, said now."""
-    bare = with_images = 0
-    try:
-        for i, (_, row) in enumerate(rows(path, limit)):
-            if row.get(d.video_key):
-                return f"{path.name}: row {i} holds videos ({d.video_key!r}), which are not supported yet; give their frames as images"
-            if d.image_key not in row:  # no image column: a text prompt, as EasyR1 decides
-                bare += 1
-                continue
-            images = _items(row[d.image_key])
-            wanted = str(row.get(d.prompt_key, "")).count("<image>") + added
-            if wanted != len(images):
-                return placeholder_mismatch(path.name, i, wanted, len(images), d)
-            if images and text_model:
-                return (
-                    f"{path.name}: row {i} has images, and the model is text-only (its config has no "
-                    f"vision_config): train a vision-language model, or drop the {d.image_key!r} column"
-                )
-            bare, with_images = bare + (not images), with_images + bool(images)
-    except DataError:
-        return None  # check_file names it
-    return mixed_rows(path.name, bare, with_images) if bare and with_images else None
 
 
 def count_rows(value: str | list[str]) -> int | None:

@@ -18,9 +18,8 @@ from .models import Spec, _is_url
 from .problems import Problem
 
 DATA_EXTENSIONS = (".json", ".jsonl", ".parquet", ".csv", ".arrow", ".txt", ".tsv")
-HUB_ID_RE = re.compile(
-    r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$"
-)  # the Hub: 96 at most
+# the Hub: 96 characters a part at most
+HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
 
 
 def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
@@ -113,23 +112,28 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
             if value:
                 at = f"worker.{role}.model.{key}"
                 setattr(model, key, _resolve_local_or_hub(at, value, bases(at), problem, "model"))
-    config = model_config(spec)
+    config = model_config(spec.worker.actor.model.model_path)
     for at, message in [*check_data(d, text_model=config is not None and "vision_config" not in config),
                         *check_model(spec, config)]:  # fmt: skip
         problem(at, message)
     return problems
 
 
-def model_config(spec: Spec) -> dict | None:
-    """The actor's local config.json, or None (a Hub id, or not readable: check_model says why)."""
-    import json
+def model_config(path: str | None) -> dict | None:
+    """A local model folder's config.json, or None (a Hub id, or not readable: check_model says why)."""
+    from ..records import load_object
 
-    path = spec.worker.actor.model.model_path
     try:
-        config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, TypeError, RecursionError):
+        return load_object(Path(path) / "config.json") if path else None
+    except (OSError, ValueError):
         return None
-    return config if isinstance(config, dict) else None
+
+
+def model_context(config: dict) -> int | None:
+    """A model's context in tokens: its max_position_embeddings (a VLM's text model's), or None."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    context = text.get("max_position_embeddings", config.get("max_position_embeddings"))
+    return context if isinstance(context, int) and not isinstance(context, bool) and context > 0 else None
 
 
 def check_model(spec: Spec, config: dict | None) -> list[tuple[str, str]]:
@@ -151,11 +155,10 @@ def check_model(spec: Spec, config: dict | None) -> list[tuple[str, str]]:
             (at, f"{path}/config.json cannot be read as a JSON object: restore it from the model's source")
         ]
     found: list[tuple[str, str]] = []
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    context = text.get("max_position_embeddings", config.get("max_position_embeddings"))
+    context = model_context(config)
     d, r = spec.data, spec.worker.rollout
     need = r.max_model_len or d.max_prompt_length + d.max_response_length
-    if isinstance(context, int) and not isinstance(context, bool) and 0 < context < need:
+    if context is not None and context < need:
         what = (
             "worker.rollout.max_model_len"
             if r.max_model_len
@@ -292,12 +295,13 @@ def check_data(d, text_model: bool = False, keys=("train_files", "val_files")) -
     rendered over the first real row, and a train set smaller than one rollout batch."""
     from .. import prompts
     from . import data_check
+    from .summary import batches_per_epoch
 
     found: list[tuple[str, str]] = []
     first: str | None = None
-    added = None
     usable = d.format_prompt and not unusable_path(d.format_prompt) and Path(d.format_prompt).is_file()
     template = d.format_prompt if usable else None
+    added = prompts.placeholders(template)  # `<image>` the template adds to every prompt
     for key in keys:
         values = getattr(d, key)
         for value in values if isinstance(values, list) else [values]:
@@ -309,20 +313,14 @@ def check_data(d, text_model: bool = False, keys=("train_files", "val_files")) -
                 found.append((f"data.{key}", str(e)))
                 continue
             for file in files:
-                messages, prompt = data_check.check_file(file, d)
+                messages, prompt = data_check.check_file(file, d, added, text_model)
                 first = prompt if first is None else first
-                if not messages:
-                    if added is None:
-                        added = prompts.placeholders(template)
-                    message = data_check.image_rows_problem(file, d, added, text_model)
-                    messages = [message] if message else []
                 found += [(f"data.{key}", m) for m in messages]
     sample = first if first is not None else "What is 1 + 1?"
     if template and (message := prompts.check(template, sample)):
         found.append(("data.format_prompt", f"{template}: {message}"))
     rows = data_check.count_rows(d.train_files) if "train_files" in keys else None
-    batch = d.mini_rollout_batch_size or d.rollout_batch_size
-    if rows is not None and (rows // batch * batch) // d.rollout_batch_size == 0 and not found:
+    if rows is not None and batches_per_epoch(rows, d) == 0 and not found:
         found.append(
             (
                 "data.train_files",

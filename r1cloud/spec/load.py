@@ -508,11 +508,10 @@ def load_spec(
     for tree, origins in layers:
         raw = deep_merge(raw, tree)
         merged_origins.update(origins)
-    for huge in huge_numbers(
-        raw, lambda key: origin_of(merged_origins, key)
-    ):  # said, and dropped: no later check repeats it
-        problems.append(huge)
-        drop_path(raw, tuple(huge.path.split(".")))
+    huge = huge_numbers(raw, lambda key: origin_of(merged_origins, key))
+    for problem in huge:  # said, and dropped: no later check repeats the number
+        problems.append(problem)
+        drop_path(raw, tuple(problem.path.split(".")))
     if problems and not raw:
         raise SpecError(problems)
     if "name" not in raw:

@@ -20,15 +20,14 @@ def total_steps(spec: Spec) -> tuple[int | None, str]:
             None,
             f"{t.total_epochs} epochs × (dataset rows ÷ {d.rollout_batch_size}), known when the data loads",
         )
-    if d.mini_rollout_batch_size:
-        steps = (
-            (rows // d.mini_rollout_batch_size * d.mini_rollout_batch_size)
-            // d.rollout_batch_size
-            * t.total_epochs
-        )
-    else:
-        steps = rows // d.rollout_batch_size * t.total_epochs
+    steps = batches_per_epoch(rows, d) * t.total_epochs
     return steps, f"{t.total_epochs} epochs × ({rows} rows ÷ {d.rollout_batch_size})"
+
+
+def batches_per_epoch(rows: int, d) -> int:
+    """EasyR1's steps in one epoch of `rows` prompts (drop_last; DAPO's mini-batches drawn whole)."""
+    mini = d.mini_rollout_batch_size or d.rollout_batch_size
+    return rows // mini * mini // d.rollout_batch_size
 
 
 def resources_line(spec: Spec) -> str:

@@ -21,6 +21,7 @@ import math
 import multiprocessing
 import pickle
 import sys
+import time
 from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -105,8 +106,6 @@ class RewardFunction(ScoreChecks):
 
     def _wait(self, future):
         """The future's result, waiting no longer than the deadline allows."""
-        import time
-
         if self.deadline is None:
             return future.result()
         try:
@@ -209,13 +208,15 @@ def _finite(v) -> bool:
         return False
 
 
-def from_config(r):
-    """The reward `worker.reward` names: a remote URL, or a function run in the process pool."""
+def from_config(r, bounded: bool = False):
+    """The reward `worker.reward` names: a remote URL, or a function run in the process pool. With
+    `bounded` (a check before a run: `try`, `eval`), the function's calls share one deadline,
+    2 × `timeout` + 10 s from now: a stuck function ends the check, not each sample's timeout."""
     if r.reward_function.startswith(("http://", "https://")):
         from .remote_rewards import RemoteReward
 
         return RemoteReward(r.reward_function, r.reward_function_kwargs, timeout=r.timeout)
-    return RewardFunction(
+    reward = RewardFunction(
         r.reward_function,
         r.reward_function_name or "main",
         r.reward_function_kwargs,
@@ -223,6 +224,9 @@ def from_config(r):
         workers=r.num_cpus,
         timeout=r.timeout,
     )
+    if bounded:
+        reward.deadline = time.monotonic() + 2 * r.timeout + 10
+    return reward
 
 
 def reward_input(

@@ -43,13 +43,13 @@ def open_image(item: Any, image_dir: str | None = None):
     """One image of a row, in any of EasyR1's forms, as an RGB PIL image."""
     from PIL import Image
 
-    if isinstance(item, dict):  # a datasets Image feature, decoded lazily
-        item = item.get("bytes") or item.get("path")
+    from ..spec.data_check import image_source
+
+    item = image_source(item, image_dir)  # a datasets Image feature decoded lazily; a path joined
     if isinstance(item, str):
-        path = os.path.join(image_dir, item) if image_dir and not os.path.isabs(item) else item
-        if not os.path.isfile(path):
-            raise FileNotFoundError(path)
-        item = Image.open(path)
+        if not os.path.isfile(item):
+            raise FileNotFoundError(item)
+        item = Image.open(item)
     elif isinstance(item, bytes | bytearray):
         item = Image.open(io.BytesIO(item))
     if not isinstance(item, Image.Image):
