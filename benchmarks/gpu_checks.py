@@ -140,9 +140,13 @@ def engine_vs_trainer(t, w) -> float:
     from r1cloud.trainer.rollout import Request
 
     prompts = [Request(p.prompt_ids) for p in t.train_set.prompts[:2]]
-    samples = w.generate(prompts, {"n": 4, "temperature": 1.0, "max_tokens": 12, "seed": 7})
-    seqs = [(prompts[s["prompt"]].ids, s["response"]) for s in samples if s["response"]]
-    mine = w.log_probs([seqs], temperature=1.0)[0]
+    from r1cloud.testing import batch_of, generated, per_sequence
+
+    samples = generated(w.generate(prompts, {"n": 4, "temperature": 1.0, "max_tokens": 12, "seed": 7}))
+    samples = [s for s in samples if s["response"]]
+    seqs = [(prompts[s["prompt"]].ids, s["response"]) for s in samples]
+    b, rows = batch_of(seqs)
+    mine = per_sequence(w.log_probs(b, [rows], temperature=1.0), [len(s[1]) for s in seqs])
     return max(
         abs(a - b)
         for s, lp in zip(samples, mine, strict=True)
@@ -271,7 +275,7 @@ def _batch(vocab: int, micro: int) -> list[dict]:
 def offload(report, work: Path, cuda: bool, quick: bool) -> None:
     """The same update with and without each kind of offload; device memory between phases."""
     from r1cloud.spec import load_resolved
-    from r1cloud.testing import make_tiny_model
+    from r1cloud.testing import make_tiny_model, shard
 
     model = work / "offload-model"
     if not model.exists():  # big enough on a GPU for the moves to show in its memory
@@ -303,7 +307,7 @@ def offload(report, work: Path, cuda: bool, quick: bool) -> None:
             batch = _batch(w.actor.config.vocab_size, micro=2)  # two micro-batches: accumulation
             with w.offloads["actor"].resident(optimizer=True):
                 during = torch.cuda.memory_allocated() if cuda else 0
-            stats = w.update(batch)
+            stats = w.update(*shard(batch))
             away = torch.cuda.memory_allocated() if cuda else 0
             results[name] = {"weights": snapshot(w)[0], "stats": stats[0], "at_rest": away, "during": during,
                              "start": resident}  # fmt: skip

@@ -87,6 +87,8 @@ def _sync(cuda: bool) -> None:
 
 
 def measure(w, shape: str, tokens: int, cuda: bool, prompt: int, iters: int) -> dict:
+    from r1cloud.testing import shard
+
     answer = (tokens - prompt) // ANSWERS
     mb = batch(w.actor.config.vocab_size, answer, prompt)
     if cuda:
@@ -96,14 +98,14 @@ def measure(w, shape: str, tokens: int, cuda: bool, prompt: int, iters: int) -> 
         for i in range(iters + 1):  # one warm-up
             _sync(cuda)
             t0 = time.perf_counter()
-            w._update(mb, apply=False)  # forward and backward only: the gradients stay
+            w._update(*shard(mb), apply=False)  # forward and backward only: the gradients stay
             _sync(cuda)
             w.optim.zero_grad(set_to_none=True)
             if i:
                 times.append(time.perf_counter() - t0)
         _sync(cuda)
         t0 = time.perf_counter()
-        w.update(mb)  # with clipping and the optimizer's step
+        w.update(*shard(mb))  # with clipping and the optimizer's step
         _sync(cuda)
         whole = time.perf_counter() - t0
     except torch.OutOfMemoryError:

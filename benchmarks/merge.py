@@ -3,13 +3,20 @@
 does: every shard in memory, then write), each in its own process so peak RSS is its own.
 
 The model is random, Qwen2.5-0.5B-shaped (494M parameters, fp32), saved as an r1cloud
-(torch.distributed.checkpoint) checkpoint. Usage: python benchmarks/merge.py [--rounds 2] [--dir D]
+(torch.distributed.checkpoint) checkpoint. Each mode is timed inside its process, after its
+imports (torch, torch.distributed.checkpoint), up to its output synced to disk (os.sync before each, so no mode pays for another's
+dirty pages); `wall` adds the process start and imports. `stream` writes the weights as saved
+(fp32), `stream_bf16` converts them (`merge --dtype bf16`); `dcp_reader` is the same streaming
+merge through DCP's own reader and safetensors' save_file, as r1cloud merged until 2026-11. With `--before DIR` (a checkout of an
+earlier r1cloud, e.g. `git worktree add DIR COMMIT`), that version's merge runs in the same rounds.
+Usage: python benchmarks/merge.py [--rounds 3] [--dir D] [--before DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import statistics
@@ -51,16 +58,77 @@ def prepare(d: Path) -> int:
     return sum(v.numel() for v in state.values())
 
 
-def stream(d: Path, out: Path) -> None:
-    import os
+def _merge_dcp():
+    try:  # --before: a version with merge.py at the top of the package
+        from r1cloud.merge import merge_dcp
+    except ImportError:
+        from r1cloud.checkpoint.from_dcp import merge_dcp
+    return merge_dcp
 
-    from r1cloud.merge import DEFAULT_SHARD, merge_dcp
 
+PHASES: dict[str, float] = {}  # seconds in r1cloud's reading of the records and its writing
+
+
+def _timed(module, name: str) -> None:
+    fn = getattr(module, name)
+
+    def timed(*a, **k):
+        t = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            PHASES[name] = PHASES.get(name, 0.0) + time.perf_counter() - t
+
+    setattr(module, name, timed)
+
+
+def stream(d: Path, out: Path, dtype=None) -> None:
+    merge_dcp = _merge_dcp()
+    if merge_dcp.__module__ == "r1cloud.checkpoint.from_dcp":
+        from r1cloud.checkpoint import folder, from_dcp
+
+        _timed(from_dcp, "read_chunks")
+        _timed(folder, "save_safetensors")
     out.mkdir()
-    shard = int(os.environ.get("SHARD_BYTES", DEFAULT_SHARD))
+    shard = int(os.environ["SHARD_BYTES"])
     merge_dcp(
-        str(d / "global_step_1" / "actor"), d / "global_step_1" / "huggingface", out, None, shard_bytes=shard
+        str(d / "global_step_1" / "actor"), d / "global_step_1" / "huggingface", out, dtype, shard_bytes=shard
     )
+
+
+def dcp_reader(d: Path, out: Path) -> None:
+    """The same streaming merge through DCP's own reader and safetensors' save_file, as r1cloud's
+    merge did until 2026-11: per output shard, each tensor read from the file into a buffer,
+    torch.load'ed from it, copied into the target, then the shard written by save_file."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import save_file
+
+    from r1cloud.checkpoint.dcp import storage
+    from r1cloud.checkpoint.folder import plan
+
+    src = str(d / "global_step_1" / "actor")
+    meta = storage(src, write=False)["storage_reader"].read_metadata().state_dict_metadata
+    sizes = [
+        (k, m.size.numel() * m.properties.dtype.itemsize) for k, m in meta.items() if k.startswith("model.")
+    ]
+    out.mkdir()
+    for i, shard in enumerate(plan(sizes, int(os.environ["SHARD_BYTES"]))):
+        state = {k: torch.empty(meta[k].size, dtype=meta[k].properties.dtype) for k in shard}
+        dcp.load(state, **storage(src, write=False), no_dist=True)
+        save_file(
+            {k.removeprefix("model."): v for k, v in state.items()}, str(out / f"model-{i}.safetensors")
+        )
+
+
+def stream_bf16(d: Path, out: Path) -> None:
+    import torch
+
+    stream(d, out, torch.bfloat16)
+
+
+def stream_before(d: Path, out: Path) -> None:
+    stream(d, out)
 
 
 def load_everything(d: Path, out: Path) -> None:
@@ -83,28 +151,36 @@ def copy(d: Path, out: Path) -> None:
     shutil.copytree(d / "global_step_1" / "actor", out)
 
 
-def rss_of(mode: str, d: Path, out: Path) -> float:
-    """Peak RSS of a fresh process running `mode`: VmHWM, which exec resets (ru_maxrss does not:
-    it would carry the parent's high-water mark)."""
+def measure(mode: str, d: Path, out: Path, before: Path | None) -> tuple[float, float, float, dict]:
+    """(seconds of the work itself, wall seconds of the process, peak RSS GiB, seconds by phase) of
+    a fresh process running `mode`. Peak RSS is VmHWM, which exec resets (ru_maxrss would carry
+    the parent's)."""
     shutil.rmtree(out, ignore_errors=True)
+    os.sync()
+    path = [str(before)] if mode == "stream_before" else []
     code = (
-        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import merge as m; from pathlib import Path; "
-        f"m.{mode}(Path({str(d)!r}), Path({str(out)!r})); "
-        "print([l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1])"
+        f"import sys; sys.path[:0] = {path!r} + [{str(Path(__file__).parent)!r}]; import os, time; import merge as m; "
+        "from pathlib import Path; import torch, torch.distributed.checkpoint; m._merge_dcp(); "  # imports: not the work
+        f"t = time.perf_counter(); m.{mode}(Path({str(d)!r}), Path({str(out)!r})); "
+        f"[os.fsync(fd := os.open(p, os.O_RDONLY)) or os.close(fd) for p in Path({str(out)!r}).rglob('*') if p.is_file()]; "
+        "print(time.perf_counter() - t, [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1], "
+        "m.json.dumps(m.PHASES))"
     )
+    t = time.perf_counter()
     r = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
-    return int(r.stdout.strip().splitlines()[-1]) / 1024**2
+    wall = time.perf_counter() - t
+    work, rss, phases = r.stdout.strip().splitlines()[-1].split(" ", 2)
+    return float(work), wall, int(rss) / 1024**2, json.loads(phases)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--before", type=Path, default=None, help="an earlier r1cloud checkout to compare")
     parser.add_argument("--shard-mb", type=int, default=None, help="output shard size (default: r1cloud's)")
     args = parser.parse_args()
-    import os
-
-    from r1cloud.merge import DEFAULT_SHARD
+    from r1cloud.checkpoint.folder import DEFAULT_SHARD
 
     shard = args.shard_mb * 1024**2 if args.shard_mb else DEFAULT_SHARD
     os.environ["SHARD_BYTES"] = str(shard)
@@ -123,34 +199,42 @@ def main() -> None:
         (base / "params.json").write_text(json.dumps({"params": n}))
     n = json.loads((base / "params.json").read_text())["params"]
     size = sum(p.stat().st_size for p in (src / "global_step_1" / "actor").iterdir())
-    modes = ["copy", "stream", "load_everything"]
-    times: dict[str, list[float]] = {m: [] for m in modes}
+    modes = ["copy", "stream", "stream_bf16", "dcp_reader", "load_everything"]
+    modes += ["stream_before"] if args.before else []
+    runs: dict[str, list[tuple]] = {m: [] for m in modes}
     for _ in range(args.rounds):
-        for m in modes:  # alternating, so drift hits all three alike
-            t = time.perf_counter()
-            shutil.rmtree(base / m, ignore_errors=True)
-            code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import merge as b; from pathlib import Path; b.{m}(Path({str(src)!r}), Path({str(base / m)!r}))"
-            subprocess.run([sys.executable, "-c", code], check=True)
-            times[m].append(time.perf_counter() - t)
-    rss = {m: rss_of(m, src, base / m) for m in modes}
+        for m in modes:  # alternating, so drift hits every mode alike
+            runs[m].append(measure(m, src, base / m, args.before))
     import torch
 
     print(
         f"merge benchmark: random Qwen2.5-0.5B-shaped model, {n / 1e6:.0f}M parameters, fp32, {size / 1024**3:.2f} GiB checkpoint"
     )
     print(
-        f"python {platform.python_version()}, torch {torch.__version__}, {args.rounds} alternating rounds, output shards of {shard / 1024**2:.0f} MiB, dir {base}"
+        f"python {platform.python_version()}, torch {torch.__version__}, {args.rounds} alternating rounds, output shards of {shard / 1024**2:.0f} MiB, each timed to its output synced to disk"
     )
-    print(f"{'mode':18} {'median s':>9} {'GiB/s':>7} {'peak RSS GiB':>13}")
+    print(f"{'mode':16} {'median s':>9} {'GiB/s':>7} {'wall s':>7} {'peak RSS GiB':>13}")
+    med = {m: [statistics.median(r[i] for r in runs[m]) for i in range(3)] for m in modes}
     for m in modes:
-        med = statistics.median(times[m])
-        print(f"{m:18} {med:9.2f} {size / 1024**3 / med:7.2f} {rss[m]:13.2f}")
-    copy_t, stream_t, all_t = (statistics.median(times[m]) for m in modes)
-    print(f"streaming merge throughput = {copy_t / stream_t:.2f}x a raw copy of the same bytes")
+        work, wall, rss = med[m]
+        print(f"{m:16} {work:9.2f} {size / 1024**3 / work:7.2f} {wall:7.2f} {rss:13.2f}")
+    largest = max(f.stat().st_size for f in (base / "stream").glob("*.safetensors")) / 1024**3
     print(
-        f"streaming merge peak RSS = {rss['stream'] / rss['load_everything']:.2f}x the load-everything merge's ({rss['stream']:.2f} vs {rss['load_everything']:.2f} GiB)"
+        f"streaming merge throughput = {med['copy'][0] / med['stream'][0]:.2f}x a raw copy of the same bytes"
     )
-    print(f"streaming merge time = {stream_t / all_t:.2f}x the load-everything merge's")
+    print(
+        f"streaming merge peak RSS = {med['stream'][2]:.2f} GiB = {med['stream'][2] / largest:.2f}x its largest output shard ({largest:.2f} GiB)"
+    )
+    print(
+        f"converting to bf16: {med['copy'][0] / med['stream_bf16'][0]:.2f}x a raw copy's time, peak RSS {med['stream_bf16'][2]:.2f} GiB"
+    )
+    print(
+        f"streaming merge time = {med['stream'][0] / med['load_everything'][0]:.2f}x the load-everything merge's"
+    )
+    if args.before:
+        print(
+            f"before ({args.before}): {med['stream_before'][0]:.2f} s = {med['copy'][0] / med['stream_before'][0]:.2f}x a raw copy, peak RSS {med['stream_before'][2]:.2f} GiB"
+        )
     if not args.dir:  # a folder of our own (several GiB): gone; one named with --dir is kept for reuse
         shutil.rmtree(base, ignore_errors=True)
 

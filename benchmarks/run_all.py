@@ -4,7 +4,7 @@ Each benchmark runs in its own process, one after another (they would disturb ea
 timings); their printed reports go into RESULTS.md with the date, the machine and the versions,
 and the trainer comparison's numbers into results.json as well.
 
-Usage: python benchmarks/run_all.py [--only cli,rewards,merge,serve,lora,rank0-init,eval,trainer] [--quick]
+Usage: python benchmarks/run_all.py [--only cli,rewards,merge,scale,serve,lora,rank0-init,eval,trainer] [--quick]
   --only: run these; the other sections of RESULTS.md and results.json are kept from the last run,
           each under the date it was measured. `trainer` is its four runs, each also a section of
           its own: trainer-tiny-fp32, trainer-smollm2-fp32, trainer-smollm2-bf16, trainer-smolvlm-fp32
@@ -41,7 +41,9 @@ def benchmarks(quick: bool, trainer_json: dict[str, Path]) -> dict[str, list[str
     commands = {
         "cli": [*py, str(HERE / "cli.py"), "--rounds", "5" if quick else "15"],
         "rewards": [*py, str(HERE / "rewards.py"), "--n", "300" if quick else "2000"],
-        "merge": [*py, str(HERE / "merge.py"), "--rounds", "1" if quick else "2"],
+        "merge": [*py, str(HERE / "merge.py"), "--rounds", "1" if quick else "5"],
+        "scale": [*py, str(HERE / "scale.py"), "--steps", "1" if quick else "3"]
+        + ["--prompts", "64" if quick else "512", "--before", str(HERE / "scale_before.json")],
         "serve": [*py, str(HERE / "serve.py"), "--prompts", "8" if quick else "16"],
         "lora": [*py, str(HERE / "lora.py"), "--steps", "4" if quick else "16"],
         "rank0-init": [*py, str(HERE / "rank0_init.py")],
@@ -74,7 +76,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", default="cli,rewards,merge,serve,lora,trainer")
+    parser.add_argument("--only", default="cli,rewards,merge,scale,serve,lora,trainer")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-all-"))

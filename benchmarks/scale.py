@@ -19,7 +19,10 @@ the slowest rank per call), the bytes that crossed Ray in calls (arguments and r
 pickled; numpy/tensor buffers counted at their size) and through explicit `ray.put`, the size of
 the step's own tensors for comparison, and the driver's peak RSS.
 
-Usage: python benchmarks/scale.py [--steps 3] [--prompts 512] [--json out.json]
+With `--before FILE` (a --json written by an earlier version: benchmarks/scale_before.json is
+the driver before the typed batch), the two side by side with their ratios.
+
+Usage: python benchmarks/scale.py [--steps 3] [--prompts 512] [--json out.json] [--before FILE]
 """
 
 from __future__ import annotations
@@ -62,6 +65,9 @@ class StandIn:
     def __init__(self, rank: int):
         import torch
 
+        from r1cloud.trainer.batch import zero_copy_tensors
+
+        zero_copy_tensors()
         self.rank = rank
         self.g = torch.Generator().manual_seed(rank)
         self.spent: list[float] = []  # own seconds per call
@@ -91,39 +97,37 @@ class StandIn:
 
         tick = time.perf_counter()
         g = torch.Generator().manual_seed(sampling["seed"])
-        out = []
-        for i, _ in enumerate(prompts):
-            for _ in range(sampling["n"]):
-                n = int(torch.randint(1, sampling["max_tokens"] + 1, (), generator=g))
-                ids = torch.randint(0, VOCAB - 1, (n,), generator=g)
-                out.append(
-                    {
-                        "prompt": i,
-                        "response": ids.tolist(),
-                        "logprobs": (-torch.rand(n, generator=g)).tolist(),
-                        "finished": n < sampling["max_tokens"],
-                    }
-                )
+        k = len(prompts) * sampling["n"]
+        lengths = torch.randint(1, sampling["max_tokens"] + 1, (k,), generator=g)
+        width = int(lengths.max()) if k else 0
+        mask = torch.arange(width)[None, :] < lengths[:, None]
+        out = {
+            "prompt": torch.arange(len(prompts)).repeat_interleave(sampling["n"]),
+            "response": torch.randint(0, VOCAB - 1, (k, width), generator=g, dtype=torch.int32)[mask],
+            "length": lengths,
+            "logprobs": -torch.rand(k, width, generator=g)[mask],
+            "finished": lengths < sampling["max_tokens"],
+        }
         return self._done(tick, (prompts, sampling), out)
 
-    def log_probs(self, micro_batches, role: str = "actor", temperature=None):
+    def log_probs(self, batch, micro_batches, role: str = "actor", temperature=None):
         import torch
 
         tick = time.perf_counter()
-        out = [[(-torch.rand(len(s[1]), generator=self.g)).tolist() for s in micro] for micro in micro_batches]
-        return self._done(tick, micro_batches, out)
+        out = -torch.rand(int(batch.response_len.sum()), generator=self.g)
+        return self._done(tick, (batch, micro_batches), out)
 
-    def update(self, minibatches, apply: bool = True):
+    def update(self, batch, minibatches, apply: bool = True):
         tick = time.perf_counter()
         stats = []
         for mb in minibatches:
-            tokens = float(sum(len(s["seq"][1]) for micro in mb["micro"] for s in micro))
+            tokens = float(sum(int(batch.response_len[i]) for micro in mb["micro"] for i in micro))
             stats.append(
                 {"pg_loss": 0.1, "kl_loss": 0.01, "entropy_loss": 1.0, "tokens": tokens, "clip_hi": 0.0,
                  "clip_lo": 0.0, "ppo_kl": 0.0, "entropy": 1.0, "is_weight": 0.0, "grad_norm": 1.0,
                  "lr": 1e-6}
             )  # fmt: skip
-        return self._done(tick, minibatches, stats)
+        return self._done(tick, (batch, minibatches), stats)
 
 
 class Prompts:
@@ -179,7 +183,7 @@ def driver(s, tokenizer):
     from r1cloud.trainer.driver import Trainer
 
     t = Trainer.__new__(Trainer)
-    t.spec, t.tokenizer, t.images = s, tokenizer, None
+    t.spec, t.tokenizer, t.processor = s, tokenizer, None
     t.train_set = Prompts(s.data.rollout_batch_size)
     t.val_set = None
     t.reward = rewards.from_config(s.worker.reward)
@@ -194,14 +198,17 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--prompts", type=int, default=512)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--before", type=Path, help="an earlier run's --json, to compare")
     args = ap.parse_args()
     import ray
     import torch
     from transformers import AutoTokenizer
 
     from r1cloud.trainer import group
+    from r1cloud.trainer.batch import zero_copy_tensors
 
     ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    zero_copy_tensors()  # as group.launch does (the stand-ins register theirs)
     tmp = Path(tempfile.mkdtemp())
     (tmp / "reward.py").write_text(REWARD)
     s = spec(tmp / "reward.py", args.prompts)
@@ -257,6 +264,19 @@ def main() -> None:
     }
     summary["ray_bytes_ratio"] = summary["ray_bytes_gib"] / summary["own_tensor_gib"]
     print(json.dumps(summary, indent=1))
+    if args.before:
+        was = json.loads(args.before.read_text())["summary"]
+        print(
+            f"\n{args.prompts} prompts x {N} samples, {WORLD} stand-in workers, mean of steps 2-{args.steps + 1}"
+        )
+        print(f"{'':28} {'before':>8} {'now':>8} {'now/before':>11}  goal")
+        for key, name, goal in (
+            ("driver_s", "driver's own s/step", "<= 1.5"),
+            ("ray_bytes_ratio", "Ray bytes / own tensors", "<= 1.5"),
+            ("peak_rss_gib", "driver peak RSS GiB", "<= 4"),
+            ("wall_s", "wall s/step (with stand-ins)", ""),
+        ):
+            print(f"{name:28} {was[key]:8.2f} {summary[key]:8.2f} {summary[key] / was[key]:10.2f}x  {goal}")
     if args.json:
         args.json.write_text(json.dumps({"steps": rows, "summary": summary}, indent=1))
     t.reward.close()

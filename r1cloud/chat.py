@@ -108,7 +108,7 @@ def open_endpoint(target: str, api_key: str | None, engine: str, merge_fn, cache
 
 def job_format_prompt(target: str) -> str | None:
     """The format prompt of the job `target` names (from its resolved spec), if it is a job."""
-    from .checkpoints import parse_ref
+    from .checkpoint.store import parse_ref
     from .jobs.store import JobStore
 
     store, name = JobStore(), parse_ref(target)[0]

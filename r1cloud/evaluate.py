@@ -178,13 +178,13 @@ def _engine(spec, job: dict, sampling):
     """The prompt set, a generate over prompt indices, and the decoder, for an engine here."""
     import torch
 
+    from .spec.models import torch_dtype
     from .trainer.data import PromptSet, load_tokenizer
     from .trainer.rollout import Request, eos_ids, refuse_unknown_sampling
-    from .trainer.workers import DTYPES
 
     m, r = spec.worker.actor.model, spec.worker.rollout
-    tokenizer, images = load_tokenizer(m, spec.data)
-    prompts = PromptSet(spec.data.val_files, tokenizer, spec.data, images=images, limit=job["limit"])
+    tokenizer, processor = load_tokenizer(m, spec.data)
+    prompts = PromptSet(spec.data.val_files, tokenizer, spec.data, processor=processor, limit=job["limit"])
     eos = eos_ids(m.model_path, tokenizer)
     if job["engine"] == "vllm":
         from .trainer.rollout.vllm import VLLMEngine
@@ -204,7 +204,7 @@ def _engine(spec, job: dict, sampling):
         except RunError as e:
             raise ValueError(str(e)) from None
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        engine = HFEngine(m.model_path, eos, tokenizer.pad_token_id, DTYPES[r.dtype], device)
+        engine = HFEngine(m.model_path, eos, tokenizer.pad_token_id, torch_dtype(r.dtype), device)
 
     def generate(indices: list[int]) -> list[tuple]:
         requests = []

@@ -35,10 +35,10 @@ def _error(status: int, message: str) -> JSONResponse:
 class Engine:
     def __init__(self, model: str, max_model_len: int | None):
         config = AutoConfig.from_pretrained(model)
-        self.images = None  # vision.ImageProcessor for a vision-language model
+        self.processor = None  # vision.ImageProcessor for a vision-language model
         if vision.is_vision_config(config):
-            self.images = vision.ImageProcessor(vision.load_processor(model))
-            self.tokenizer = self.images.tokenizer
+            self.processor = vision.ImageProcessor(vision.load_processor(model))
+            self.tokenizer = self.processor.tokenizer
         else:
             self.tokenizer = AutoTokenizer.from_pretrained(model)
         self.model = auto_class(config).from_pretrained(model, dtype="auto").eval()
@@ -47,15 +47,15 @@ class Engine:
 
     def chat_inputs(self, messages: list[dict]) -> tuple[list[int], dict]:
         """Prompt ids and, with images, the generate kwargs that carry them."""
-        if self.images is None:
+        if self.processor is None:
             if any(isinstance(m.get("content"), list) and any(p.get("type") == "image_url" for p in m["content"])
                    for m in messages):  # fmt: skip
                 raise ValueError("this is a text model: it takes no images")
             ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
             return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "input_ids") else ids), {}
         messages, images = vision.split_chat(messages)
-        enc = self.images.encode(self.images.apply_template(messages), images)
-        return enc.ids, image_inputs(self.model, torch.tensor([enc.ids]), enc.tensors)
+        enc = self.processor.encode(self.processor.apply_template(messages), images)
+        return enc.ids, image_inputs(self.model, torch.tensor([enc.ids]), enc.image_inputs)
 
     def stream(
         self, prompt_ids: list[int], body: dict, stats: dict, extra: dict | None = None

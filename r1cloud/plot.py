@@ -17,7 +17,7 @@ class PlotError(Exception):
 def read_rows(where: str) -> list[dict]:
     """The metric lines under `where` (a folder or a bucket URL): r1cloud's metrics.jsonl, else
     EasyR1's experiment_log.jsonl (nested keys joined with /). A line cut off mid-write is skipped."""
-    from .checkpoints import bucket_errors, filesystem
+    from .checkpoint.store import bucket_errors, filesystem
 
     fs, root = filesystem(where)
     root = root.rstrip("/")

@@ -52,12 +52,18 @@ def run(spec, n: int, progress=lambda msg: None) -> tuple[list[Row], dict]:
     progress("loading the tokenizer")
     source = spec.worker.actor.model.tokenizer_path or spec.worker.actor.model.model_path
     try:
-        tokenizer, images = load_tokenizer(spec.worker.actor.model, d)
+        tokenizer, processor = load_tokenizer(spec.worker.actor.model, d)
     except OSError as e:
         raise ValueError(f"cannot load the tokenizer of {source}: {str(e).splitlines()[0]}") from None
     progress(f"reading {d.train_files}")
     prompts = PromptSet(
-        d.train_files, tokenizer, d, filter_overlong=False, limit=n, probs=d.train_files_probs, images=images
+        d.train_files,
+        tokenizer,
+        d,
+        filter_overlong=False,
+        limit=n,
+        probs=d.train_files_probs,
+        processor=processor,
     )
     reward = from_config(r, bounded=True)
 
@@ -86,7 +92,7 @@ def run(spec, n: int, progress=lambda msg: None) -> tuple[list[Row], dict]:
         raise ValueError(str(e)) from None
     finally:
         reward.close()
-    image_token = images.image_token_id if images is not None else None
+    image_token = processor.image_token_id if processor is not None else None
     rows = [
         Row(
             p.content,

@@ -48,7 +48,7 @@ def is_hf_folder(path: Path) -> bool:
 def _lookup(target: str):
     """`target` -> a Model (a model folder or a Hub id, used as it is) or the checkpoint it names
     with the model's default name: (Checkpoint, name)."""
-    from .checkpoints import NotFound, job_checkpoint_root, locate, parse_ref, select
+    from .checkpoint.store import NotFound, job_checkpoint_root, locate, parse_ref, select
     from .jobs.store import JobStore
     from .spec.load import is_dir
 
@@ -116,7 +116,7 @@ def resolve(target: str, merge_fn: Callable, cache: Path) -> Model:
 def resolve_adapter(target: str, adapter_fn: Callable) -> Model:
     """`target`, a LoRA run's checkpoint on this machine -> its base model with the adapter on
     top. `adapter_fn(checkpoint)` writes the checkpoint's adapter/ folder when it is missing."""
-    from .checkpoints import NotFound, base_model
+    from .checkpoint.store import NotFound, base_model
     from .records import load_object
 
     found = _lookup(target)

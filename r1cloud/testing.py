@@ -223,3 +223,88 @@ def _tiny_idefics3(path: Path, seed: int, hidden: int) -> Path:
         json.dumps({"processor_class": "Idefics3Processor", "image_seq_len": 4})
     )
     return path
+
+
+# ---------------------------------------------------------------------------- worker calls by hand
+# Samples as {"seq": (prompt ids, response ids[, {"key", **image tensors}]), "old", "ref", "adv",
+# "rollout"} (lists, or one advantage per sequence), turned into what the driver sends a worker.
+
+
+def batch_of(samples: list) -> tuple:
+    """A Batch of `samples` (one group per distinct prompt and images), and their rows in it."""
+    import torch
+
+    from .trainer.batch import Batch, ragged
+
+    seqs = [s["seq"] if isinstance(s, dict) else s for s in samples]
+    keys = [(tuple(q[0]), (q[2] if len(q) > 2 else {}).get("key")) for q in seqs]
+    uid = {k: str(i) for i, k in enumerate(dict.fromkeys(keys))}
+    pictures = {}
+    for q, k in zip(seqs, keys, strict=True):
+        if len(q) > 2 and q[2]:
+            pictures.setdefault(k, {n: v for n, v in q[2].items() if n != "key"})
+    rlen = torch.tensor([len(q[1]) for q in seqs], dtype=torch.long)
+    width = int(rlen.max())
+    mask = (torch.arange(width)[None, :] < rlen[:, None]).float()
+
+    def per_token(name):
+        if not isinstance(samples[0], dict) or samples[0].get(name) is None:
+            return None
+        rows = [s[name] if isinstance(s[name], list) else [s[name]] * len(s["seq"][1]) for s in samples]
+        return ragged(rows, torch.float32, width) * mask
+
+    order = list(pictures)
+    b = Batch(
+        uid=[uid[k] for k in keys],
+        index=torch.tensor([int(uid[k]) for k in keys]),
+        prompt_ids=ragged([list(q[0]) for q in seqs], torch.int32),
+        prompt_len=torch.tensor([len(q[0]) for q in seqs], dtype=torch.long),
+        response_ids=ragged([list(q[1]) for q in seqs], torch.int32),
+        response_len=rlen,
+        finished=torch.ones(len(seqs), dtype=torch.bool),
+        rollout_logp=per_token("rollout"),
+        old_logp=per_token("old"),
+        ref_logp=per_token("ref"),
+        advantages=per_token("adv"),
+        image_inputs=[pictures[k] for k in order],
+        image_of=torch.tensor([order.index(k) if k in pictures else -1 for k in keys]) if pictures else None,
+    )
+    return b, list(range(len(seqs)))
+
+
+def shard(minibatches: list[dict]) -> tuple:
+    """One rank's [{"total", "micro": [[sample, ...], ...]}, ...] as (its Batch, the plan in rows)."""
+    samples = [s for mb in minibatches for micro in mb["micro"] for s in micro]
+    b, _ = batch_of(samples)
+    plan, at = [], 0
+    for mb in minibatches:
+        micros = []
+        for micro in mb["micro"]:
+            micros.append(list(range(at, at + len(micro))))
+            at += len(micro)
+        plan.append({"total": mb["total"], "micro": micros})
+    return b, plan
+
+
+def generated(result: dict) -> list[dict]:
+    """A worker's `generate` result as one {"prompt", "response", "logprobs"} per sample."""
+    at, out = 0, []
+    for p, n in zip(result["prompt"].tolist(), result["length"].tolist(), strict=True):
+        out.append(
+            {
+                "prompt": p,
+                "response": result["response"][at : at + n].tolist(),
+                "logprobs": result["logprobs"][at : at + n].tolist(),
+            }
+        )
+        at += n
+    return out
+
+
+def per_sequence(flat, lengths: list[int]) -> list[list[float]]:
+    """A worker's `log_probs` (its rows' tokens end to end) as one list per sequence."""
+    out, at = [], 0
+    for n in lengths:
+        out.append(flat[at : at + n].tolist())
+        at += n
+    return out

@@ -262,20 +262,17 @@ def test_kl_in_the_reward_per_token_as_verl_applies_it():
     token (verl's apply_kl_penalty), so REINFORCE++ with γ < 1 discounts each token's penalty."""
     from types import SimpleNamespace
 
-    from r1cloud.trainer.batch import advantages, reward_matrix
+    from r1cloud.trainer.batch import advantages, token_rewards
 
     scores, uids, mask, tr = batch(7)
     g = torch.Generator().manual_seed(8)
     old, ref = -torch.rand(B, T, generator=g), -torch.rand(B, T, generator=g)
-    lengths = mask.sum(-1).long().tolist()
-    rollouts = [SimpleNamespace(uid=u, response=[0] * n) for u, n in zip(uids, lengths, strict=True)]
-    kl = [alg.kl_estimate(old[i, :n], ref[i, :n], "kl") for i, n in enumerate(lengths)]
-    token_rewards, got_mask = reward_matrix(rollouts, scores, kl, 0.05)
-    torch.testing.assert_close(got_mask, mask)
+    lengths = mask.sum(-1).long()
+    kl = alg.kl_estimate(old, ref, "kl") * mask
+    got_tr = token_rewards(scores, mask, lengths, kl, 0.05)
     want_tr = tr - 0.05 * ca.kl_penalty(old, ref, "kl") * mask
-    torch.testing.assert_close(token_rewards, want_tr, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(got_tr, want_tr, rtol=1e-6, atol=1e-6)
     a = SimpleNamespace(adv_estimator="reinforce_plus_plus", gamma=0.9)
-    got, _ = advantages(a, rollouts, scores, token_rewards, mask)
+    got, _ = advantages(a, uids, scores, got_tr, mask)
     want, _ = ca.compute_reinforce_plus_plus_outcome_advantage(want_tr, mask, config=cfg(gamma=0.9))
-    for i, n in enumerate(lengths):
-        torch.testing.assert_close(torch.tensor(got[i]), want[i, :n], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, want * mask, rtol=1e-5, atol=1e-5)

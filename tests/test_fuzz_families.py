@@ -71,7 +71,7 @@ def _write(path, content: str) -> None:
 
 def _run(*argv) -> tuple[int, str]:
     """The CLI in-process as `r1cloud` runs it (main's handler: a BucketError is one line, exit 2)."""
-    from r1cloud.checkpoints import BucketError
+    from r1cloud.checkpoint.store import BucketError
 
     tick = time.monotonic()
     r = CliRunner().invoke(app, [str(a) for a in argv])

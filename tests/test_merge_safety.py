@@ -135,12 +135,44 @@ def test_a_crafted_dcp_index_runs_no_code(cli, ckpts, tmp_path):
             raise pickle.UnpicklingError
 
 
+def test_a_crafted_tensor_record_runs_no_code(cli, ckpts, tmp_path):
+    """merge reads a tensor's record itself (dcp.read_chunks, mapping its bytes): a record whose
+    pickle names a function is refused by torch's weights-only unpickler, and nothing runs."""
+    import dataclasses
+    import io
+
+    from r1cloud.checkpoint.dcp import read_metadata
+
+    flag = tmp_path / "pwned"
+    actor = ckpts / "global_step_1" / "actor"
+    crafted = io.BytesIO()
+    torch.save(_RunsCode(flag), crafted)
+    with open(actor / ".metadata", "rb") as f:
+        meta = read_metadata(f)
+    meta.storage_data = {
+        k: dataclasses.replace(v, offset=0, length=len(crafted.getvalue()))
+        for k, v in meta.storage_data.items()
+    }
+    next(actor.glob("*.distcp")).write_bytes(crafted.getvalue())
+    (actor / ".metadata").write_bytes(pickle.dumps(meta))
+    r = cli("merge", f"{ckpts}:step-1", "--out", tmp_path / "out", "--dtype", "fp32")
+    assert r.exit_code == 2 and "not a plain tensor" in r.stderr and not flag.exists(), r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) <= 2
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(pickle.UnpicklingError):  # the record really runs code when loaded plainly
+        try:
+            torch.load(io.BytesIO(crafted.getvalue()), weights_only=False)
+        finally:
+            assert flag.read_text() == "ran"
+            raise pickle.UnpicklingError
+
+
 def test_crafted_non_tensor_state_in_a_checkpoint_runs_no_code(tmp_path):
     """What a resume loads (an optimizer's param_groups are such state): through r1cloud's reader
     the crafted object is refused; through DCP's default planner it would have run."""
     import torch.distributed.checkpoint as dcp
 
-    from r1cloud.dcp_io import storage
+    from r1cloud.checkpoint.dcp import storage
 
     flag = tmp_path / "pwned"
     dcp.save({"w": torch.ones(2), "extra": _RunsCode(flag)}, checkpoint_id=str(tmp_path / "c"), no_dist=True)

@@ -20,7 +20,7 @@ __all__ = ["app", "main"]
 
 
 def main() -> None:
-    from ..checkpoints import BucketError
+    from ..checkpoint.store import BucketError
 
     try:
         app()

@@ -253,7 +253,7 @@ def _first_row(value: str) -> dict | None:
 
 
 def _job_spec(target: str):
-    from ..checkpoints import parse_ref
+    from ..checkpoint.store import parse_ref
     from ..jobs.store import JobStore
     from ..spec import load_resolved
 
@@ -303,15 +303,11 @@ def _merger(dtype: str):
     """Merge a checkpoint at the engine's dtype, so fp32 training is scored on fp32 weights."""
 
     def merge(checkpoint, out_dir) -> None:
-        from ..merge import MergeError, merge
+        from ..checkpoint.merge import MergeError, merge
 
         err.print(f"{checkpoint.id}: merging its weights for the engine…", markup=False)
         try:
-            merge(
-                checkpoint,
-                out_dir,
-                {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(dtype, dtype),
-            )
+            merge(checkpoint, out_dir, dtype)
         except MergeError as e:
             fail("error: cannot merge", [str(e)])
 

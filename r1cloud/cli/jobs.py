@@ -172,7 +172,7 @@ def status(
             markup=False,
         )
         out.print(f"trend      {_trend(run)}  (r1cloud plot {record.name})", markup=False)
-    from ..checkpoints import job_checkpoint_root, list_checkpoints
+    from ..checkpoint.store import job_checkpoint_root, list_checkpoints
 
     root = job_checkpoint_root(run)  # honours save_checkpoint_path (a cloud job's bucket)
     try:

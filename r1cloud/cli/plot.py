@@ -23,7 +23,7 @@ def metrics_source(target: str | None) -> tuple[str, str]:
     run = store.path(job.name)
     if (run / "metrics.jsonl").exists():
         return job.name, str(run)
-    from ..checkpoints import job_checkpoint_root
+    from ..checkpoint.store import job_checkpoint_root
 
     return job.name, job_checkpoint_root(run)  # a cloud job: the copy in its bucket
 

@@ -14,8 +14,8 @@ from .common import app, err, fail, job_store, load_blueprint, not_nan, out, rep
 
 
 def _merge_for_serving(checkpoint, out_dir) -> None:
-    from ..merge import MergeError
-    from ..merge import merge as do_merge
+    from ..checkpoint.merge import MergeError
+    from ..checkpoint.merge import merge as do_merge
 
     if checkpoint.inference_ready:  # a bucket's merged model, fetched by merging its weights here
         err.print(f"{checkpoint.id}: fetching the model from the bucket into {out_dir}…", markup=False)
@@ -28,7 +28,7 @@ def _merge_for_serving(checkpoint, out_dir) -> None:
 
 
 def _write_adapter(checkpoint) -> None:
-    from ..merge import MergeError, merge
+    from ..checkpoint.merge import MergeError, merge
 
     err.print(f"{checkpoint.id}: writing its adapter folder first…", markup=False)
     try:

@@ -7,9 +7,10 @@ from pathlib import Path
 import yaml
 
 from .checks import missing_secrets
-from .load import Loaded, load_spec, parse_override
+from .load import Loaded, parse_override
 from .models import Spec, normalise_name
 from .problems import Problem, SpecError
+from .read import load_spec
 from .summary import summarize, total_steps
 
 __all__ = [

@@ -34,7 +34,23 @@ DAPO_PRESET = {
     "algorithm": {"disable_kl": True, "online_filtering": True},
 }
 LOGGERS = ("console", "file", "mlflow", "swanlab", "tensorboard", "wandb")
-DTYPES = ("bf16", "fp16", "fp32", "bfloat16", "float16", "float32")
+# every dtype name a blueprint may give, and torch's name for it: the one table (trainer, vLLM, merge)
+DTYPE_NAMES = {
+    "bf16": "bfloat16", "fp16": "float16", "fp32": "float32",
+    "bfloat16": "bfloat16", "float16": "float16", "float32": "float32",
+}  # fmt: skip
+DTYPES = tuple(DTYPE_NAMES)
+
+
+def torch_dtype(name: str | None):
+    """torch's dtype for a blueprint's name (or torch's own, `torch.` prefix or not); None for none."""
+    if not name:
+        return None
+    import torch
+
+    return getattr(torch, DTYPE_NAMES[name.removeprefix("torch.")])
+
+
 # SamplingParams fields EasyR1 lets `val_override_config` (and the ReMax baseline) override.
 SAMPLING_KEYS = ("n", "temperature", "top_p", "top_k", "seed", "ignore_eos", "max_tokens")
 # vLLM SamplingParams fields beyond those, passed through to validation's sampling (rollout.EXTRA

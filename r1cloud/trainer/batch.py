@@ -1,171 +1,355 @@
-"""The step's batch: one Rollout per sample, how samples are placed on workers and cut into
-micro-batches (groups kept together when their prompt is packed once), and the token-level
-rewards and advantages the update trains on. Pure: no Ray, no model.
+"""The step's batch, as tensors from rollout to update (verl's DataProto, OpenRLHF's Experience):
+row i is one sample. The driver fills it phase by phase (responses, scores, log-probs, advantages);
+each worker gets its shard (`select`), with a plan of micro-batches as positions in that shard,
+and returns tensors. Also how samples are placed on workers and cut into micro-batches (a group
+kept together when its prompt is packed once), and the token rewards and advantages. Pure: no
+Ray, no model.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 
 from . import algorithms as alg
-from .data import Prompt
+
+# the per-token (B, R) float fields, filled phase by phase
+PER_TOKEN = ("rollout_logp", "old_logp", "ref_logp", "values", "advantages", "returns")
+# the estimators that give one advantage per sequence (spread over its tokens)
+PER_SEQUENCE = ("grpo", "dapo", "grpo_passk", "rloo")
 
 
 @dataclass
-class Rollout:
-    prompt: int  # index in the prompt set
-    uid: str  # GRPO group id
-    prompt_ids: list[int]
-    response: list[int]
-    logprobs: list[float]
-    finished: bool
-    ground_truth: str
-    scores: dict[str, float] = field(default_factory=dict)
-    old: list[float] | None = None
-    ref: list[float] | None = None
-    adv: float | list[float] = 0.0  # one value for the sequence, or one per response token
-    source: Prompt | None = None  # the data row it answers
-    values: list[float] | None = None  # GAE: the critic's estimates and the returns it learns
-    returns: list[float] | None = None
-    # the prompt's images as the model takes them: {"key": the prompt, **the processor's tensors};
-    # one dict shared by a group's samples (pickled once per call)
-    images: dict | None = None
+class Batch:
+    uid: list[str]  # the group: samples with one uid answer one prompt (with its images)
+    index: torch.Tensor  # (B,) the prompt's row in its set
+    prompt_ids: torch.Tensor  # (B, P) right-padded
+    prompt_len: torch.Tensor  # (B,)
+    response_ids: torch.Tensor  # (B, R) right-padded
+    response_len: torch.Tensor  # (B,)
+    finished: torch.Tensor  # (B,) bool: ended on EOS, not cut at max_tokens
+    loss_mask: torch.Tensor | None = None  # (B, R) the tokens the update trains on; None: all
+    rollout_logp: torch.Tensor | None = None  # (B, R) fp32: the engine's sampling log-probs
+    old_logp: torch.Tensor | None = None  # (B, R) fp32 under the actor before the update
+    ref_logp: torch.Tensor | None = None  # (B, R) fp32 under the reference model
+    values: torch.Tensor | None = None  # (B, R) fp32: GAE's critic estimates
+    advantages: torch.Tensor | None = None  # (B, R) fp32, zero past each response
+    returns: torch.Tensor | None = None  # (B, R) fp32: GAE's critic targets
+    scores: dict[str, torch.Tensor] = field(default_factory=dict)  # (B,) fp64 per reward key
+    image_inputs: list[dict[str, torch.Tensor]] = field(
+        default_factory=list
+    )  # each prompt's processor tensors
+    image_of: torch.Tensor | None = None  # (B,) index into image_inputs, -1 for none
+
+    def __len__(self) -> int:
+        return len(self.uid)
 
     @property
-    def seq(self) -> tuple:
-        """What the workers pack (model.Seq)."""
-        return (
-            (self.prompt_ids, self.response, self.images) if self.images else (self.prompt_ids, self.response)
-        )
+    def response_mask(self) -> torch.Tensor:
+        """(B, R) float: 1 on every response token."""
+        width = self.response_ids.shape[1]
+        return (torch.arange(width)[None, :] < self.response_len[:, None]).float()
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """(B, R) float: the tokens the loss counts."""
+        return self.response_mask if self.loss_mask is None else self.loss_mask.float()
+
+    def select(self, idx, keep: tuple[str, ...] = PER_TOKEN) -> Batch:
+        """Rows `idx` (in that order), cut to their longest prompt and response, with the
+        per-token fields in `keep` (the others left out: what a call does not need, it is not sent)."""
+        idx = torch.as_tensor(idx, dtype=torch.long)
+        p = int(self.prompt_len[idx].max()) if len(idx) else 0
+        r = int(self.response_len[idx].max()) if len(idx) else 0
+        out = {}
+        for f in fields(self):
+            x = getattr(self, f.name)
+            if f.name == "uid":
+                out[f.name] = [x[i] for i in idx.tolist()]
+            elif f.name in ("image_inputs", "image_of"):
+                continue
+            elif f.name == "scores":
+                out[f.name] = {k: v[idx] for k, v in x.items()}
+            elif x is None or (f.name in PER_TOKEN and f.name not in keep):
+                out[f.name] = None
+            elif f.name == "prompt_ids":
+                out[f.name] = x[idx, :p]
+            elif x.dim() == 2:
+                out[f.name] = x[idx, :r]
+            else:
+                out[f.name] = x[idx]
+        if self.image_of is not None:
+            used = self.image_of[idx]
+            pictures = sorted({i for i in used.tolist() if i >= 0})
+            where = {old: new for new, old in enumerate(pictures)}
+            out["image_inputs"] = [self.image_inputs[i] for i in pictures]
+            out["image_of"] = torch.tensor([where.get(i, -1) for i in used.tolist()], dtype=torch.long)
+        return Batch(**out)
+
+    def seqs(self, idx: list[int] | None = None) -> list[tuple]:
+        """The rows as model.pack takes them: (prompt ids, response ids[, {"key": uid, **image_inputs}])."""
+        idx = range(len(self)) if idx is None else idx
+        plen, rlen = self.prompt_len.tolist(), self.response_len.tolist()
+        out = []
+        for i in idx:
+            seq = (self.prompt_ids[i, : plen[i]].tolist(), self.response_ids[i, : rlen[i]].tolist())
+            if self.image_of is not None and self.image_of[i] >= 0:
+                seq += ({"key": self.uid[i], **self.image_inputs[int(self.image_of[i])]},)
+            out.append(seq)
+        return out
+
+    @classmethod
+    def cat(cls, parts: list[Batch]) -> Batch:
+        """One batch of several (a step's rounds), padded to the widest."""
+        if len(parts) == 1:
+            return parts[0]
+        out = {"uid": [u for b in parts for u in b.uid]}
+        for f in fields(cls):
+            xs = [getattr(b, f.name) for b in parts]
+            if f.name in ("uid", "image_inputs", "image_of"):
+                continue
+            if f.name == "scores":
+                keys = sorted({k for x in xs for k in x})
+                out[f.name] = {
+                    k: torch.cat([x.get(k, torch.zeros(len(b), dtype=torch.float64)) for x, b in zip(xs, parts, strict=True)])
+                    for k in keys
+                }  # fmt: skip
+            elif any(x is None for x in xs):
+                out[f.name] = None
+            elif xs[0].dim() == 2:
+                out[f.name] = pad_cat(xs)
+            else:
+                out[f.name] = torch.cat(xs)
+        if parts[0].image_of is not None:
+            base, inputs, of = 0, [], []
+            for b in parts:
+                inputs += b.image_inputs
+                of.append(torch.where(b.image_of >= 0, b.image_of + base, -1))
+                base += len(b.image_inputs)
+            out["image_inputs"], out["image_of"] = inputs, torch.cat(of)
+        return cls(**out)
+
+    def with_(self, **changes) -> Batch:
+        return replace(self, **changes)
+
+    # Across Ray a batch travels packed: per-token fields as their response tokens end to end (no
+    # padding), and each group's prompt once. In memory it is padded, for vectorised math.
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        lengths = self.response_len
+        for name in ("response_ids", "loss_mask", *PER_TOKEN):
+            if state[name] is not None:
+                state[name] = packed(state[name], lengths)
+        first = list({u: i for i, u in reversed(list(enumerate(self.uid)))}.values())[::-1]
+        at = {self.uid[i]: k for k, i in enumerate(first)}
+        state["prompt_ids"] = packed(self.prompt_ids[first], self.prompt_len[first])
+        state["prompt_of"] = torch.tensor([at[u] for u in self.uid], dtype=torch.long)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        lengths = state["response_len"]
+        width = int(lengths.max()) if len(lengths) else 0
+        for name in ("response_ids", "loss_mask", *PER_TOKEN):
+            if state[name] is not None:
+                state[name] = unpacked(state[name], lengths, width)
+        of = state.pop("prompt_of")
+        first = torch.zeros(int(of.max()) + 1 if len(of) else 0, dtype=torch.long)
+        first[of] = torch.arange(len(of))
+        plen = state["prompt_len"][first]
+        state["prompt_ids"] = unpacked(state["prompt_ids"], plen, int(plen.max()) if len(plen) else 0)[of]
+        self.__dict__.update(state)
+
+
+def packed(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """The first lengths[i] entries of each row of (B, W), end to end."""
+    return x[torch.arange(x.shape[1])[None, :] < lengths[:, None]]
+
+
+def unpacked(flat: torch.Tensor, lengths: torch.Tensor, width: int) -> torch.Tensor:
+    """`packed`'s inverse: (B, width), zero past each row's length."""
+    if not len(lengths) or not width:
+        return flat.new_zeros(len(lengths), width)
+    rows = torch.nn.utils.rnn.pad_sequence(torch.split(flat, lengths.tolist()), batch_first=True)
+    return torch.nn.functional.pad(rows, (0, width - rows.shape[1]))
+
+
+def ragged(rows: list[list], dtype: torch.dtype, width: int | None = None) -> torch.Tensor:
+    """Right-padded (len(rows), width) tensor of lists."""
+    width = max((len(r) for r in rows), default=0) if width is None else width
+    out = torch.zeros(len(rows), width, dtype=dtype)
+    for i, r in enumerate(rows):
+        if r:
+            out[i, : len(r)] = torch.tensor(r, dtype=dtype)
+    return out
+
+
+def pad_cat(parts: list[torch.Tensor]) -> torch.Tensor:
+    """(Σ rows, widest) of several (rows, width) tensors, right-padded with zeros."""
+    width = max((x.shape[1] for x in parts), default=0)
+    return torch.cat([torch.nn.functional.pad(x, (0, width - x.shape[1])) for x in parts])
 
 
 # ---------------------------------------------------------------------------- batching plans
 
 
+@dataclass(frozen=True)
+class Sizes:
+    """What a plan knows of each sample: its group and its prompt and response lengths."""
+
+    uid: list[str]
+    prompt: list[int]
+    response: list[int]
+
+    @classmethod
+    def of(cls, b: Batch) -> Sizes:
+        return cls(b.uid, b.prompt_len.tolist(), b.response_len.tolist())
+
+
 def balance(items: list, weights: list[float], parts: int) -> list[list]:
     """Greedy longest-first partition into `parts` groups of near-equal total weight."""
     heap = [(0.0, i) for i in range(parts)]
-    groups: list[list] = [[] for _ in range(parts)]
+    out: list[list] = [[] for _ in range(parts)]
     for idx in sorted(range(len(items)), key=lambda i: -weights[i]):
         load, g = heapq.heappop(heap)
-        groups[g].append(items[idx])
+        out[g].append(items[idx])
         heapq.heappush(heap, (load + weights[idx], g))
-    return groups
+    return out
 
 
-def groups(rollouts: list[Rollout], share: bool) -> list[list[Rollout]]:
-    """The units a plan places: samples with the same prompt together when the workers pack that
-    prompt once (`share`), each sample alone otherwise."""
+def groups(s: Sizes, idx: list[int], share: bool) -> list[list[int]]:
+    """The units a plan places: samples of one group together when the workers pack their prompt
+    once (`share`), each sample alone otherwise."""
     if not share:
-        return [[r] for r in rollouts]
-    by_prompt: dict[tuple, list[Rollout]] = {}
-    for r in rollouts:
-        by_prompt.setdefault((tuple(r.prompt_ids), (r.images or {}).get("key")), []).append(r)
-    return list(by_prompt.values())
+        return [[i] for i in idx]
+    by_uid: dict[str, list[int]] = {}
+    for i in idx:
+        by_uid.setdefault(s.uid[i], []).append(i)
+    return list(by_uid.values())
 
 
-def cost(group: list[Rollout]) -> int:
+def cost(s: Sizes, group: list[int]) -> int:
     """Tokens a packed group takes: its prompt once (all share it, or it is alone), its responses."""
-    return len(group[0].prompt_ids) + sum(len(r.response) for r in group)
+    return s.prompt[group[0]] + sum(s.response[i] for i in group)
 
 
-def partition(rollouts: list[Rollout], parts: int, share: bool) -> list[list[Rollout]]:
+def partition(s: Sizes, idx: list[int], parts: int, share: bool) -> list[list[int]]:
     """`parts` shares of near-equal token count. Groups stay whole where they can; while there are
     fewer groups than parts, the largest is halved."""
-    units = groups(rollouts, share)
+    units = groups(s, idx, share)
     while len(units) < parts and max(len(u) for u in units) > 1:
         big = max(units, key=len)
         units.remove(big)
         units += [big[: len(big) // 2], big[len(big) // 2 :]]
-    return [[r for u in part for r in u] for part in balance(units, [cost(u) for u in units], parts)]
+    return [[i for u in part for i in u] for part in balance(units, [cost(s, u) for u in units], parts)]
 
 
 def micro_batches(
-    per_rank: list[list[Rollout]], per_micro: int, token_budget: int | None, share: bool = False
-) -> list[list[list[Rollout]]]:
+    s: Sizes, per_rank: list[list[int]], per_micro: int, token_budget: int | None, share: bool = False
+) -> list[list[list[int]]]:
     """Split each rank's samples into the same number of non-empty micro-batches (FSDP's collectives
     must pair up): by sample count, or by token budget (dynamic batching)."""
 
-    def need(rs: list[Rollout]) -> int:
+    def need(idx: list[int]) -> int:
         if token_budget:
-            return math.ceil(sum(cost(g) for g in groups(rs, share)) / token_budget)
-        return math.ceil(len(rs) / per_micro)
+            return math.ceil(sum(cost(s, g) for g in groups(s, idx, share)) / token_budget)
+        return math.ceil(len(idx) / per_micro)
 
-    k = max(1, max(need(rs) for rs in per_rank))
-    k = min(k, min(len(rs) for rs in per_rank))
-    return [partition(rs, k, share) for rs in per_rank]
-
-
-def split_ranks(rollouts: list[Rollout], world: int, share: bool = False) -> list[list[Rollout]]:
-    if len(rollouts) < world:
-        raise ValueError(f"{len(rollouts)} samples cannot be spread over {world} workers")
-    return partition(rollouts, world, share)
+    k = max(1, max(need(idx) for idx in per_rank))
+    k = min(k, min(len(idx) for idx in per_rank))
+    return [partition(s, idx, k, share) for idx in per_rank]
 
 
-def stats(prefix: str, values: list[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    return {
-        f"{prefix}/mean": sum(values) / len(values),
-        f"{prefix}/max": max(values),
-        f"{prefix}/min": min(values),
-    }
+def split_ranks(s: Sizes, idx: list[int], world: int, share: bool = False) -> list[list[int]]:
+    if len(idx) < world:
+        raise ValueError(f"{len(idx)} samples cannot be spread over {world} workers")
+    return partition(s, idx, world, share)
 
 
-def reward_matrix(
-    rollouts: list[Rollout], scores: torch.Tensor, kl: list[torch.Tensor] | None, coef: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token-level rewards (B, T) and the response mask: the outcome on each response's last token,
-    minus coef·KL on every token when the KL goes into the reward (verl's apply_kl_penalty)."""
-    lengths = [len(r.response) for r in rollouts]
-    width = max(max(lengths), 1)
-    mask = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).float()
-    token_rewards = torch.zeros(len(rollouts), width)
-    for i, n in enumerate(lengths):
-        if n:
-            if kl is not None:
-                token_rewards[i, :n] = -coef * kl[i]
-            token_rewards[i, n - 1] += float(scores[i])
-    return token_rewards, mask
+def localize(plan: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+    """A rank's micro-batches of batch rows as (the rows it needs, once each, in order; the
+    micro-batches as positions in those rows): what it is sent."""
+    rows = list(dict.fromkeys(i for micro in plan for i in micro))
+    at = {i: k for k, i in enumerate(rows)}
+    return rows, [[at[i] for i in micro] for micro in plan]
+
+
+# ---------------------------------------------------------------------------- rewards, advantages
+
+
+def token_rewards(
+    scores: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, kl: torch.Tensor | None, coef: float
+) -> torch.Tensor:
+    """Token-level rewards (B, T): the outcome on each response's last token, minus coef·KL on every
+    token when the KL goes into the reward (verl's apply_kl_penalty)."""
+    out = torch.zeros(mask.shape)
+    if kl is not None:
+        out = -coef * kl * mask
+    rows = torch.nonzero(lengths > 0)[:, 0]
+    out[rows, lengths[rows] - 1] += scores[rows].float()
+    return out
 
 
 def advantages(
     a,
-    rollouts: list[Rollout],
+    uids: list[str],
     rewards: torch.Tensor,
     token_rewards: torch.Tensor,
     mask: torch.Tensor,
     values: torch.Tensor | None = None,
     baselines: torch.Tensor | None = None,
-) -> tuple[list, list | None]:
-    """`algorithm.adv_estimator` over the batch: a float per rollout (outcome estimators, from the
-    sequence rewards) or, for REINFORCE++ and GAE, one value per response token (from the token
-    rewards). Also GAE's returns, the critic's targets (None otherwise)."""
-    uids = [r.uid for r in rollouts]
-    returns = None
-    if a.adv_estimator in ("grpo", "dapo"):
-        return alg.grpo_advantages(rewards, uids, norm_by_std=a.norm_adv_by_std_in_grpo).tolist(), None
-    if a.adv_estimator == "grpo_passk":
-        return alg.grpo_passk_advantages(rewards, uids, norm_by_std=a.norm_adv_by_std_in_grpo).tolist(), None
-    if a.adv_estimator == "rloo":
-        return alg.rloo_advantages(rewards, uids).tolist(), None
-    if a.adv_estimator == "reinforce_plus_plus":
-        tok, _ = alg.reinforce_plus_plus_advantages(token_rewards, mask, a.gamma)
-    elif a.adv_estimator == "reinforce_plus_plus_baseline":
-        tok = alg.reinforce_plus_plus_baseline_advantages(rewards.float(), uids, mask)
-    elif a.adv_estimator == "remax":  # the reward still to come, minus the greedy baseline
-        tok = alg.remax_advantages(token_rewards, baselines, mask)
-    elif a.adv_estimator == "gae":
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`algorithm.adv_estimator` over the batch as (B, T) fp32, zero past each response: outcome
+    estimators from the sequence rewards, spread over the tokens; REINFORCE++ and GAE per token
+    (from the token rewards). Also GAE's returns, the critic's targets (None otherwise)."""
+    est = a.adv_estimator
+    if est in ("grpo", "dapo"):
+        return alg.token_level(
+            alg.grpo_advantages(rewards, uids, norm_by_std=a.norm_adv_by_std_in_grpo), mask
+        ), None
+    if est == "grpo_passk":
+        adv = alg.grpo_passk_advantages(rewards, uids, norm_by_std=a.norm_adv_by_std_in_grpo)
+        return alg.token_level(adv, mask), None
+    if est == "rloo":
+        return alg.token_level(alg.rloo_advantages(rewards, uids), mask), None
+    if est == "reinforce_plus_plus":
+        return alg.reinforce_plus_plus_advantages(token_rewards, mask, a.gamma)[0] * mask, None
+    if est == "reinforce_plus_plus_baseline":
+        return alg.reinforce_plus_plus_baseline_advantages(rewards.float(), uids, mask) * mask, None
+    if est == "remax":  # the reward still to come, minus the greedy baseline
+        return alg.remax_advantages(token_rewards, baselines, mask) * mask, None
+    if est == "gae":
         tok, ret = alg.gae_advantages(token_rewards, values, mask, a.gamma, a.lam)
-        returns = [ret[i, : len(r.response)].tolist() for i, r in enumerate(rollouts)]
-    else:
-        raise ValueError(f"unknown adv_estimator {a.adv_estimator}")
-    return [tok[i, : len(r.response)].tolist() for i, r in enumerate(rollouts)], returns
+        return tok * mask, ret * mask
+    raise ValueError(f"unknown adv_estimator {est}")
 
 
 class RunError(RuntimeError):
     """A mismatch of data, reward and settings found mid-run: said in one line, no traceback."""
+
+
+def zero_copy_tensors() -> None:
+    """Tensors through Ray as numpy views of their bytes, which Ray's pickle 5 sends out of band and
+    a receiver on the same node maps from the object store without a copy. Ray's default pickles a
+    tensor's storage in band: measured here, 100 MB took 0.38 s to put and 1.1 s to get, against
+    0.05 s and 0.3 ms. Registered in the sending process (the driver, each worker); the receiver
+    needs nothing. What arrives is read-only memory: nothing writes into a tensor it was sent."""
+    import ray
+
+    ray.util.register_serializer(torch.Tensor, serializer=_tensor_bytes, deserializer=_tensor_from)
+
+
+def _tensor_bytes(t: torch.Tensor) -> tuple:
+    t = t.detach().cpu().contiguous()
+    return t.reshape(-1).view(torch.uint8).numpy(), str(t.dtype).removeprefix("torch."), tuple(t.shape)
+
+
+def _tensor_from(args: tuple) -> torch.Tensor:
+    import warnings
+
+    data, dtype, shape = args
+    with warnings.catch_warnings():  # read-only: "The given NumPy array is not writable"
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(data).view(getattr(torch, dtype)).reshape(shape)

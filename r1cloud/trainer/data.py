@@ -132,9 +132,9 @@ class PromptSet:
         filter_overlong: bool | None = None,
         limit: int | None = None,
         probs: list[float] | None = None,
-        images=None,  # vision.ImageProcessor, for a vision-language model
+        processor=None,  # vision.ImageProcessor, for a vision-language model
     ):
-        self.cfg, self.vision = data_cfg, images
+        self.cfg, self.processor = data_cfg, processor
         parts, columns = [], None
         for source in [files] if isinstance(files, str) else files:
             rows = load_rows(source)
@@ -169,8 +169,8 @@ class PromptSet:
         for source, i, row in rows:
             content = str(row[data_cfg.prompt_key])
             imgs = self.row_images(source, i, row, content)
-            if self.vision is not None:
-                enc = self.vision.encode(self.render(content, imgs is not None), imgs or [])
+            if self.processor is not None:
+                enc = self.processor.encode(self.render(content, imgs is not None), imgs or [])
                 ids, raw, imgs = enc.ids, enc.raw_ids, enc.images
             else:
                 ids = self.tokenizer(self.render(content), add_special_tokens=False)["input_ids"]
@@ -213,7 +213,7 @@ class PromptSet:
         wanted = content.count(vision.PLACEHOLDER) + self.template_images
         if wanted != len(items):
             raise ValueError(placeholder_mismatch(source, i, wanted, len(items), d))
-        if items and self.vision is None:
+        if items and self.processor is None:
             raise ValueError(
                 f"{source}: row {i} has images, and the model is a text model; train a vision-language "
                 f"model (its config has a vision_config), or drop the {d.image_key!r} column"
@@ -250,8 +250,8 @@ class PromptSet:
     def render(self, content: str, with_images: bool = False) -> str:
         """The prompt as the model sees it: the format prompt over `content`, in the chat template."""
         text = self.template.render(content=content) if self.template else content
-        if self.vision is not None:
-            return self.vision.render(text, with_images)
+        if self.processor is not None:
+            return self.processor.render(text, with_images)
         return self.tokenizer.apply_chat_template(
             [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
         )
@@ -262,7 +262,7 @@ class PromptSet:
         p = self.prompts[index]
         if not p.images:
             return {}
-        return self.vision.encode(self.render(p.content, True), p.images).tensors
+        return self.processor.encode(self.render(p.content, True), p.images).image_inputs
 
     def __len__(self) -> int:
         return len(self.prompts)

@@ -17,15 +17,36 @@ from pathlib import Path
 
 import torch
 
+from ..checkpoint.write import Bucket, Checkpoints, DamagedCheckpoint, read_state, write_hf_files
 from ..spec import Spec, load_resolved
 from . import algorithms as alg
 from . import rewards
-from .batch import Rollout, RunError, advantages, micro_batches, reward_matrix, split_ranks, stats
-from .checkpoint import Bucket, Checkpoints, read_state, write_hf_files
+from .batch import (
+    PER_SEQUENCE,
+    Batch,
+    RunError,
+    Sizes,
+    advantages,
+    localize,
+    micro_batches,
+    packed,
+    ragged,
+    split_ranks,
+    token_rewards,
+    unpacked,
+)
 from .data import Loader, PromptSet, check_sets, chunk_evenly, load_tokenizer, total_steps
 from .group import gather, launch, start_failure, worker_lost
-from .metrics import actor_metrics, critic_metrics, forget_after, progress_line, rollout_metrics
-from .model import pad
+from .metrics import (
+    Timer,
+    actor_metrics,
+    critic_metrics,
+    forget_after,
+    perf_metrics,
+    progress_line,
+    rollout_metrics,
+    stats,
+)
 from .rollout import Request, pick_engine, refuse_unknown_sampling
 from .sampling import for_rank
 from .sampling import sampling as spec_sampling
@@ -39,16 +60,20 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.spec = spec or load_resolved(self.run_dir / "spec.yaml")
         s = self.spec
-        self.tokenizer, self.images = load_tokenizer(s.worker.actor.model, s.data)
+        self.tokenizer, self.processor = load_tokenizer(s.worker.actor.model, s.data)
         self.train_set = (
             PromptSet(
-                s.data.train_files, self.tokenizer, s.data, probs=s.data.train_files_probs, images=self.images
+                s.data.train_files,
+                self.tokenizer,
+                s.data,
+                probs=s.data.train_files_probs,
+                processor=self.processor,
             )
             if s.data.train_files
             else None
         )
         self.val_set = (
-            PromptSet(s.data.val_files, self.tokenizer, s.data, images=self.images)
+            PromptSet(s.data.val_files, self.tokenizer, s.data, processor=self.processor)
             if s.data.val_files
             else None
         )
@@ -115,101 +140,92 @@ class Trainer:
     def sampling(self, step: int, validation: bool = False, round: int = 0) -> dict:
         return spec_sampling(self.spec, step, validation, round)
 
-    def generate(self, prompt_set: PromptSet, indices: list[int], sampling: dict) -> list[Rollout]:
+    def generate(self, prompt_set: PromptSet, indices: list[int], sampling: dict) -> Batch:
+        """n samples of each prompt, from the rollout engine's data-parallel ranks."""
         tp = self.spec.worker.rollout.tensor_parallel_size if self.engine == "vllm" else 1
-        dp = self.world // tp
-        chunks = chunk_evenly(indices, dp)
+        chunks = chunk_evenly(indices, self.world // tp)
         uids = {i: uuid.uuid4().hex for i in indices}
-        images = {}  # a prompt's image tensors, computed once for its rollout and its training
-        for i in indices:
-            if tensors := prompt_set.image_inputs(i):
-                images[i] = {"key": uids[i], **tensors}
+        inputs = {i: t for i in indices if (t := prompt_set.image_inputs(i))}  # once per prompt
         requests = {}
         for i in indices:
             p = prompt_set.prompts[i]
-            tensors = {k: v for k, v in images.get(i, {}).items() if k != "key"}
-            requests[i] = Request(p.prompt_ids, p.raw_ids, p.images, tensors)
-        per_rank, seeds = [], []
-        for rank in range(self.world):
-            chunk = chunks[rank // tp]
-            per_rank.append([requests[i] for i in chunk])
-            seeds.append(for_rank(sampling, rank // tp))
-        results = gather(
-            [w.generate.remote(p, s) for w, p, s in zip(self.workers, per_rank, seeds, strict=True)]
+            requests[i] = Request(p.prompt_ids, p.raw_ids, p.images, inputs.get(i, {}))
+        calls = [
+            w.generate.remote([requests[i] for i in chunks[rank // tp]], for_rank(sampling, rank // tp))
+            for rank, w in enumerate(self.workers)
+        ]
+        results = gather(calls)[::tp]  # a tensor-parallel group's ranks return the same samples
+        rows = [c[k] for c, r in zip(chunks, results, strict=True) for k in r["prompt"].tolist()]
+        once = {i: k for k, i in enumerate(indices)}  # each prompt's ids made a tensor once
+        prompt_ids = ragged([prompt_set.prompts[i].prompt_ids for i in indices], torch.int32)
+        prompt_len = torch.tensor([len(prompt_set.prompts[i].prompt_ids) for i in indices], dtype=torch.long)
+        at = torch.tensor([once[i] for i in rows], dtype=torch.long)
+        pictures = {i: k for k, i in enumerate(inputs)}
+        lengths = torch.cat([r["length"] for r in results])
+        width = int(lengths.max()) if len(lengths) else 0
+        return Batch(
+            uid=[uids[i] for i in rows],
+            index=torch.tensor(rows, dtype=torch.long),
+            prompt_ids=prompt_ids[at],
+            prompt_len=prompt_len[at],
+            response_ids=unpacked(torch.cat([r["response"] for r in results]), lengths, width),
+            response_len=lengths,
+            finished=torch.cat([r["finished"] for r in results]),
+            rollout_logp=unpacked(torch.cat([r["logprobs"] for r in results]), lengths, width),
+            image_inputs=[inputs[i] for i in pictures],
+            image_of=torch.tensor([pictures.get(i, -1) for i in rows]) if inputs else None,
         )
-        rollouts = []
-        for rank in range(0, self.world, tp):
-            chunk = chunks[rank // tp]
-            for s in results[rank]:
-                p = prompt_set.prompts[chunk[s["prompt"]]]
-                rollouts.append(
-                    Rollout(
-                        p.index,
-                        uids[p.index],
-                        p.prompt_ids,
-                        s["response"],
-                        s["logprobs"],
-                        s["finished"],
-                        p.ground_truth,
-                        source=p,
-                        images=images.get(p.index),
-                    )
-                )
-        return rollouts
 
-    def score(self, rollouts: list[Rollout]) -> int:
+    def score(self, batch: Batch, prompt_set: PromptSet) -> tuple[Batch, int]:
+        """The reward function over the batch's responses; returns it with its scores, and the
+        number of samples that failed to score."""
         skip = self.spec.worker.reward.skip_special_tokens
+        lengths = batch.response_len.tolist()
+        texts = decode(self.tokenizer, packed(batch.response_ids, batch.response_len), lengths, skip)
+        sources = [prompt_set.prompts[i] for i in batch.index.tolist()]
         inputs = [
-            rewards.reward_input(
-                self.reward,
-                self.tokenizer,
-                r.source,
-                self.tokenizer.decode(r.response, skip_special_tokens=skip),
-                len(r.response),
-                skip,
-            )
-            for r in rollouts
+            rewards.reward_input(self.reward, self.tokenizer, p, t, n, skip)
+            for p, t, n in zip(sources, texts, lengths, strict=True)
         ]
         scores, errors = self.reward(inputs)
-        for r, s in zip(rollouts, scores, strict=True):
-            r.scores = s
-        return errors
+        keys = sorted({k for x in scores for k in x})  # a sample that failed scores 0 for every key
+        table = {k: torch.tensor([x.get(k, 0.0) for x in scores], dtype=torch.float64) for k in keys}
+        return batch.with_(scores=table), errors
 
-    def forward(self, rollouts: list[Rollout], method: str, cfg, attr: str, **kwargs) -> None:
-        """A forward-only pass over the batch on every worker (`log_probs` or `values`), in `cfg`'s
-        experience micro-batches; each rollout's result is stored in `attr`."""
+    def experience(self, batch: Batch, method: str, cfg, **kwargs) -> torch.Tensor:
+        """A forward-only pass of every worker over its shard (`log_probs` or `values`), in `cfg`'s
+        experience micro-batches: (B, R) fp32, zero past each response."""
         budget = cfg.micro_batch_size_per_device_for_experience * (
             self.spec.data.max_prompt_length + self.spec.data.max_response_length
         )
+        sizes = Sizes.of(batch)
         plan = micro_batches(
-            split_ranks(rollouts, self.world, self.share_prompts),
+            sizes,
+            split_ranks(sizes, list(range(len(batch))), self.world, self.share_prompts),
             cfg.micro_batch_size_per_device_for_experience,
             budget if cfg.dynamic_batching else None,
             self.share_prompts,
         )
-        results = self.call(
-            method, per_rank=[[[r.seq for r in micro] for micro in micros] for micros in plan], **kwargs
+        shards = [localize(micros) for micros in plan]
+        results = gather(
+            [
+                getattr(w, method).remote(batch.select(rows, keep=()), micros, **kwargs)
+                for w, (rows, micros) in zip(self.workers, shards, strict=True)
+            ]
         )
-        for micros, res in zip(plan, results, strict=True):
-            for micro, out in zip(micros, res, strict=True):
-                for r, x in zip(micro, out, strict=True):
-                    setattr(r, attr, x)
+        out = torch.zeros(batch.response_ids.shape)
+        for (rows, _), res in zip(shards, results, strict=True):
+            out[rows] = unpacked(res, batch.response_len[rows], out.shape[1])
+        return out
 
-    def compute_log_probs(self, rollouts: list[Rollout], role: str) -> None:
-        self.forward(
-            rollouts, "log_probs", self.spec.worker.actor, "ref" if role == "ref" else "old", role=role
-        )
-
-    # ------------------------------------------------------------------ one step
-    def make_batch(self, step: int) -> tuple[list[Rollout], list[Rollout], int, int]:
+    def make_batch(self, step: int) -> tuple[Batch, Batch, int, int]:
         """Generate and score until the step has `rollout_batch_size` groups (more than one round
         when `mini_rollout_batch_size` is smaller, or when dynamic sampling drops groups). Returns
-        the kept rollouts, every rollout generated, the reward errors and the number of rounds."""
+        the kept samples, every sample generated, the reward errors and the number of rounds."""
         s, a = self.spec, self.spec.algorithm
-        kept: list[Rollout] = []
-        seen: list[Rollout] = []
-        errors = rounds = 0
-        groups = 0
+        kept: list[Batch] = []
+        seen: list[Batch] = []
+        errors = rounds = groups = 0
         while groups < s.data.rollout_batch_size:
             if 0 < s.trainer.max_try_make_batch <= rounds:
                 raise RunError(
@@ -220,199 +236,178 @@ class Trainer:
                 )
             rounds += 1
             batch = self.generate(self.train_set, self.loader.next(), self.sampling(step, round=rounds - 1))
-            errors += self.score(batch)
-            seen += batch
+            batch, failed = self.score(batch, self.train_set)
+            errors += failed
+            seen.append(batch)
             if a.online_filtering:
-                keys = {k for r in batch for k in r.scores}
-                if a.filter_key not in keys:
+                if a.filter_key not in batch.scores:
                     raise RunError(
                         f"algorithm.filter_key is {a.filter_key!r}, but the reward function returns "
-                        f"{', '.join(sorted(keys))}; set filter_key to one of them"
+                        f"{', '.join(batch.scores)}; set filter_key to one of them"
                     )
-                values = [r.scores.get(a.filter_key, 0.0) for r in batch]  # a failed sample scores 0
-                keep = alg.groups_to_keep([r.uid for r in batch], values, a.filter_low, a.filter_high)
-                batch = [r for r in batch if r.uid in keep]
-            kept += batch
-            groups = len({r.uid for r in kept})
-        wanted = list(dict.fromkeys(r.uid for r in kept))[: s.data.rollout_batch_size]
-        return [r for r in kept if r.uid in set(wanted)], seen, errors, rounds
-
-    def greedy_baselines(self, rollouts: list[Rollout], step: int) -> torch.Tensor:
-        """ReMax: each prompt's reward under greedy decoding (temperature 0, one sample)."""
-        indices = list(dict.fromkeys(r.prompt for r in rollouts))
-        greedy = self.generate(self.train_set, indices, {**self.sampling(step), "n": 1, "temperature": 0.0})
-        self.score(greedy)
-        by_prompt = {g.prompt: g.scores["overall"] for g in greedy}
-        return torch.tensor([by_prompt[r.prompt] for r in rollouts], dtype=torch.float64)
-
-    def train_step(self, step: int) -> dict:
-        s, t0 = self.spec, time.perf_counter()
-        a = s.algorithm
-        timing: dict[str, float] = {}
-        tick = time.perf_counter()
-        rollouts, seen, errors, rounds = self.make_batch(step)
-        timing["gen"] = time.perf_counter() - tick
-        metrics: dict[str, float] = {}
-        if a.adv_estimator == "remax":
-            tick = time.perf_counter()
-            baselines = self.greedy_baselines(rollouts, step)
-            timing["gen_baseline"] = time.perf_counter() - tick
-            metrics.update(stats("critic/baseline", baselines.tolist()))
-        else:
-            baselines = None
-
-        n_mini = max(1, s.data.rollout_batch_size // s.worker.actor.global_batch_size)
-        on_policy = s.worker.actor.ppo_epochs == 1 and n_mini == 1
-        kl_in_reward = not a.disable_kl and not a.use_kl_loss
-        if not on_policy or kl_in_reward:
-            tick = time.perf_counter()
-            self.compute_log_probs(rollouts, "actor")
-            timing["old"] = time.perf_counter() - tick
-        if not a.disable_kl:
-            tick = time.perf_counter()
-            self.compute_log_probs(rollouts, "ref")
-            timing["ref"] = time.perf_counter() - tick
-        if a.adv_estimator == "gae":
-            tick = time.perf_counter()
-            self.compute_values(rollouts)
-            timing["values"] = time.perf_counter() - tick
-
-        tick = time.perf_counter()
-        scores = torch.tensor([r.scores["overall"] for r in rollouts], dtype=torch.float64)
-        kl = None
-        if kl_in_reward:
-            kl = [alg.kl_estimate(torch.tensor(r.old), torch.tensor(r.ref), a.kl_penalty) for r in rollouts]
-            sums = torch.tensor([float(k.sum()) for k in kl], dtype=torch.float64)
-            per_token = sum(float(k.mean()) if len(k) else 0.0 for k in kl) / len(rollouts)
-            metrics["actor/kl_penalty"] = per_token
-            metrics["actor/kl_coef"] = self.kl_coef
-            rewards = scores - self.kl_coef * sums
-            token_rewards, mask = reward_matrix(rollouts, scores, kl, self.kl_coef)
-            if a.kl_type == "adaptive":
-                self.kl_coef = alg.adaptive_kl_coef(
-                    self.kl_coef, per_token, a.kl_target, len(rollouts), a.kl_horizon
-                )
-        else:
-            rewards = scores
-            token_rewards, mask = reward_matrix(rollouts, scores, None, 0.0)
-        values = (
-            pad([r.values for r in rollouts], width=mask.shape[1])[0] if a.adv_estimator == "gae" else None
+                values = batch.scores[a.filter_key].tolist()  # a failed sample scores 0
+                keep = alg.groups_to_keep(batch.uid, values, a.filter_low, a.filter_high)
+                batch = batch.select([i for i, u in enumerate(batch.uid) if u in keep])
+            kept.append(batch)
+            groups += len(set(batch.uid))
+        batch = Batch.cat(kept)
+        wanted = set(list(dict.fromkeys(batch.uid))[: s.data.rollout_batch_size])
+        return (
+            batch.select([i for i, u in enumerate(batch.uid) if u in wanted]),
+            Batch.cat(seen),
+            errors,
+            rounds,
         )
-        adv, returns = advantages(a, rollouts, rewards, token_rewards, mask, values, baselines)
-        for i, r in enumerate(rollouts):
-            r.adv = adv[i]
-            r.returns = returns[i] if returns is not None else None
-            if on_policy and not s.worker.actor.rollout_is:
-                r.old = None
-        metrics.update(stats("critic/rewards", rewards.tolist()))
-        timing["adv"] = time.perf_counter() - tick
 
-        if a.adv_estimator == "gae":
-            tick = time.perf_counter()
-            metrics.update(self.update_critic(rollouts))
-            timing["update_critic"] = time.perf_counter() - tick
-        if step > s.trainer.critic_warmup:
-            tick = time.perf_counter()
-            metrics.update(self.update(rollouts, n_mini))
-            timing["update_actor"] = time.perf_counter() - tick
-            tick = time.perf_counter()
-            self.call("sync_weights")
-            timing["sync"] = time.perf_counter() - tick
-        timing["step"] = time.perf_counter() - t0
+    def greedy_baselines(self, batch: Batch, step: int) -> torch.Tensor:
+        """ReMax: each prompt's reward under greedy decoding (temperature 0, one sample)."""
+        indices = list(dict.fromkeys(batch.index.tolist()))
+        greedy = self.generate(self.train_set, indices, {**self.sampling(step), "n": 1, "temperature": 0.0})
+        greedy, _ = self.score(greedy, self.train_set)
+        by_prompt = dict(zip(greedy.index.tolist(), greedy.scores["overall"].tolist(), strict=True))
+        return torch.tensor([by_prompt[i] for i in batch.index.tolist()], dtype=torch.float64)
 
-        metrics.update(rollout_metrics(seen, rollouts, errors, s.data.max_prompt_length))
+    # ------------------------------------------------------------------ one step
+    def train_step(self, step: int) -> dict:
+        s, a, actor, timer = self.spec, self.spec.algorithm, self.spec.worker.actor, Timer()
+        n_mini = max(1, s.data.rollout_batch_size // actor.global_batch_size)
+        on_policy = actor.ppo_epochs == 1 and n_mini == 1
+        kl_in_reward = not a.disable_kl and not a.use_kl_loss
+        with timer("step"):
+            with timer("gen"):
+                batch, seen, errors, rounds = self.make_batch(step)
+            baselines = None
+            if a.adv_estimator == "remax":
+                with timer("gen_baseline"):
+                    baselines = self.greedy_baselines(batch, step)
+            if not on_policy or kl_in_reward:
+                with timer("old"):
+                    batch.old_logp = self.experience(batch, "log_probs", actor, role="actor")
+            if not a.disable_kl:
+                with timer("ref"):
+                    batch.ref_logp = self.experience(batch, "log_probs", actor, role="ref")
+            if a.adv_estimator == "gae":
+                with timer("values"):
+                    batch.values = self.experience(batch, "values", s.worker.critic)
+            with timer("adv"):
+                metrics = self.compute_advantages(batch, baselines, kl_in_reward)
+            if a.adv_estimator == "gae":
+                with timer("update_critic"):
+                    metrics |= self.update_critic(batch)
+            if step > s.trainer.critic_warmup:
+                with timer("update_actor"):
+                    metrics |= self.update(batch, n_mini, keep_old=not on_policy or actor.rollout_is)
+                with timer("sync"):
+                    self.call("sync_weights")
+        metrics |= rollout_metrics(
+            seen, batch, errors, s.data.max_prompt_length, a.adv_estimator in PER_SEQUENCE
+        )
         if a.online_filtering or s.data.mini_rollout_batch_size:
             metrics["batch/rounds"] = rounds
-            metrics["batch/kept_groups_ratio"] = len({r.uid for r in rollouts}) / len({r.uid for r in seen})
-        metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
-        metrics["perf/old_log_prob_recomputed"] = 0.0 if on_policy and not kl_in_reward else 1.0
-        tokens = sum(len(r.prompt_ids) + len(r.response) for r in rollouts)
-        metrics["perf/total_num_tokens"] = tokens
-        metrics["perf/time_per_step"] = timing["step"]
-        metrics["perf/throughput"] = tokens / (timing["step"] * self.world)
+            metrics["batch/kept_groups_ratio"] = len(set(batch.uid)) / len(set(seen.uid))
+        metrics |= timer.metrics() | perf_metrics(batch, timer.seconds["step"], self.world)
+        metrics["perf/old_log_prob_recomputed"] = float(batch.old_logp is not None)
         if a.use_kl_loss and not a.disable_kl:
             metrics["actor/kl_coef"] = self.kl_coef
         return metrics
 
-    def payloads(self, rollouts: list[Rollout], n_mini: int, role, sample) -> tuple[list[list[dict]], int]:
-        """What each rank's `update`/`update_critic` gets: per optimizer step, its micro-batches of
-        `sample(rollout)` dicts and the mini-batch's global token (or non-empty sequence) count
-        that `aggregate` divides by. Also the number of optimizer steps."""
+    def compute_advantages(self, batch: Batch, baselines: torch.Tensor | None, kl_in_reward: bool) -> dict:
+        """Sets the batch's advantages (and GAE's returns) from its scores, with the KL penalty in
+        the reward when it goes there (and the adaptive KL coefficient's update); the metrics."""
+        a, mask, metrics = self.spec.algorithm, batch.mask, {}
+        scores, kl = batch.scores["overall"], None
+        rewards = scores
+        if kl_in_reward:
+            kl = alg.kl_estimate(batch.old_logp, batch.ref_logp, a.kl_penalty) * mask
+            lengths = batch.response_len
+            per_token = float((kl.sum(1) / lengths.clamp(min=1)).sum()) / len(batch)
+            metrics["actor/kl_penalty"] = per_token
+            metrics["actor/kl_coef"] = self.kl_coef
+            rewards = scores - self.kl_coef * kl.sum(1).double()
+        tokens = token_rewards(scores, mask, batch.response_len, kl, self.kl_coef)
+        if kl_in_reward and a.kl_type == "adaptive":
+            self.kl_coef = alg.adaptive_kl_coef(
+                self.kl_coef, per_token, a.kl_target, len(batch), a.kl_horizon
+            )
+        batch.advantages, batch.returns = advantages(
+            a, batch.uid, rewards, tokens, mask, batch.values, baselines
+        )
+        if baselines is not None:
+            metrics |= stats("critic/baseline", baselines)
+        return metrics | stats("critic/rewards", rewards)
+
+    def optimizer_steps(self, batch: Batch, n_mini: int, role) -> list[dict]:
+        """Each rank's part of every optimizer step: its micro-batches (batch rows) and the
+        mini-batch's global token (or non-empty sequence) count that `aggregate` divides by."""
         budget = role.micro_batch_size_per_device_for_update * (
             self.spec.data.max_prompt_length + self.spec.data.max_response_length
         )
-        plans = []
+        sizes, mask = Sizes.of(batch), batch.mask
+        steps = []
         for _ in range(role.ppo_epochs):
-            for mini in chunk_evenly(rollouts, n_mini):
-                total = (
-                    sum(len(r.response) for r in mini)
-                    if alg.AGG_MODES[role.loss_avg_mode] == "token-mean"
-                    else sum(1 for r in mini if r.response)
-                )
+            for mini in chunk_evenly(list(range(len(batch))), n_mini):
                 plan = micro_batches(
-                    split_ranks(mini, self.world, self.share_prompts),
+                    sizes,
+                    split_ranks(sizes, mini, self.world, self.share_prompts),
                     role.micro_batch_size_per_device_for_update,
                     budget if role.dynamic_batching else None,
                     self.share_prompts,
                 )
-                plans.append((plan, max(total, 1)))
-        per_rank = [
-            [
-                {"total": total, "micro": [[sample(r) for r in micro] for micro in plan[rank]]}
-                for plan, total in plans
-            ]
-            for rank in range(self.world)
-        ]
-        return per_rank, len(plans)
+                steps.append({"total": max(alg.count_for(role.loss_avg_mode, mask[mini]), 1), "plan": plan})
+        return steps
 
-    def compute_values(self, rollouts: list[Rollout]) -> None:
-        self.forward(rollouts, "values", self.spec.worker.critic, "values")
+    def train(self, method: str, batch: Batch, steps: list[dict], keep: tuple[str, ...]) -> list[list[dict]]:
+        """`update` or `update_critic` on every worker: its rows of the batch once, with `keep`'s
+        per-token fields, and per optimizer step its micro-batches as positions in those rows."""
+        calls = []
+        for rank, w in enumerate(self.workers):
+            rows, micros = localize([m for st in steps for m in st["plan"][rank]])
+            at, per_step = 0, []
+            for st in steps:
+                k = len(st["plan"][rank])
+                per_step.append({"total": st["total"], "micro": micros[at : at + k]})
+                at += k
+            calls.append(getattr(w, method).remote(batch.select(rows, keep=keep), per_step))
+        return gather(calls)
 
-    def update_critic(self, rollouts: list[Rollout]) -> dict[str, float]:
+    def update_critic(self, batch: Batch) -> dict[str, float]:
         c = self.spec.worker.critic
-        per_rank, steps = self.payloads(
-            rollouts,
-            max(1, self.spec.data.rollout_batch_size // c.global_batch_size),
-            c,
-            lambda r: {"seq": r.seq, "values": r.values, "returns": r.returns},
+        steps = self.optimizer_steps(
+            batch, max(1, self.spec.data.rollout_batch_size // c.global_batch_size), c
         )
-        results = self.call("update_critic", per_rank=per_rank)
-        return critic_metrics(results, steps, rollouts)
+        results = self.train("update_critic", batch, steps, keep=("values", "returns"))
+        return critic_metrics(results, len(steps), batch)
 
-    def update(self, rollouts: list[Rollout], n_mini: int) -> dict[str, float]:
+    def update(self, batch: Batch, n_mini: int, keep_old: bool) -> dict[str, float]:
         s = self.spec
         tis = s.worker.actor.rollout_is
-        per_rank, steps = self.payloads(
-            rollouts,
-            n_mini,
-            s.worker.actor,
-            lambda r: (
-                {"seq": r.seq, "old": r.old, "ref": r.ref, "adv": r.adv}
-                | ({"rollout": r.logprobs} if tis else {})
-            ),
+        steps = self.optimizer_steps(batch, n_mini, s.worker.actor)
+        keep = (
+            ("advantages", "ref_logp")
+            + (("old_logp",) if keep_old else ())
+            + (("rollout_logp",) if tis else ())
         )
-        results = self.call("update", per_rank=per_rank)
-        return actor_metrics(results, steps, tis, s.algorithm.use_kl_loss and not s.algorithm.disable_kl)
+        results = self.train("update", batch, steps, keep)
+        return actor_metrics(results, len(steps), tis, s.algorithm.use_kl_loss and not s.algorithm.disable_kl)
 
     # ------------------------------------------------------------------ validation
     def validate(self, step: int) -> dict[str, float]:
         tick = time.perf_counter()
         indices = list(range(len(self.val_set)))
         size = self.spec.data.val_batch_size if self.spec.data.val_batch_size > 0 else len(indices)
-        rollouts: list[Rollout] = []
+        parts = []
         for start in range(0, len(indices), size):
             batch = self.generate(
                 self.val_set, indices[start : start + size], self.sampling(step, validation=True)
             )
-            self.score(batch)
-            rollouts += batch
-        keys = sorted({k for r in rollouts for k in r.scores})
-        m = {f"val/{k}_reward": sum(r.scores.get(k, 0.0) for r in rollouts) / len(rollouts) for k in keys}
+            parts.append(self.score(batch, self.val_set)[0])
+        batch = Batch.cat(parts)
+        m = {f"val/{k}_reward": float(v.mean()) for k, v in batch.scores.items()}
         m["val/reward_score"] = m["val/overall_reward"]
-        m.update(stats("val_response_length", [float(len(r.response)) for r in rollouts]))
+        m.update(stats("val_response_length", batch.response_len))
         m["timing_s/validation"] = time.perf_counter() - tick
         k = self.spec.trainer.val_generations_to_log
-        self.trackers.generations(step, val_samples(rollouts, self.tokenizer, k))
+        self.trackers.generations(step, val_samples(batch, self.val_set, self.tokenizer, k))
         return m
 
     # ------------------------------------------------------------------ checkpoints
@@ -423,7 +418,7 @@ class Trainer:
         self.call("save", f"{where}/actor", model_only=only)
         if self.spec.algorithm.adv_estimator == "gae":
             self.call("save", f"{where}/critic", role="critic", model_only=only)
-        saver = self.images or self.tokenizer  # a VLM's processor files carry its tokenizer
+        saver = self.processor or self.tokenizer  # a VLM's processor files carry its tokenizer
         write_hf_files(
             self.checkpoints,
             where,
@@ -546,6 +541,17 @@ class Trainer:
             ray.shutdown()
 
 
+def decode(tokenizer, flat: torch.Tensor, lengths: list[int], skip: bool) -> list[str]:
+    """Each response's text, as `tokenizer.decode` gives it. A fast tokenizer without clean-up
+    (Qwen's, Llama 3's, SmolLM's) decodes the whole batch in one call of its Rust tokenizer:
+    transformers' per-sequence decode spends more time checking the ids than decoding them."""
+    rows = [r.tolist() for r in torch.split(flat, lengths)]
+    fast = getattr(tokenizer, "_tokenizer", None)
+    if fast is not None and not getattr(tokenizer, "clean_up_tokenization_spaces", True):
+        return fast.decode_batch(rows, skip_special_tokens=skip)
+    return tokenizer.batch_decode(rows, skip_special_tokens=skip)
+
+
 def _error(text, code: int) -> int:
     print(f"error: {text}", file=sys.stderr, flush=True)
     return code
@@ -564,7 +570,7 @@ def main(run_dir: str) -> int:
         status = "KILLED" if trainer.stopped else "FINISHED"
     except TrackerError as e:  # before the first step: a key or a setting to fix
         return _error(e, 2)
-    except RunError as e:
+    except (RunError, DamagedCheckpoint) as e:
         return _error(e, 1)
     except (ActorDiedError, ActorUnavailableError, RayTaskError) as e:
         if cause := start_failure(e):  # nothing ran yet: the cause, and no resume to offer

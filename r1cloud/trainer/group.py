@@ -10,7 +10,7 @@ import re
 
 import torch
 
-from .batch import RunError
+from .batch import RunError, zero_copy_tensors
 
 
 def launch(spec, world: int) -> list:
@@ -37,6 +37,7 @@ def launch(spec, world: int) -> list:
             log_to_driver=True,
             configure_logging=False,
         )
+    zero_copy_tensors()
     per_node, nnodes = spec.trainer.n_gpus_per_node, spec.trainer.nnodes
     spread = nnodes > 1 and bool(os.environ.get("RAY_ADDRESS"))
     if spread:  # a multi-node cluster (jobs/node.py): one bundle per node, holding its devices

@@ -14,10 +14,10 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from ..checkpoint.folder import ADAPTER, peft_name
+
 if TYPE_CHECKING:  # light at import: `serve` reads VLLM_RANKS without loading torch
     import torch
-
-ADAPTER = "default"  # peft's adapter name, as in the saved keys (`lora_A.default.weight`)
 
 
 def targets(spec: str | list[str] | None) -> str | list[str] | None:
@@ -202,12 +202,6 @@ def describe(model: torch.nn.Module, base: str) -> dict:
         config.save_pretrained(tmp)
         saved = json.loads((Path(tmp) / "adapter_config.json").read_text())
     return {"config": saved, "line": share(model, config.r)}
-
-
-def peft_name(name: str) -> str:
-    """The name peft and vLLM give an adapter tensor of the model's parameter `name`
-    (`model.layers.0.q_proj.lora_A.default.weight` → `base_model.model.model.layers.0.q_proj.lora_A.weight`)."""
-    return "base_model.model." + name.replace(f".{ADAPTER}.", ".")
 
 
 def adapter_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:

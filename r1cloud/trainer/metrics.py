@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
-from .batch import Rollout, stats
+from .batch import Batch
 
 
 def actor_metrics(results: list[list[dict]], steps: int, tis: bool, kl_loss: bool) -> dict[str, float]:
@@ -36,7 +38,7 @@ def actor_metrics(results: list[list[dict]], steps: int, tis: bool, kl_loss: boo
     return metrics
 
 
-def critic_metrics(results: list[list[dict]], steps: int, rollouts: list[Rollout]) -> dict[str, float]:
+def critic_metrics(results: list[list[dict]], steps: int, batch: Batch) -> dict[str, float]:
     """critic/* from the critic's update statistics and the step's values and returns."""
     out: dict[str, list[float]] = defaultdict(list)
     for i in range(steps):
@@ -48,39 +50,72 @@ def critic_metrics(results: list[list[dict]], steps: int, rollouts: list[Rollout
         out["critic/grad_norm"].append(ranks[0]["grad_norm"])
     metrics = {k: sum(v) / len(v) for k, v in out.items()}
     metrics["critic/lr"] = results[0][0]["lr"] if results[0] else 0.0
-    values = [v for r in rollouts for v in r.values]
-    returns = [x for r in rollouts for x in r.returns]
+    on = batch.response_mask.bool()
+    values, returns = batch.values[on], batch.returns[on]
     metrics.update(stats("critic/values", values))
     metrics.update(stats("critic/returns", returns))
     if len(returns) > 1:
-        ret, val = torch.tensor(returns), torch.tensor(values)
-        metrics["critic/vf_explained_var"] = float(1 - (ret - val).var() / (ret.var() + 1e-5))
+        metrics["critic/vf_explained_var"] = float(1 - (returns - values).var() / (returns.var() + 1e-5))
     return metrics
 
 
 def rollout_metrics(
-    seen: list[Rollout], rollouts: list[Rollout], errors: int, max_prompt_length: int
+    seen: Batch, batch: Batch, errors: int, max_prompt_length: int, per_sequence: bool
 ) -> dict[str, float]:
     """reward/* over everything generated this step (as EasyR1, filtered groups included);
     lengths, scores and advantages over what is trained on."""
-    keys = sorted({k for r in seen for k in r.scores})
-    m = {f"reward/{k}": sum(r.scores.get(k, 0.0) for r in seen) / len(seen) for k in keys}
+    m = {f"reward/{k}": float(v.mean()) for k, v in sorted(seen.scores.items())}
     m["reward/errors"] = errors
-    lengths = [float(len(r.response)) for r in rollouts]
-    m.update(stats("response_length", lengths))
-    m["response_length/clip_ratio"] = sum(1 for r in rollouts if not r.finished) / len(rollouts)
-    m.update(stats("prompt_length", [float(len(r.prompt_ids)) for r in rollouts]))
-    m["prompt_length/clip_ratio"] = sum(1 for r in rollouts if len(r.prompt_ids) >= max_prompt_length) / len(
-        rollouts
-    )
-    m.update(stats("critic/score", [r.scores["overall"] for r in rollouts]))
-    m.update(
-        stats(
-            "critic/advantages",
-            [x for r in rollouts for x in (r.adv if isinstance(r.adv, list) else [r.adv])],
-        )
-    )
+    m.update(stats("response_length", batch.response_len.double()))
+    m["response_length/clip_ratio"] = float((~batch.finished).double().mean())
+    m.update(stats("prompt_length", batch.prompt_len.double()))
+    m["prompt_length/clip_ratio"] = float((batch.prompt_len >= max_prompt_length).double().mean())
+    m.update(stats("critic/score", batch.scores["overall"]))
+    if batch.advantages is not None:
+        on = batch.response_mask.bool()
+        # one value per sample from the outcome estimators (spread over its tokens), else per token
+        adv = batch.advantages[:, 0][on[:, 0]] if per_sequence else batch.advantages[on]
+        m.update(stats("critic/advantages", adv))
     return m
+
+
+def perf_metrics(batch: Batch, step_seconds: float, world: int) -> dict[str, float]:
+    tokens = int(batch.prompt_len.sum() + batch.response_len.sum())
+    return {
+        "perf/total_num_tokens": tokens,
+        "perf/time_per_step": step_seconds,
+        "perf/throughput": tokens / (step_seconds * world),
+    }
+
+
+class Timer:
+    """Phase timing: `with timer("gen"): ...` adds the block's seconds to `timing_s/gen`."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        tick = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - tick
+
+    def metrics(self) -> dict[str, float]:
+        return {f"timing_s/{k}": v for k, v in self.seconds.items()}
+
+
+def stats(prefix: str, values) -> dict[str, float]:
+    """mean, max and min of a list or a tensor (nothing for none)."""
+    values = torch.as_tensor(values, dtype=torch.float64)
+    if not len(values):
+        return {}
+    return {
+        f"{prefix}/mean": float(values.mean()),
+        f"{prefix}/max": float(values.max()),
+        f"{prefix}/min": float(values.min()),
+    }
 
 
 def forget_after(path: Path, step: int) -> None:

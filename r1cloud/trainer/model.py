@@ -43,11 +43,11 @@ class Packed:
     targets: torch.Tensor  # (Σ resp,) those response tokens
     lengths: list[int]  # response length per sequence
     segments: Segments | None  # with share_prompts: what each token attends to
-    images: dict[str, torch.Tensor] = field(default_factory=dict)  # each laid-out prompt's, in order
+    image_inputs: dict[str, torch.Tensor] = field(default_factory=dict)  # each laid-out prompt's, in order
 
 
-# A sequence: (prompt ids, response ids) or, with images, (prompt ids, response ids, images) where
-# images = {"key": the prompt's identity, **the processor's image tensors} (vision.py)
+# A sequence: (prompt ids, response ids) or, with images, (prompt ids, response ids, inputs) where
+# inputs = {"key": the prompt's identity, **the processor's image tensors} (vision.py)
 Seq = tuple
 
 
@@ -226,7 +226,7 @@ def uses_segments(model) -> bool:
 
 def _forward(model, p: Packed, **kwargs):
     extra = {"r1cloud_segments": p.segments} if p.segments is not None else {}
-    extra.update(p.images)
+    extra.update(p.image_inputs)
     return model(
         input_ids=p.input_ids,
         position_ids=p.position_ids,

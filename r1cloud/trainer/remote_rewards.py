@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.request
 
-from .rewards import Score, ScoreChecks
+from .scores import Score, ScoreChecks
 
 
 class RemoteReward(ScoreChecks):

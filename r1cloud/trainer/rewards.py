@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import math
 import multiprocessing
 import pickle
 import sys
@@ -26,7 +25,8 @@ from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
-Score = dict[str, float]
+from .scores import Score, ScoreChecks
+
 _FN: Callable | None = None  # the function, inside a pool process
 
 
@@ -57,44 +57,6 @@ def _call(payload):
         except Exception:
             raise RuntimeError(f"{type(e).__name__}: {e}") from None
         raise
-
-
-class ScoreChecks:
-    """What every reward source shares: checking scores, and logging each failure reason once."""
-
-    name = "unknown"
-    wants: tuple[str, ...] = ()  # extra inputs asked for: data columns, or "prompt"
-    sends_prompt = False  # a remote model reads the whole prompt (chat template included)
-
-    def __init__(self):
-        self.reasons: set[str] = set()
-
-    @staticmethod
-    def _first(out):
-        return out[0] if isinstance(out, list) and len(out) == 1 else out
-
-    @staticmethod
-    def _valid(s) -> bool:
-        return isinstance(s, dict) and "overall" in s and all(_finite(v) for v in s.values())
-
-    @staticmethod
-    def _clean(s: dict) -> Score:
-        return {k: float(v) for k, v in s.items()}
-
-    @staticmethod
-    def _describe(out, n: int) -> str:
-        if isinstance(out, list) and len(out) != n:
-            return f"{len(out)} scores for {n} samples"
-        if isinstance(out, dict) and "overall" not in out:
-            return "a dict without 'overall'"
-        if isinstance(out, dict | list):
-            return "a non-finite or non-numeric score"
-        return f"a {type(out).__name__}, not a dict with 'overall'"
-
-    def _note(self, reason: str) -> None:
-        if reason not in self.reasons and len(self.reasons) < 20:
-            self.reasons.add(reason)
-            print(f"[reward] {self.name}: {reason}", file=sys.stderr, flush=True)
 
 
 class RewardDeadline(Exception):
@@ -199,13 +161,6 @@ class RewardFunction(ScoreChecks):
                 scores.append({"overall": 0.0})
                 errors += 1
         return scores, errors
-
-
-def _finite(v) -> bool:
-    try:
-        return not isinstance(v, str) and math.isfinite(float(v))
-    except (TypeError, ValueError, OverflowError):
-        return False
 
 
 def from_config(r, bounded: bool = False):

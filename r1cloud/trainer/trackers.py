@@ -206,22 +206,27 @@ TRACKERS = {"tensorboard": TensorBoard, "wandb": WandB, "swanlab": SwanLab, "mlf
 COLUMNS = ("step", "prompt", "response", "ground_truth", "score")
 
 
-def val_samples(rollouts, tokenizer, k: int) -> list[dict]:
+def val_samples(batch, prompt_set, tokenizer, k: int) -> list[dict]:
     """`k` validation samples for the trackers, the same prompts every time (a fixed-seed shuffle,
     as EasyR1's val_generations_to_log)."""
     import random
 
-    picked = sorted(range(len(rollouts)), key=lambda i: (rollouts[i].prompt, i))
+    index = batch.index.tolist()
+    picked = sorted(range(len(index)), key=lambda i: (index[i], i))
     random.Random(42).shuffle(picked)
-    return [
-        {
-            "prompt": tokenizer.decode(rollouts[i].prompt_ids, skip_special_tokens=True),
-            "response": tokenizer.decode(rollouts[i].response, skip_special_tokens=True),
-            "ground_truth": rollouts[i].ground_truth,
-            "score": rollouts[i].scores["overall"],
-        }
-        for i in picked[: max(k, 0)]
-    ]
+    out = []
+    for i in picked[: max(k, 0)]:
+        p = prompt_set.prompts[index[i]]
+        response = batch.response_ids[i, : int(batch.response_len[i])].tolist()
+        out.append(
+            {
+                "prompt": tokenizer.decode(p.prompt_ids, skip_special_tokens=True),
+                "response": tokenizer.decode(response, skip_special_tokens=True),
+                "ground_truth": p.ground_truth,
+                "score": float(batch.scores["overall"][i]),
+            }
+        )
+    return out
 
 
 def unframed(prompts: list[str], tail: int = 120) -> list[str]:
@@ -248,7 +253,7 @@ class Trackers:
         self.broken: set[str] = set()
         self.mirror, self.uploaded = None, float("-inf")
         if mirror:  # a bucket URL: the checkpoints' root
-            from ..checkpoints import filesystem
+            from ..checkpoint.store import filesystem
 
             fs, root = filesystem(mirror)
             self.mirror = (fs, root.rstrip("/"))

@@ -89,7 +89,7 @@ class Encoded:
     ids: list[int]  # image tokens expanded: what the model sees, and what lengths count
     raw_ids: list[int]  # one placeholder per image: what vLLM takes
     images: list  # PIL, resized
-    tensors: dict[str, torch.Tensor]  # the processor's per-image outputs (IMAGE_KEYS)
+    image_inputs: dict[str, torch.Tensor]  # the processor's per-image outputs (IMAGE_KEYS)
 
 
 class ImageProcessor:

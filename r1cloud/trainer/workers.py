@@ -15,12 +15,13 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from ..dcp_io import storage
+from ..checkpoint.dcp import storage
 from ..spec import Spec
+from ..spec.models import torch_dtype
 from . import algorithms as alg
 from . import lora, offload, onednn
+from .batch import Batch, zero_copy_tensors
 from .model import (
-    Seq,
     auto_class,
     language_model,
     load_weights,
@@ -36,20 +37,13 @@ from .optim import AdamWBF16
 from .rollout import Request, Sampling, eos_ids
 
 VALUE_HEADS = ("score", "classifier")  # a critic's new head: trained in full when it has LoRA
-DTYPES = {
-    "bf16": torch.bfloat16,
-    "bfloat16": torch.bfloat16,
-    "fp16": torch.float16,
-    "float16": torch.float16,
-    "fp32": torch.float32,
-    "float32": torch.float32,
-}
 
 
 class HybridWorker:
     def __init__(self, spec: dict, rank: int, world: int, master: str, threads: int = 1):
         self.spec = Spec.model_validate(spec)
         self.rank, self.world = rank, world
+        zero_copy_tensors()  # what it returns to the driver
         self.cuda = torch.cuda.is_available()
         self.device = f"cuda:{torch.cuda.current_device()}" if self.cuda else "cpu"
         if not self.cuda:
@@ -112,7 +106,7 @@ class HybridWorker:
     # ------------------------------------------------------------------ setup
     def _model_dtype(self, fsdp_cfg, train: bool) -> torch.dtype:
         if fsdp_cfg.torch_dtype:
-            return DTYPES[fsdp_cfg.torch_dtype]
+            return torch_dtype(fsdp_cfg.torch_dtype)
         return torch.float32 if train else torch.bfloat16  # EasyR1's default: fp32 actor, bf16 ref
 
     def _build(self, m, fsdp_cfg, train: bool, value_head: bool = False):
@@ -138,7 +132,8 @@ class HybridWorker:
         )
         if four_bit:
             kwargs.update(
-                quantization_config=lora.nf4(DTYPES[fsdp_cfg.mp_param_dtype]), device_map={"": self.device}
+                quantization_config=lora.nf4(torch_dtype(fsdp_cfg.mp_param_dtype)),
+                device_map={"": self.device},
             )
         empty = from_rank0 and self.rank != 0
         model = load_weights(load, m.model_path, config, kwargs, empty)
@@ -155,14 +150,15 @@ class HybridWorker:
         if train and m.lora.rank:  # adapters (a frozen tower gets none), everything else frozen
             heads = [n for n, _ in model.named_children() if n in VALUE_HEADS] if value_head else []
             lora.adapt(model, m, tower, heads, seed=self.spec.data.seed)  # a new head trains in full
-        if not self.cuda and DTYPES[fsdp_cfg.mp_param_dtype] == torch.float32:
+        if not self.cuda and torch_dtype(fsdp_cfg.mp_param_dtype) == torch.float32:
             onednn.use_in(model)  # fp32 linear layers at twice MKL's speed on AMD CPUs
         if train and m.enable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
         # as EasyR1: weights stored in torch_dtype, computed in mp_param_dtype, reduced in mp_reduce_dtype
         mp = MixedPrecisionPolicy(
-            param_dtype=DTYPES[fsdp_cfg.mp_param_dtype], reduce_dtype=DTYPES[fsdp_cfg.mp_reduce_dtype]
+            param_dtype=torch_dtype(fsdp_cfg.mp_param_dtype),
+            reduce_dtype=torch_dtype(fsdp_cfg.mp_reduce_dtype),
         )
         # On CPU, host memory is plentiful and a gloo all-gather is slow: parameters gathered for the
         # forward pass stay gathered for the backward pass instead of being gathered twice.
@@ -227,7 +223,7 @@ class HybridWorker:
             from .rollout.hf import HFEngine
 
             pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-            self.engine = HFEngine(m.model_path, eos, pad_id, DTYPES[r.dtype], self.device)
+            self.engine = HFEngine(m.model_path, eos, pad_id, torch_dtype(r.dtype), self.device)
         return self.engine.name
 
     # ------------------------------------------------------------------ rollout
@@ -242,7 +238,7 @@ class HybridWorker:
         from torch.distributed.fsdp import FSDPModule
 
         fsdp = self.spec.worker.actor.fsdp
-        compute, engine = DTYPES[fsdp.mp_param_dtype], DTYPES[self.spec.worker.rollout.dtype]
+        compute, engine = torch_dtype(fsdp.mp_param_dtype), torch_dtype(self.spec.worker.rollout.dtype)
         if compute not in (torch.float32, engine) and not self.spec.worker.actor.model.lora.load_in_4bit:
             for name, tensor in self.actor.state_dict().items():
                 full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
@@ -275,36 +271,47 @@ class HybridWorker:
             weights = self.full_weights()
             self.engine.load_weights(lora.merged(weights, self.actor) if self.lora else weights)
 
-    def generate(self, prompts: list[Request], sampling: dict) -> list[dict]:
+    def generate(self, prompts: list[Request], sampling: dict) -> dict[str, torch.Tensor]:
+        """n samples per prompt: their prompt's position in `prompts`, response ids and sampling
+        log-probs (end to end, batch.packed's layout), lengths, and whether each ended on EOS."""
         samples = self.engine.generate(prompts, Sampling(**sampling))
-        return [s.__dict__ for s in samples]
+        return {
+            "prompt": torch.tensor([s.prompt for s in samples], dtype=torch.long),
+            "response": torch.tensor([t for s in samples for t in s.response], dtype=torch.int32),
+            "length": torch.tensor([len(s.response) for s in samples], dtype=torch.long),
+            "logprobs": torch.tensor([x for s in samples for x in s.logprobs], dtype=torch.float32),
+            "finished": torch.tensor([s.finished for s in samples], dtype=torch.bool),
+        }
 
     # ------------------------------------------------------------------ log-probs
     @torch.no_grad()
     def log_probs(
-        self, micro_batches: list[list[Seq]], role: str = "actor", temperature: float | None = None
-    ) -> list[list[list[float]]]:
+        self,
+        batch: Batch,
+        micro_batches: list[list[int]],
+        role: str = "actor",
+        temperature: float | None = None,
+    ) -> torch.Tensor:
+        """The response tokens' log-probs under the actor (or the reference), fp32, the shard's rows
+        end to end, computed micro-batch by micro-batch (rows of the shard)."""
         base = role == "ref" and self.lora  # LoRA's reference: the actor's base weights
         model = self.actor if role == "actor" or base else self.ref
         model.eval()
         t = self._temperature if temperature is None else temperature
         resident = self.offloads["actor" if model is self.actor else "ref"].resident()
         with resident, lora.disabled(model) if base else contextlib.nullcontext():
-            return [
-                [lp.tolist() for lp in packed_log_probs(model, micro, t, self.device)]
-                for micro in micro_batches
-            ]
+            return _rows(batch, micro_batches, lambda seqs: packed_log_probs(model, seqs, t, self.device))
 
     # ------------------------------------------------------------------ update
-    def update(self, minibatches: list[dict], apply: bool = True) -> list[dict]:
+    def update(self, batch: Batch, minibatches: list[dict], apply: bool = True) -> list[dict]:
         with self.offloads["actor"].resident(optimizer=True):
-            return self._update(minibatches, apply)
+            return self._update(batch, minibatches, apply)
 
-    def _update(self, minibatches: list[dict], apply: bool) -> list[dict]:
-        """One optimizer step per mini-batch. Each mini-batch: {"micro": [micro-batch...],
-        "total": global token (or sequence) count of the whole mini-batch on all workers}; a
-        micro-batch is a list of samples {seq, old, ref, adv}. With `apply=False` the gradients
-        of the first mini-batch are left in place (tests compare them)."""
+    def _update(self, batch: Batch, minibatches: list[dict], apply: bool) -> list[dict]:
+        """One optimizer step per mini-batch of the shard `batch`. Each mini-batch: {"micro":
+        [rows of the shard, per micro-batch], "total": global token (or sequence) count of the
+        whole mini-batch on all workers}. With `apply=False` the gradients of the first
+        mini-batch are left in place (tests compare them)."""
         actor_cfg, a = self.spec.worker.actor, self.spec.algorithm
         clip = alg.ClipConfig(actor_cfg.clip_ratio_low, actor_cfg.clip_ratio_high, actor_cfg.clip_ratio_dual)
         mode = actor_cfg.loss_avg_mode
@@ -324,23 +331,21 @@ class HybridWorker:
                 "entropy": 0.0,
                 "is_weight": 0.0,
             }
-            for i, micro in enumerate(mb["micro"]):
+            for i, rows in enumerate(mb["micro"]):
                 self._sync_gradients(self.actor, last=i == len(mb["micro"]) - 1)
+                micro = batch.select(rows)
                 logps, entropies = packed_log_probs(
                     self.actor,
-                    [s["seq"] for s in micro],
+                    micro.seqs(),
                     self._temperature,
                     self.device,
                     entropy=True,
                     entropy_grad=actor_cfg.entropy_coeff > 0,
                 )
-                logp, mask = pad(logps)
-                entropy = pad(entropies)[0]
-                old = logp.detach() if micro[0]["old"] is None else pad([s["old"] for s in micro])[0]
-                if isinstance(micro[0]["adv"], list):  # per token (the REINFORCE++ family)
-                    adv = pad([s["adv"] for s in micro], width=mask.shape[1])[0] * mask
-                else:
-                    adv = alg.token_level(torch.tensor([s["adv"] for s in micro], dtype=torch.float32), mask)
+                logp, mask = pad(logps, width=micro.response_ids.shape[1])[0], micro.mask
+                entropy = pad(entropies, width=mask.shape[1])[0]
+                old = logp.detach() if micro.old_logp is None else micro.old_logp
+                adv = micro.advantages * mask
                 loss_mat, m = alg.policy_loss(
                     actor_cfg.loss_type,
                     logp,
@@ -352,9 +357,8 @@ class HybridWorker:
                     actor_cfg.tau_negative,
                 )
                 if actor_cfg.rollout_is:  # the rollout engine's log-probs differ from the trainer's
-                    rollout_logp = pad([s["rollout"] for s in micro], width=mask.shape[1])[0]
                     weights = alg.rollout_is_weights(
-                        old, rollout_logp, mask, actor_cfg.rollout_is, actor_cfg.rollout_is_cap
+                        old, micro.rollout_logp, mask, actor_cfg.rollout_is, actor_cfg.rollout_is_cap
                     )
                     loss_mat = loss_mat * weights
                     stats["is_weight"] += float((weights * mask).sum())
@@ -362,8 +366,9 @@ class HybridWorker:
                 ent = alg.aggregate(entropy, mask, mode, total, norm)
                 loss = pg - actor_cfg.entropy_coeff * ent if actor_cfg.entropy_coeff else pg
                 if a.use_kl_loss and not a.disable_kl:
-                    ref = pad([s["ref"] for s in micro])[0]
-                    kl = alg.aggregate(alg.kl_estimate(logp, ref, a.kl_penalty), mask, mode, total, norm)
+                    kl = alg.aggregate(
+                        alg.kl_estimate(logp, micro.ref_logp, a.kl_penalty), mask, mode, total, norm
+                    )
                     loss = loss + a.kl_coef * kl
                     stats["kl_loss"] += kl.item()
                 # FSDP averages gradients over workers; each worker's loss is its share of the global mean.
@@ -402,32 +407,30 @@ class HybridWorker:
 
     # ------------------------------------------------------------------ critic (GAE)
     @torch.no_grad()
-    def values(self, micro_batches: list[list[Seq]]) -> list[list[list[float]]]:
+    def values(self, batch: Batch, micro_batches: list[list[int]]) -> torch.Tensor:
+        """The critic's values at the response tokens, as `log_probs`."""
         self.critic.eval()
         with self.offloads["critic"].resident():
-            return [
-                [v.tolist() for v in packed_values(self.critic, micro, self.device)]
-                for micro in micro_batches
-            ]
+            return _rows(batch, micro_batches, lambda seqs: packed_values(self.critic, seqs, self.device))
 
-    def update_critic(self, minibatches: list[dict]) -> list[dict]:
+    def update_critic(self, batch: Batch, minibatches: list[dict]) -> list[dict]:
         with self.offloads["critic"].resident(optimizer=True):
-            return self._update_critic(minibatches)
+            return self._update_critic(batch, minibatches)
 
-    def _update_critic(self, minibatches: list[dict]) -> list[dict]:
-        """One optimizer step per mini-batch, as `update`; a sample is {seq, values, returns}."""
+    def _update_critic(self, batch: Batch, minibatches: list[dict]) -> list[dict]:
+        """One optimizer step per mini-batch, as `update`, on the shard's values and returns."""
         c = self.spec.worker.critic
         self.critic.train()
         results = []
         for mb in minibatches:
             stats = {"vf_loss": 0.0, "vf_clipfrac": 0.0, "vpred": 0.0, "tokens": 0.0}
-            for i, micro in enumerate(mb["micro"]):
+            for i, rows in enumerate(mb["micro"]):
                 self._sync_gradients(self.critic, last=i == len(mb["micro"]) - 1)
-                vpred, mask = pad(packed_values(self.critic, [s["seq"] for s in micro], self.device))
-                old = pad([s["values"] for s in micro], width=mask.shape[1])[0]
-                returns = pad([s["returns"] for s in micro], width=mask.shape[1])[0]
+                micro = batch.select(rows)
+                mask = micro.mask
+                vpred = pad(packed_values(self.critic, micro.seqs(), self.device), width=mask.shape[1])[0]
                 loss, clipfrac = alg.value_loss(
-                    vpred, old, returns, mask, c.cliprange_value, c.loss_avg_mode, mb["total"],
+                    vpred, micro.values, micro.returns, mask, c.cliprange_value, c.loss_avg_mode, mb["total"],
                     self.spec.data.max_response_length,
                 )  # fmt: skip
                 (loss * self.world).backward()
@@ -506,6 +509,16 @@ class HybridWorker:
     def shutdown(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _rows(batch: Batch, micro_batches: list[list[int]], forward) -> torch.Tensor:
+    """`forward(seqs)`'s per-sequence values for each micro-batch's rows, fp32, the shard's rows'
+    response tokens end to end (batch.packed's layout)."""
+    out: list = [None] * len(batch)
+    for rows in micro_batches:
+        for i, x in zip(rows, forward(batch.seqs(rows)), strict=True):
+            out[i] = x.float()
+    return torch.cat(out) if out else torch.zeros(0)
 
 
 def _model_state(model) -> dict:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from r1cloud.trainer.checkpoint import Checkpoints
+from r1cloud.checkpoint.write import Checkpoints
 
 
 def save(ck: Checkpoints, step: int, val=None):
@@ -63,12 +63,11 @@ def test_prune_keeps_the_newest_and_the_best(tmp_path):
     ],
 )
 def test_a_damaged_trainer_state_stops_a_resume_in_one_line(tmp_path, text, said):
-    from r1cloud.trainer.batch import RunError
-    from r1cloud.trainer.checkpoint import read_state
+    from r1cloud.checkpoint.write import DamagedCheckpoint, read_state
 
     if text is not None:
         (tmp_path / "trainer_state.json").write_text(text)
-    with pytest.raises(RunError, match="resume from another checkpoint") as caught:
+    with pytest.raises(DamagedCheckpoint, match="resume from another checkpoint") as caught:
         read_state(str(tmp_path))
     assert said in str(caught.value) and str(tmp_path) in str(caught.value)
     (tmp_path / "trainer_state.json").write_text(

@@ -18,8 +18,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from hub_server import FakeHub
-from r1cloud.checkpoints import list_checkpoints
-from r1cloud.merge import iter_weights
+from r1cloud.checkpoint.merge import iter_weights
+from r1cloud.checkpoint.store import list_checkpoints
 from s3_server import S3Server
 from tinyrun import R1CLOUD, r1, run_trainer
 
@@ -83,8 +83,8 @@ def test_save_hf_and_merge_equal_the_trained_weights_bit_for_bit(trained, tmp_pa
 
 def test_merge_shards_and_loads_in_vllm(trained, tmp_path):
     out = tmp_path / "sharded"
-    from r1cloud.checkpoints import list_checkpoints as ls
-    from r1cloud.merge import merge
+    from r1cloud.checkpoint.merge import merge
+    from r1cloud.checkpoint.store import list_checkpoints as ls
 
     merge(ls(str(trained / "checkpoints"))[0], out, "bf16", shard_bytes=100_000)
     index = json.loads((out / "model.safetensors.index.json").read_text())
@@ -160,7 +160,7 @@ SAVER = """
 import sys, time, json
 from pathlib import Path
 import torch, torch.distributed.checkpoint as dcp
-from r1cloud.trainer.checkpoint import Checkpoints
+from r1cloud.checkpoint.write import Checkpoints
 root = sys.argv[1]
 ck = Checkpoints(root)
 state = {"model": {f"w{i}": torch.randn(256, 256) for i in range(24)}}
@@ -186,7 +186,7 @@ def test_sigkill_during_saves_never_leaves_a_listed_or_resumable_half_checkpoint
         time.sleep(1.5 + rng.random() * 1.5)  # imports take ~1 s; then saves back to back
         p.send_signal(signal.SIGKILL)
         p.wait()
-        from r1cloud.trainer.checkpoint import Checkpoints
+        from r1cloud.checkpoint.write import Checkpoints
 
         listed = list_checkpoints(str(root))
         latest = Checkpoints(root).latest()

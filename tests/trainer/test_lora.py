@@ -7,6 +7,7 @@ import importlib.util
 import json
 
 import pytest
+import steps
 import torch
 from openai import OpenAI
 from test_numerics import SEQS, single_process_grads
@@ -15,6 +16,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from transformers import AutoModelForCausalLM
 
 from r1cloud.spec import load_resolved
+from r1cloud.testing import generated
 from r1cloud.trainer import algorithms as alg
 from r1cloud.trainer import lora
 from r1cloud.trainer.driver import Trainer
@@ -73,14 +75,14 @@ def test_lora_starts_at_the_base_its_reference_is_the_base_and_only_adapters_lea
         with torch.no_grad():
             want = [lp.tolist() for lp in packed_log_probs(base, SEQS, 1.0, "cpu")]
         per_rank = [[SEQS], [SEQS]]
-        assert worst(trainer.call("log_probs", per_rank=per_rank)[0][0], want) <= 1e-5  # B = 0
+        assert worst(steps.log_probs(trainer, per_rank)[0][0], want) <= 1e-5  # B = 0
         # no second model for the reference: the actor with its adapters off
         assert trainer.call("__ray_call__", lambda w: w.ref is None) == [True, True]
         plan = [[{"total": 8.0, "micro": [samples_for(SEQS)]}]] * 2
-        trainer.call("update", per_rank=plan)
-        after = trainer.call("log_probs", per_rank=per_rank)[0][0]
+        steps.update(trainer, plan)
+        after = steps.log_probs(trainer, per_rank)[0][0]
         assert worst(after, want) > 1e-3  # the adapters moved the policy
-        ref = trainer.call("log_probs", role="ref", per_rank=per_rank)[0][0]
+        ref = steps.log_probs(trainer, per_rank, role="ref")[0][0]
         assert worst(ref, want) <= 1e-5  # ... and the reference is still the base
         trainable = trainer.call(
             "__ray_call__", lambda w: [n for n, p in w.actor.named_parameters() if p.requires_grad]
@@ -93,9 +95,9 @@ def test_lora_starts_at_the_base_its_reference_is_the_base_and_only_adapters_lea
         trainer.call("save", str(tmp_path / "ckpt"))
         saved = FileSystemReader(tmp_path / "ckpt").read_metadata().state_dict_metadata
         assert {k.removeprefix("model.") for k in saved if k.startswith("model.")} == set(trainable)
-        trainer.call("update", per_rank=plan)
+        steps.update(trainer, plan)
         trainer.call("load", str(tmp_path / "ckpt"), None)
-        assert worst(trainer.call("log_probs", per_rank=per_rank)[0][0], after) <= 1e-6
+        assert worst(steps.log_probs(trainer, per_rank)[0][0], after) <= 1e-6
         if four_bit:  # the 4-bit weights are no worse than the full ones by much, and not the same
             full = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
             with torch.no_grad():
@@ -129,7 +131,7 @@ def test_lora_gradients_across_two_workers_equal_one_process(make_run, tiny_mode
         trainer.start_workers()
         total = alg.count_for("token", mask)
         plan = [[{"total": total, "micro": [samples[:4]]}], [{"total": total, "micro": [samples[4:]]}]]
-        trainer.call("update", apply=False, per_rank=plan)
+        steps.update(trainer, plan, apply=False)
         got = trainer.call("full_grads")[0]
         assert {n for n, g in got.items() if g is not None} == set(want)
         scale = max(w.abs().max().item() for w in want.values())
@@ -164,14 +166,14 @@ def test_vllm_log_probs_after_a_lora_sync_equal_the_trainer(make_run, merge):
             "ignore_eos": False,
         }
         trainer.call("sync_weights")
-        samples = trainer.call("generate", prompts, sampling)[0]
+        samples = generated(trainer.call("generate", prompts, sampling)[0])
         seqs = [(prompts[s["prompt"]].ids, s["response"]) for s in samples]
-        trainer.call("update", per_rank=[[{"total": 8.0, "micro": [samples_for(seqs)]}]] * 2)
+        steps.update(trainer, [[{"total": 8.0, "micro": [samples_for(seqs)]}]] * 2)
         trainer.call("sync_weights")  # the adapters, folded into the weights or on their own
         assert trainer.call("__ray_call__", lambda w: w.adapter_sync) == [merge == "false"] * 2
-        samples = trainer.call("generate", prompts, sampling)[0]
+        samples = generated(trainer.call("generate", prompts, sampling)[0])
         seqs = [(prompts[s["prompt"]].ids, s["response"]) for s in samples]
-        mine = trainer.call("log_probs", temperature=0.8, per_rank=[[seqs], [seqs]])[0][0]
+        mine = steps.log_probs(trainer, [[seqs], [seqs]], temperature=0.8)[0][0]
         assert worst([s["logprobs"] for s in samples], mine) <= 1e-4
     finally:
         trainer.shutdown()
@@ -270,7 +272,7 @@ def test_lora_run_through_the_cli_lists_merges_both_ways_and_resumes_on_one_work
     try:
         trainer.start_workers()
         trainer.call("load", str(step / "actor"), None)
-        mine = trainer.call("log_probs", per_rank=[[SEQS]])[0][0]
+        mine = steps.log_probs(trainer, [[SEQS]])[0][0]
     finally:
         trainer.shutdown()
     assert worst(mine, merged_lp) <= 1e-5

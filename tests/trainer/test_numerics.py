@@ -5,17 +5,19 @@ invariance, vLLM's sampling log-probs vs the trainer's before and after a weight
 import os
 
 import pytest
+import steps
 import torch
 from transformers import AutoModelForCausalLM
 
 from r1cloud.spec import load_resolved
+from r1cloud.spec.models import torch_dtype
+from r1cloud.testing import generated
 from r1cloud.trainer import algorithms as alg
 from r1cloud.trainer import attention
 from r1cloud.trainer.driver import Trainer
 from r1cloud.trainer.group import cpu_allocator
 from r1cloud.trainer.model import pack, packed_log_probs, packed_values, pad, token_log_probs
 from r1cloud.trainer.rollout import Request
-from r1cloud.trainer.workers import DTYPES
 
 SEQS = [
     ([5, 6, 7, 8, 9], [10, 11, 12]),
@@ -208,7 +210,7 @@ def test_fsdp_gradients_across_two_workers_equal_one_process(make_run, tiny_mode
                 [{"total": total, "micro": [ranks[r][i : i + per_micro] for i in range(0, 4, per_micro)]}]
                 for r in range(2)
             ]
-            trainer.call("update", apply=False, per_rank=plan)
+            steps.update(trainer, plan, apply=False)
             got = trainer.call("full_grads")[0]
             worst = max((got[n] - want[n]).abs().max().item() for n in want)
             scale = max(w.abs().max().item() for w in want.values())
@@ -239,9 +241,9 @@ def test_vllm_sampling_log_probs_equal_trainer_before_and_after_sync(make_run):
         }
 
         def compare():
-            samples = trainer.call("generate", prompts[:2], sampling)[0]
+            samples = generated(trainer.call("generate", prompts[:2], sampling)[0])
             seqs = [(prompts[s["prompt"]].ids, s["response"]) for s in samples]
-            recomputed = trainer.call("log_probs", temperature=0.8, per_rank=[[seqs], [seqs]])[0][0]
+            recomputed = steps.log_probs(trainer, [[seqs], [seqs]], temperature=0.8)[0][0]
             worst = max(
                 max(abs(a - b) for a, b in zip(s["logprobs"], lp, strict=True))
                 for s, lp in zip(samples, recomputed, strict=True)
@@ -255,10 +257,8 @@ def test_vllm_sampling_log_probs_equal_trainer_before_and_after_sync(make_run):
             {"seq": s, "old": None, "ref": [-5.0] * len(s[1]), "adv": (1.0 if i % 2 else -1.0)}
             for i, s in enumerate(seqs)
         ]
-        trainer.call(
-            "update", per_rank=[[{"total": 8.0, "micro": [samples]}], [{"total": 8.0, "micro": [samples]}]]
-        )
-        changed = trainer.call("log_probs", temperature=0.8, per_rank=[[seqs], [seqs]])[0][0]
+        steps.update(trainer, [[{"total": 8.0, "micro": [samples]}], [{"total": 8.0, "micro": [samples]}]])
+        changed = steps.log_probs(trainer, [[seqs], [seqs]], temperature=0.8)[0][0]
         assert (
             max(
                 max(abs(a - b) for a, b in zip(x, y, strict=True))
@@ -298,12 +298,12 @@ def test_weight_sync_gives_the_engine_the_fp32_weights_in_its_dtype(make_run, en
             for i, p in enumerate(prompts)
         ]
         before = trainer.call("__ray_call__", _engine_and_actor_weights)[0][1]
-        trainer.call("update", per_rank=[[{"total": 6.0, "micro": [samples]}]] * 2)
+        steps.update(trainer, [[{"total": 6.0, "micro": [samples]}]] * 2)
         trainer.call("sync_weights")
         for engine, actor in trainer.call("__ray_call__", _engine_and_actor_weights):
             assert max((actor[n] - before[n]).abs().max().item() for n in actor) > 1e-3  # it moved
             for name, tensor in actor.items():
-                assert engine[name].dtype == DTYPES[engine_dtype]
+                assert engine[name].dtype == torch_dtype(engine_dtype)
                 assert torch.equal(engine[name], tensor.to(engine[name].dtype)), name
     finally:
         trainer.shutdown()

@@ -5,12 +5,13 @@ the CLI. Tiny random Qwen2/2.5/3-VL models (r1cloud.testing), pictures from data
 import json
 
 import pytest
+import steps
 import torch
 from openai import OpenAI
 from test_serve import free_port
 
 from r1cloud.spec import load_resolved
-from r1cloud.testing import make_tiny_vlm
+from r1cloud.testing import generated, make_tiny_vlm
 from r1cloud.trainer import algorithms as alg
 from r1cloud.trainer import vision
 from r1cloud.trainer.data import PromptSet, load_tokenizer
@@ -29,7 +30,7 @@ def image_seqs(processor) -> list[tuple]:
     """A shared one-image prompt with three answers, a two-image prompt with two, in mixed order."""
     one = processor.encode(processor.render("<image>How many?", True), pictures()[:1])
     two = processor.encode(processor.render("Compare <image> with <image>.", True), pictures())
-    a, b = {"key": "a", **one.tensors}, {"key": "b", **two.tensors}
+    a, b = {"key": "a", **one.image_inputs}, {"key": "b", **two.image_inputs}
     return [
         (one.ids, [5, 6, 7], a),
         (two.ids, [10, 11, 12, 13], b),
@@ -74,7 +75,7 @@ def test_image_data_as_easyr1_reads_it(make_vl_run, shapes):
     placeholder per image for vLLM."""
     spec = load_resolved(make_vl_run() / "spec.yaml")
     tokenizer, images = load_tokenizer(spec.worker.actor.model, spec.data)
-    ps = PromptSet(spec.data.train_files, tokenizer, spec.data, images=images)
+    ps = PromptSet(spec.data.train_files, tokenizer, spec.data, processor=images)
     p = ps.prompts[0]
     assert len(p.images) == 1 and p.images[0].size == (56, 56)  # within [784, 3136] pixels already
     pad_id = images.image_token_id
@@ -93,19 +94,19 @@ def test_image_rows_that_cannot_work_are_one_clear_error(make_vl_run, shapes, tm
     with pytest.raises(
         ValueError, match=r"bad.jsonl: row 2 has 2 <image> placeholder\(s\).*and 1 image\(s\)"
     ):
-        PromptSet(str(bad), tokenizer, spec.data, images=images)
+        PromptSet(str(bad), tokenizer, spec.data, processor=images)
     rows[2]["problem"], rows[3]["images"] = "<image>How many?", ["images/nowhere.png"]
     bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(ValueError, match=r"row 3: image .*nowhere.png not found"):
-        PromptSet(str(bad), tokenizer, spec.data, images=images)
+        PromptSet(str(bad), tokenizer, spec.data, processor=images)
     rows[3]["images"], rows[3]["problem"] = [], "How many?"  # a text row among image rows
     bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    mixed = PromptSet(str(bad), tokenizer, spec.data, images=images)
+    mixed = PromptSet(str(bad), tokenizer, spec.data, processor=images)
     with pytest.raises(ValueError, match=r"the train data mixes 1 text-only rows with 15 rows with images"):
         mixed.check_images("train", 0)
     rows[3]["images"], rows[3]["problem"] = rows[4]["images"] * 2, "<image><image>How many?"
     bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    two = PromptSet(str(bad), tokenizer, spec.data, images=images)
+    two = PromptSet(str(bad), tokenizer, spec.data, processor=images)
     two.check_images("train", 0)  # 0: the engine's own limit
     with pytest.raises(
         ValueError, match=r"prompts with 2 images, more than worker.rollout.limit_images \(1\)"
@@ -113,10 +114,10 @@ def test_image_rows_that_cannot_work_are_one_clear_error(make_vl_run, shapes, tm
         two.check_images("train", 1)
     # an image prompt over max_prompt_length is never cut: dropped, or refused when filtering is off
     spec.data.max_prompt_length = 20
-    assert len(PromptSet(spec.data.train_files, tokenizer, spec.data, images=images)) == 0
+    assert len(PromptSet(spec.data.train_files, tokenizer, spec.data, processor=images)) == 0
     spec.data.filter_overlong_prompts = False
     with pytest.raises(ValueError, match=r"row 0 is \d+ tokens with its images.*never cut"):
-        PromptSet(spec.data.train_files, tokenizer, spec.data, images=images)
+        PromptSet(spec.data.train_files, tokenizer, spec.data, processor=images)
 
 
 def single_process_grads(model_path, samples, clip, mode):
@@ -154,7 +155,7 @@ def test_fsdp_gradients_with_images_across_two_workers_equal_one_process(make_vl
         trainer.start_workers()
         assert trainer.share_prompts
         plan = [[{"total": total, "micro": [samples[:2]]}], [{"total": total, "micro": [samples[2:]]}]]
-        trainer.call("update", apply=False, per_rank=plan)
+        steps.update(trainer, plan, apply=False)
         got = trainer.call("full_grads")[0]
         assert any(n.startswith("model.visual.blocks") for n in got)
         scale = max(w.abs().max().item() for w in want.values())
@@ -205,9 +206,9 @@ def test_vllm_image_log_probs_equal_trainer_and_frozen_part_stays(make_vl_run, t
             images.append({"key": str(i), **tensors})
 
         def compare():
-            samples = trainer.call("generate", requests, sampling)[0]
+            samples = generated(trainer.call("generate", requests, sampling)[0])
             seqs = [(requests[s["prompt"]].ids, s["response"], images[s["prompt"]]) for s in samples]
-            recomputed = trainer.call("log_probs", temperature=0.8, per_rank=[[seqs], [seqs]])[0][0]
+            recomputed = steps.log_probs(trainer, [[seqs], [seqs]], temperature=0.8)[0][0]
             worst = max(
                 max(abs(a - b) for a, b in zip(s["logprobs"], lp, strict=True))
                 for s, lp in zip(samples, recomputed, strict=True)
@@ -221,7 +222,7 @@ def test_vllm_image_log_probs_equal_trainer_and_frozen_part_stays(make_vl_run, t
             {"seq": s, "old": None, "ref": [-5.0] * len(s[1]), "adv": 1.0 if i % 2 else -1.0}
             for i, s in enumerate(seqs)
         ]
-        trainer.call("update", per_rank=[[{"total": 8.0, "micro": [samples]}]] * 2)
+        steps.update(trainer, [[{"total": 8.0, "micro": [samples]}]] * 2)
         end = trainer.call("__ray_call__", weights)[0]
         frozen = [n for n in start if n.startswith(FROZEN[freeze])]
         assert frozen and all(torch.equal(start[n], end[n]) for n in frozen)
@@ -243,11 +244,11 @@ def test_hf_engine_samples_images_with_the_trainer_log_probs(tiny_vlm):
     enc = processor.encode(processor.render("<image>How many?", True), pictures()[:1])
     text = processor.encode(processor.render("How many?", False), [])
     engine = HFEngine(str(tiny_vlm), {processor.tokenizer.eos_token_id}, 0, torch.float32, "cpu")
-    requests = [Request(text.ids), Request(enc.ids, enc.raw_ids, enc.images, enc.tensors)]
+    requests = [Request(text.ids), Request(enc.ids, enc.raw_ids, enc.images, enc.image_inputs)]
     samples = engine.generate(requests, Sampling(n=3, temperature=0.9, max_tokens=6, seed=2))
     assert [s.prompt for s in samples] == [0, 0, 0, 1, 1, 1]
     seqs = [
-        (requests[s.prompt].ids, s.response) + (({"key": "x", **enc.tensors},) if s.prompt else ())
+        (requests[s.prompt].ids, s.response) + (({"key": "x", **enc.image_inputs},) if s.prompt else ())
         for s in samples
     ]
     with torch.no_grad():
@@ -292,7 +293,9 @@ def test_vl_config_trains_with_two_workers_through_the_cli(tmp_path, tiny_vlm, s
     assert enc.ids.count(processor.image_token_id) == 6
     with torch.no_grad():
         assert (
-            packed_log_probs(model, [(enc.ids, [5, 6], {"key": "x", **enc.tensors})], 1.0)[0].isfinite().all()
+            packed_log_probs(model, [(enc.ids, [5, 6], {"key": "x", **enc.image_inputs})], 1.0)[0]
+            .isfinite()
+            .all()
         )
     # merge (step 1 is not INFERENCE READY), serve with vLLM and with the fallback, ask with a picture
     merged = r1("merge", "vl-job:step-1", "--out", tmp_path / "merged", env=home)

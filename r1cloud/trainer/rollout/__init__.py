@@ -48,12 +48,12 @@ def refuse_unknown_sampling(engine: str, val_override: dict) -> None:
 class Request:
     """One prompt for an engine. With images, vLLM takes `raw_ids` (one placeholder per image,
     which it expands) and the PIL `images`; the hf engine takes `ids` (expanded) and the
-    processor's `tensors`."""
+    processor's `image_inputs`."""
 
     ids: list[int]
     raw_ids: list[int] | None = None
     images: list = field(default_factory=list)
-    tensors: dict = field(default_factory=dict)
+    image_inputs: dict = field(default_factory=dict)
 
 
 @dataclass

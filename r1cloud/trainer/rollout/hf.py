@@ -61,7 +61,7 @@ class HFEngine:
         return sorted(samples, key=lambda x: x.prompt)  # stable: each prompt's samples in order
 
     def _generate(self, batch: list[Request], owners: list[int], s: Sampling, offset: int) -> list[Sample]:
-        images = vision.merge([p.tensors for p in batch])
+        inputs = vision.merge([p.image_inputs for p in batch])
         batch = [p.ids for p in batch]
         width = max(len(p) for p in batch)
         ids = torch.full((len(batch), width), self.pad, dtype=torch.long)
@@ -85,7 +85,7 @@ class HFEngine:
             **{HF_EXTRA[k]: int(v) if k == "min_tokens" else float(v) for k, v in s.extra.items()},
             output_logits=True,
             return_dict_in_generate=True,
-            **{k: v.to(self.device) for k, v in image_inputs(self.model, ids, images).items()},
+            **{k: v.to(self.device) for k, v in image_inputs(self.model, ids, inputs).items()},
         )
         tokens = out.sequences[:, width:].cpu()
         logits = torch.stack(out.logits, dim=1).float().cpu()  # (B, steps, V), raw

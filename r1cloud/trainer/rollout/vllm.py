@@ -20,16 +20,8 @@ from pathlib import Path
 
 import torch
 
+from ...spec.models import DTYPE_NAMES
 from . import Request, Sample, Sampling, cut_at_eos, request_seed
-
-DTYPES = {
-    "bf16": "bfloat16",
-    "fp16": "float16",
-    "fp32": "float32",
-    "bfloat16": "bfloat16",
-    "float16": "float16",
-    "float32": "float32",
-}
 
 
 class VLLMEngine:
@@ -66,7 +58,7 @@ class VLLMEngine:
         self.llm = LLM(
             model=model_path,
             tokenizer=tokenizer_path,
-            dtype=DTYPES[cfg.dtype],
+            dtype=DTYPE_NAMES[cfg.dtype],
             seed=seed,
             max_model_len=max_len,
             max_num_batched_tokens=max(cfg.max_num_batched_tokens, max_len),

@@ -25,11 +25,15 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..dcp_io import remove
+from .dcp import remove
 
 TRACKER = "checkpoint_tracker.json"
 STATE = "trainer_state.json"
 STEP_RE = re.compile(r"^global_step_(\d+)$")
+
+
+class DamagedCheckpoint(Exception):
+    """A checkpoint to resume from that is incomplete, damaged or not r1cloud's."""
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
@@ -130,7 +134,7 @@ class Bucket:
     is there, written last; a deletion removes that file first."""
 
     def __init__(self, url: str):
-        from ..checkpoints import filesystem
+        from .store import filesystem
 
         self.url = url.rstrip("/")
         self.fs, self.root = filesystem(self.url)
@@ -192,10 +196,9 @@ def _key(url: str) -> str:
 
 def read_state(checkpoint: str) -> dict:
     """A checkpoint's trainer_state.json, from a local folder or a bucket, checked: one that is
-    damaged or not r1cloud's is a RunError naming it (a resume would otherwise fail deep inside)."""
-    from ..checkpoints import filesystem
+    damaged or not r1cloud's is a DamagedCheckpoint naming it (a resume would otherwise fail deep inside)."""
     from ..records import finite, loads, whole
-    from .batch import RunError
+    from .store import filesystem
 
     fs, path = filesystem(checkpoint)
     where = f"{checkpoint.rstrip('/')}/{STATE}"
@@ -203,9 +206,9 @@ def read_state(checkpoint: str) -> dict:
     try:
         state = loads(fs.cat_file(f"{path.rstrip('/')}/{STATE}"))
     except FileNotFoundError:
-        raise RunError(f"{where} is missing: not a complete checkpoint; {fix}") from None
+        raise DamagedCheckpoint(f"{where} is missing: not a complete checkpoint; {fix}") from None
     except (ValueError, UnicodeDecodeError) as e:
-        raise RunError(f"{where} is damaged ({str(e)[:80]}); {fix}") from None
+        raise DamagedCheckpoint(f"{where} is damaged ({str(e)[:80]}); {fix}") from None
     loader = state.get("loader") if isinstance(state, dict) else None
     if (
         not isinstance(loader, dict)
@@ -216,7 +219,7 @@ def read_state(checkpoint: str) -> dict:
         or not isinstance(state.get("critic_scheduler"), dict | None)
         or ("kl_coef" in state and finite(state["kl_coef"]) is None)
     ):
-        raise RunError(
+        raise DamagedCheckpoint(
             f"{where} is not a trainer state r1cloud wrote (step, data position, schedules); {fix}"
         )
     return state
@@ -233,7 +236,9 @@ def write_hf_files(
 
     from transformers import AutoConfig, GenerationConfig
 
-    from ..merge import ADAPTER_CONFIG, DTYPES, merge_dcp
+    from ..spec.models import DTYPE_NAMES, torch_dtype
+    from .folder import ADAPTER_CONFIG
+    from .from_dcp import merge_dcp
 
     path = model_cfg.model_path
     bucket = isinstance(checkpoints, Bucket)
@@ -258,9 +263,7 @@ def write_hf_files(
             else:
                 os.replace(file, Path(where) / "actor" / ADAPTER_CONFIG)
         if merged:
-            dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(
-                str(getattr(config, "dtype", "") or "").removeprefix("torch.")
-            )
-            merge_dcp(f"{where}/actor", hf, hf, DTYPES.get(dtype))
+            dtype = str(getattr(config, "dtype", "") or "").removeprefix("torch.")
+            merge_dcp(f"{where}/actor", hf, hf, torch_dtype(dtype) if dtype in DTYPE_NAMES else None)
         if bucket:
             checkpoints.put(hf, f"{where}/huggingface")

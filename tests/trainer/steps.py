@@ -1,0 +1,32 @@
+"""The workers' `update` and `log_probs` over samples written as r1cloud.testing.batch_of takes them,
+sent as the driver sends them: each rank's shard as a Batch, its micro-batches as rows."""
+
+from __future__ import annotations
+
+from r1cloud.testing import batch_of, shard
+from r1cloud.trainer.batch import unpacked
+from r1cloud.trainer.group import gather
+
+
+def update(trainer, per_rank: list[list[dict]], **kwargs) -> list:
+    """The workers' `update` over each rank's mini-batches (shard's format above)."""
+    calls = [w.update.remote(*shard(p), **kwargs) for w, p in zip(trainer.workers, per_rank, strict=True)]
+    return gather(calls)
+
+
+def log_probs(trainer, per_rank: list[list[list]], **kwargs) -> list[list[list[list[float]]]]:
+    """The workers' `log_probs` over each rank's micro-batches of seqs, as [rank][micro][seq]."""
+    calls, shapes = [], []
+    for w, micros in zip(trainer.workers, per_rank, strict=True):
+        b, _ = batch_of([q for micro in micros for q in micro])
+        rows, at = [], 0
+        for micro in micros:
+            rows.append(list(range(at, at + len(micro))))
+            at += len(micro)
+        calls.append(w.log_probs.remote(b, rows, **kwargs))
+        shapes.append((b, rows))
+    out = []
+    for (b, rows), flat in zip(shapes, gather(calls), strict=True):
+        full = unpacked(flat, b.response_len, b.response_ids.shape[1])
+        out.append([[full[i, : int(b.response_len[i])].tolist() for i in micro] for micro in rows])
+    return out
