@@ -133,7 +133,7 @@ def content(text: str, images: list[str]) -> str | list[dict]:
     where the text has an `<image>` placeholder (the format prompt's own), else all first."""
     if not images:
         return text
-    from .trainer.vision import PLACEHOLDER, data_url
+    from .vision import PLACEHOLDER, data_url
 
     pieces = (
         text.split(PLACEHOLDER)

@@ -2,8 +2,8 @@
 accuracy, pass@k and the rest are reported side by side (eval_metrics.py).
 
 One target at a time, each in its own process (`python -m r1cloud.evaluate DIR`), through the
-parts the trainer's validation uses: the prompt set (trainer/data.py), the rollout engine (vLLM, or
-transformers' generate where vLLM is absent) and the reward pool (trainer/rewards.py). So a
+parts the trainer's validation uses: the prompt set (data.py), the rollout engine (vLLM, or
+transformers' generate where vLLM is absent) and the reward pool (rewards.py). So a
 `trainer.val_only` run and `eval` agree on the same checkpoint: the same prompts in the same
 batches, drawn with the same seeds as a one-worker validation at step 0. An endpoint target (a URL)
 is asked through the official `openai` client with the format prompt applied to each question; the
@@ -43,7 +43,7 @@ class Target:
 def validation_sampling(spec, n: int | None, temperature: float | None, max_tokens: int | None) -> dict:
     """The trainer's validation sampling at step 0 on its one worker (val_override_config over the
     rollout's, seed and all), with the options on top."""
-    from .trainer.sampling import for_rank, sampling
+    from .rollout.sampling import for_rank, sampling
 
     out = for_rank(sampling(spec, 0, validation=True), 0)
     for key, value in (("n", n), ("temperature", temperature), ("max_tokens", max_tokens)):
@@ -99,9 +99,9 @@ def read_samples(folder: Path) -> list[dict]:
 
 # --------------------------------------------------------------------------- the child process
 def main(folder: str) -> int:
+    from . import rewards
+    from .rollout import Sampling
     from .spec import load_resolved
-    from .trainer import rewards
-    from .trainer.rollout import Sampling
 
     d = Path(folder)
     job = json.loads((d / "target.json").read_text())
@@ -178,16 +178,16 @@ def _engine(spec, job: dict, sampling):
     """The prompt set, a generate over prompt indices, and the decoder, for an engine here."""
     import torch
 
+    from .data import PromptSet, load_tokenizer
+    from .rollout import Request, eos_ids, refuse_unknown_sampling
     from .spec.models import torch_dtype
-    from .trainer.data import PromptSet, load_tokenizer
-    from .trainer.rollout import Request, eos_ids, refuse_unknown_sampling
 
     m, r = spec.worker.actor.model, spec.worker.rollout
     tokenizer, processor = load_tokenizer(m, spec.data)
     prompts = PromptSet(spec.data.val_files, tokenizer, spec.data, processor=processor, limit=job["limit"])
     eos = eos_ids(m.model_path, tokenizer)
     if job["engine"] == "vllm":
-        from .trainer.rollout.vllm import VLLMEngine
+        from .rollout.vllm import VLLMEngine
 
         _one_process_world()
         length = context_length(
@@ -196,13 +196,9 @@ def _engine(spec, job: dict, sampling):
         r = r.model_copy(update={"max_model_len": length})
         engine = VLLMEngine(m.model_path, m.tokenizer_path, r, eos, seed=r.seed)
     else:
-        from .trainer.batch import RunError
-        from .trainer.rollout.hf import HFEngine
+        from .rollout.hf import HFEngine
 
-        try:
-            refuse_unknown_sampling("hf", sampling.extra)
-        except RunError as e:
-            raise ValueError(str(e)) from None
+        refuse_unknown_sampling("hf", sampling.extra)
         device = "cuda" if torch.cuda.is_available() else "cpu"
         engine = HFEngine(m.model_path, eos, tokenizer.pad_token_id, torch_dtype(r.dtype), device)
 
@@ -251,8 +247,8 @@ def _endpoint(spec, job: dict, sampling):
     from openai import OpenAI
 
     from . import prompts
-    from .trainer.data import Prompt, load_rows
-    from .trainer.rollout import request_seed
+    from .data import Prompt, load_rows
+    from .rollout import request_seed
 
     d = spec.data
     template = prompts.load(d.format_prompt) if d.format_prompt else None

@@ -24,8 +24,8 @@ from fastapi import Body, FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from transformers import AutoConfig, AutoTokenizer, TextIteratorStreamer
 
-from .trainer import vision
-from .trainer.model import auto_class, image_inputs
+from . import vision
+from .vision import auto_class, image_inputs
 
 
 def _error(status: int, message: str) -> JSONResponse:

@@ -45,8 +45,8 @@ def corrupt(answer: str, other: str) -> str:
 
 
 def run(spec, n: int, progress=lambda msg: None) -> tuple[list[Row], dict]:
-    from .trainer.data import PromptSet, load_tokenizer
-    from .trainer.rewards import RewardDeadline, from_config, reward_input
+    from .data import PromptSet, load_tokenizer
+    from .rewards import RewardDeadline, from_config, reward_input
 
     d, r = spec.data, spec.worker.reward
     progress("loading the tokenizer")

@@ -192,7 +192,7 @@ def command(
 ) -> list[str]:
     limit = ["--max-model-len", str(max_model_len)] if max_model_len else []
     if model.adapter:  # the base under NAME-base, the adapter under NAME (vLLM only: the CLI checks)
-        from .trainer.lora import vllm_max_rank
+        from .rollout import vllm_max_rank
 
         rank = str(vllm_max_rank(model.adapter_rank))
         limit += ["--enable-lora", "--lora-modules", f"{name}={model.adapter}", "--max-lora-rank", rank]

@@ -216,8 +216,8 @@ rows_strategy = st.lists(
           suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
 @given(rows=rows_strategy)
 def test_any_rows_end_in_0_or_2_and_what_passes_loads(tmp_path_factory, rows):
+    from r1cloud.data import load_rows
     from r1cloud.spec import SpecError, load_spec
-    from r1cloud.trainer.data import load_rows
 
     d = tmp_path_factory.mktemp("rows")
     data = _jsonl(d, rows)

@@ -217,8 +217,8 @@ def _spec(targets, blueprint, data, reward, format_prompt, keys: dict, image_dir
 def _check_before_starting(spec) -> None:
     """What would fail after the model is up, said first (exit 2): the rows and the format prompt
     (as validate reads them), and the reward on one row's own answer."""
+    from ..rewards import RewardDeadline, from_config
     from ..spec.files import check_data
-    from ..trainer.rewards import RewardDeadline, from_config
 
     if problems := [message for _, message in check_data(spec.data, keys=("val_files",))]:
         fail("error: the data cannot be scored", problems)

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-EXTENSIONS = (".jsonl", ".json", ".parquet", ".csv", ".arrow", ".txt")  # trainer/data.py's builders
+EXTENSIONS = (".jsonl", ".json", ".parquet", ".csv", ".arrow", ".txt")  # data.py's builders
 ROWS = 1000  # rows read from each file
 IMAGES = 64  # images opened from each file
 

@@ -27,7 +27,7 @@ KEYS: dict[str, tuple[str, str]] = {
         "prompts are measured once, in the driver, with the fast tokenizer: there are no workers to size",
     ),
     "data.video_fps": (INERT, "videos are refused by validate (no video path yet), so no frame rate applies"),
-    "data.*": (HONOURED, "the prompt sets (trainer/data.py, trainer/vision.py)"),
+    "data.*": (HONOURED, "the prompt sets (data.py, vision.py)"),
     # algorithm
     "algorithm.*": (HONOURED, "advantages, KL and filtering (trainer/algorithms.py, trainer/driver.py)"),
     # workers
@@ -89,10 +89,10 @@ KEYS: dict[str, tuple[str, str]] = {
     "worker.rollout.response_length": (INERT, "copied from data.max_response_length, as in EasyR1"),
     "worker.rollout.trust_remote_code": (INERT, "copied from worker.actor.model, as in EasyR1"),
     "worker.rollout.disable_tqdm": (INERT, "the rollout engines draw no progress bars"),
-    "worker.rollout.disable_log_stats": (HONOURED, "vLLM's stats logging (trainer/rollout/)"),
+    "worker.rollout.disable_log_stats": (HONOURED, "vLLM's stats logging (rollout/)"),
     "worker.*": (
         HONOURED,
-        "the workers (trainer/workers.py, trainer/model.py, trainer/rollout/, trainer/rewards.py)",
+        "the workers (trainer/workers.py, trainer/model.py, rollout/, rewards.py)",
     ),
     # trainer
     "trainer.save_model_only": (

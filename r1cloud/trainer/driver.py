@@ -17,10 +17,14 @@ from pathlib import Path
 
 import torch
 
+from .. import rewards
 from ..checkpoint.write import Bucket, Checkpoints, DamagedCheckpoint, read_state, write_hf_files
+from ..data import Loader, PromptSet, check_sets, chunk_evenly, load_tokenizer, total_steps
+from ..rollout import Request, pick_engine, refuse_unknown_sampling
+from ..rollout.sampling import for_rank
+from ..rollout.sampling import sampling as spec_sampling
 from ..spec import Spec, load_resolved
 from . import algorithms as alg
-from . import rewards
 from .batch import (
     PER_SEQUENCE,
     Batch,
@@ -35,7 +39,6 @@ from .batch import (
     token_rewards,
     unpacked,
 )
-from .data import Loader, PromptSet, check_sets, chunk_evenly, load_tokenizer, total_steps
 from .group import gather, launch, start_failure, worker_lost
 from .metrics import (
     Timer,
@@ -47,9 +50,6 @@ from .metrics import (
     rollout_metrics,
     stats,
 )
-from .rollout import Request, pick_engine, refuse_unknown_sampling
-from .sampling import for_rank
-from .sampling import sampling as spec_sampling
 from .trackers import TrackerError, Trackers, val_samples
 
 # ---------------------------------------------------------------------------- the trainer
@@ -131,7 +131,10 @@ class Trainer:
         engine = pick_engine(self.spec.worker.rollout.name)
         self.share_prompts = self.call("shares_prompts")[0]
         self.adapter = self.call("adapter")[0]  # LoRA: adapter_config.json and what it trains
-        refuse_unknown_sampling(engine, self.spec.worker.rollout.val_override_config)
+        try:
+            refuse_unknown_sampling(engine, self.spec.worker.rollout.val_override_config)
+        except ValueError as e:
+            raise RunError(str(e)) from None
         names = self.call("start_engine", engine)
         self.call("set_schedule", self.steps)
         return names[0]

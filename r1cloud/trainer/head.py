@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from .onednn import mm_nt
+from ..onednn import mm_nt
 
 CHUNK_BYTES = 8 << 20  # one chunk's fp32 logits: small enough to reuse the same memory each time
 

@@ -134,7 +134,8 @@ def plan(m) -> str | None:
     import torch
     from transformers import AutoConfig
 
-    from .model import auto_class, vision_tower
+    from ..vision import auto_class
+    from .model import vision_tower
 
     try:
         config = AutoConfig.from_pretrained(
@@ -147,9 +148,6 @@ def plan(m) -> str | None:
         return None
 
 
-VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM 0.32's choices of max_lora_rank
-
-
 def sync_adapters(lora, cuda: bool) -> bool:
     """Whether vLLM gets the adapters only (a LoRA-enabled engine) or the merged weights:
     `lora.merge` when the blueprint says; otherwise adapters on GPUs, merged weights on CPU. A 4-bit
@@ -157,12 +155,6 @@ def sync_adapters(lora, cuda: bool) -> bool:
     if lora.load_in_4bit:
         return False
     return not lora.merge if lora.merge is not None else cuda
-
-
-def vllm_max_rank(rank: int) -> int:
-    """The smallest `max_lora_rank` vLLM takes that holds `rank` (validate refuses ranks above
-    vLLM's largest for adapter syncs)."""
-    return next(r for r in VLLM_RANKS if r >= rank)
 
 
 def has_adapters(model: torch.nn.Module) -> bool:

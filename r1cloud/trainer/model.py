@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import vision
+from .. import vision
+from ..vision import uses_mrope
 from .attention import NAME, Segments, register
 from .head import head_log_probs, scaled
 
@@ -111,19 +112,6 @@ def _images(seq: Seq) -> dict:
     return (seq[2] if len(seq) > 2 else None) or {}
 
 
-def uses_mrope(model) -> bool:
-    """Qwen-VL's multimodal rotary positions (computed on the inner model from image grids)."""
-    return hasattr(getattr(model, "model", None), "get_rope_index")
-
-
-def image_inputs(model, ids: torch.Tensor, tensors: dict) -> dict:
-    """`generate`'s image kwargs for prompt ids (B, L): the processor's tensors and, for Qwen-VL,
-    `mm_token_type_ids`, without which it silently gives image tokens 1-D positions."""
-    if not tensors or not uses_mrope(model):
-        return dict(tensors)
-    return {**tensors, "mm_token_type_ids": (ids == model.config.image_token_id).int()}
-
-
 def rope_index(model):
     """`pack`'s rope for a Qwen-VL model (mRoPE), else None."""
     if not uses_mrope(model):
@@ -139,16 +127,6 @@ def rope_index(model):
         return at[:, 0].cpu(), int(delta.reshape(-1)[0])
 
     return rope
-
-
-def auto_class(config):
-    """The transformers auto class for a checkpoint: image-text-to-text for a vision-language
-    model (Qwen2/2.5/3-VL, Idefics3, SmolVLM), causal LM otherwise."""
-    import transformers
-
-    if vision.is_vision_config(config):
-        return transformers.AutoModelForImageTextToText
-    return transformers.AutoModelForCausalLM
 
 
 def attention_for(config):

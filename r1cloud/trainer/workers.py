@@ -15,14 +15,16 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from .. import onednn
 from ..checkpoint.dcp import storage
+from ..rollout import Request, Sampling, eos_ids, vllm_max_rank
 from ..spec import Spec
 from ..spec.models import torch_dtype
+from ..vision import auto_class
 from . import algorithms as alg
-from . import lora, offload, onednn
+from . import lora, offload
 from .batch import Batch, zero_copy_tensors
 from .model import (
-    auto_class,
     language_model,
     load_weights,
     packed_log_probs,
@@ -34,7 +36,6 @@ from .model import (
     vision_tower,
 )
 from .optim import AdamWBF16
-from .rollout import Request, Sampling, eos_ids
 
 VALUE_HEADS = ("score", "classifier")  # a critic's new head: trained in full when it has LoRA
 
@@ -214,13 +215,13 @@ class HybridWorker:
         tok = AutoTokenizer.from_pretrained(m.tokenizer_path)
         eos = eos_ids(m.model_path, tok)
         if engine == "vllm":
-            from .rollout.vllm import VLLMEngine
+            from ..rollout.vllm import VLLMEngine
 
             self.adapter_sync = self.lora and lora.sync_adapters(m.lora, self.cuda)
-            rank = lora.vllm_max_rank(m.lora.rank) if self.adapter_sync else 0
+            rank = vllm_max_rank(m.lora.rank) if self.adapter_sync else 0
             self.engine = VLLMEngine(m.model_path, m.tokenizer_path, r, eos, seed=r.seed, lora_rank=rank)
         else:
-            from .rollout.hf import HFEngine
+            from ..rollout.hf import HFEngine
 
             pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
             self.engine = HFEngine(m.model_path, eos, pad_id, torch_dtype(r.dtype), self.device)

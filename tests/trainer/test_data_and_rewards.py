@@ -9,9 +9,9 @@ import pytest
 from transformers import AutoTokenizer
 
 from json_server import JsonServer
+from r1cloud.data import Loader, PromptSet
+from r1cloud.rewards import RewardFunction
 from r1cloud.spec.models import DataConfig
-from r1cloud.trainer.data import Loader, PromptSet
-from r1cloud.trainer.rewards import RewardFunction
 from tinyrun import run_trainer
 
 
@@ -41,7 +41,7 @@ def test_prompts_use_the_format_prompt_and_chat_template(tiny_model, rows, tmp_p
 def test_mixing_follows_the_probabilities_and_uses_every_row():
     from collections import Counter
 
-    from r1cloud.trainer.data import mix
+    from r1cloud.data import mix
 
     big = [{"set": "big", "i": i} for i in range(900)]
     small = [{"set": "small", "i": i} for i in range(100)]
@@ -285,7 +285,7 @@ def test_a_training_run_driven_by_a_remote_reward_server(make_run):
 
 
 def test_remote_reward_failures_cost_only_those_samples():
-    from r1cloud.trainer.remote_rewards import RemoteReward
+    from r1cloud.remote_rewards import RemoteReward
 
     server = RewardServer(mode="rewards")
     try:
@@ -449,7 +449,7 @@ def test_reward_model_reward_scores_like_the_model_itself(tiny_model, tmp_path):
 
 
 def test_a_missing_split_names_the_splits_there():
-    from r1cloud.trainer.data import load_rows
+    from r1cloud.data import load_rows
     from tinyrun import ROOT
 
     with pytest.raises(ValueError, match=r"no split 'test'; the splits there are: train$"):
@@ -538,8 +538,8 @@ def test_hf_engine_applies_the_extra_sampling_fields(tiny_model):
     import torch
     from tokenizers import Tokenizer
 
-    from r1cloud.trainer.rollout import Request, Sampling, hf_lacks
-    from r1cloud.trainer.rollout.hf import HFEngine
+    from r1cloud.rollout import Request, Sampling, hf_lacks
+    from r1cloud.rollout.hf import HFEngine
 
     ids = Tokenizer.from_file(str(tiny_model / "tokenizer.json")).encode("What is 2 + 3?").ids
     engine = HFEngine(str(tiny_model), set(), 0, torch.float32, "cpu")

@@ -5,9 +5,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from r1cloud import onednn
 from r1cloud.testing import make_tiny_model
 from r1cloud.trainer import model as model_mod
-from r1cloud.trainer import onednn
 from r1cloud.trainer.head import head_log_probs
 from r1cloud.trainer.model import entropy_from_logits, packed_log_probs, plain_head, token_log_probs
 

@@ -15,13 +15,13 @@ from test_serve import free_port
 from torch.distributed.checkpoint import FileSystemReader
 from transformers import AutoModelForCausalLM
 
+from r1cloud.rollout import Request
 from r1cloud.spec import load_resolved
 from r1cloud.testing import generated
 from r1cloud.trainer import algorithms as alg
 from r1cloud.trainer import lora
 from r1cloud.trainer.driver import Trainer
 from r1cloud.trainer.model import packed_log_probs, pad
-from r1cloud.trainer.rollout import Request
 from tinyrun import r1, tiny_blueprint
 
 LORA = ("worker.actor.model.lora.rank=4", "worker.actor.model.lora.alpha=8")

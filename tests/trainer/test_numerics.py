@@ -9,6 +9,7 @@ import steps
 import torch
 from transformers import AutoModelForCausalLM
 
+from r1cloud.rollout import Request
 from r1cloud.spec import load_resolved
 from r1cloud.spec.models import torch_dtype
 from r1cloud.testing import generated
@@ -17,7 +18,6 @@ from r1cloud.trainer import attention
 from r1cloud.trainer.driver import Trainer
 from r1cloud.trainer.group import cpu_allocator
 from r1cloud.trainer.model import pack, packed_log_probs, packed_values, pad, token_log_probs
-from r1cloud.trainer.rollout import Request
 
 SEQS = [
     ([5, 6, 7, 8, 9], [10, 11, 12]),

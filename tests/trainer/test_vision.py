@@ -10,13 +10,14 @@ import torch
 from openai import OpenAI
 from test_serve import free_port
 
+from r1cloud import vision
+from r1cloud.data import PromptSet, load_tokenizer
 from r1cloud.spec import load_resolved
 from r1cloud.testing import generated, make_tiny_vlm
 from r1cloud.trainer import algorithms as alg
-from r1cloud.trainer import vision
-from r1cloud.trainer.data import PromptSet, load_tokenizer
 from r1cloud.trainer.driver import Trainer
-from r1cloud.trainer.model import attention_for, auto_class, packed_log_probs, pad
+from r1cloud.trainer.model import attention_for, packed_log_probs, pad
+from r1cloud.vision import auto_class
 from tinyrun import r1, tiny_vl_blueprint
 
 
@@ -237,8 +238,8 @@ def test_vllm_image_log_probs_equal_trainer_and_frozen_part_stays(make_vl_run, t
 def test_hf_engine_samples_images_with_the_trainer_log_probs(tiny_vlm):
     """The hf engine: a prompt's samples with its image tensors, log-probs equal to the trainer's
     packed ones; a sampled image placeholder ends the response (no image behind it)."""
-    from r1cloud.trainer.rollout import Request, Sampling, cut_at_eos
-    from r1cloud.trainer.rollout.hf import HFEngine
+    from r1cloud.rollout import Request, Sampling, cut_at_eos
+    from r1cloud.rollout.hf import HFEngine
 
     processor = vision.ImageProcessor(vision.load_processor(str(tiny_vlm)))
     enc = processor.encode(processor.render("<image>How many?", True), pictures()[:1])
@@ -262,7 +263,7 @@ def test_hf_engine_samples_images_with_the_trainer_log_probs(tiny_vlm):
 
 
 def vision_request(prompt, tensors):
-    from r1cloud.trainer.rollout import Request
+    from r1cloud.rollout import Request
 
     return Request(prompt.prompt_ids, prompt.raw_ids, prompt.images, tensors)
 

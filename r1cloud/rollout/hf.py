@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import torch
 
 from .. import onednn, vision
-from ..model import auto_class, image_inputs
+from ..vision import auto_class, image_inputs
 from . import HF_EXTRA, Request, Sample, Sampling, cut_at_eos
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ...spec.models import DTYPE_NAMES
+from ..spec.models import DTYPE_NAMES
 from . import Request, Sample, Sampling, cut_at_eos, request_seed
 
 
@@ -34,7 +34,7 @@ class VLLMEngine:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         from transformers import AutoConfig
 
-        from ... import vision_compat
+        from .. import vision_compat
         from ..vision import is_vision_config
 
         config = AutoConfig.from_pretrained(model_path, trust_remote_code=cfg.trust_remote_code)

@@ -16,9 +16,8 @@ from typing import Any
 
 import torch
 
-from .. import prompts
-from ..spec.data_check import mixed_rows, placeholder_mismatch
-from . import vision
+from . import prompts, vision
+from .spec.data_check import mixed_rows, placeholder_mismatch
 
 EXTENSION_BUILDERS = {
     ".jsonl": "json",

@@ -31,7 +31,7 @@ def is_vision_config(config) -> bool:
 
 
 def load_processor(path: str, trust_remote_code: bool = False):
-    from .. import vision_compat
+    from . import vision_compat
 
     vision_compat.install()
     from transformers import AutoProcessor
@@ -43,7 +43,7 @@ def open_image(item: Any, image_dir: str | None = None):
     """One image of a row, in any of EasyR1's forms, as an RGB PIL image."""
     from PIL import Image
 
-    from ..spec.data_check import image_source
+    from .spec.data_check import image_source
 
     item = image_source(item, image_dir)  # a datasets Image feature decoded lazily; a path joined
     if isinstance(item, str):
@@ -205,3 +205,26 @@ def split_chat(messages: list[dict]) -> tuple[list[dict], list]:
             m = {**m, "content": parts}
         out.append(m)
     return out, images
+
+
+def uses_mrope(model) -> bool:
+    """Qwen-VL's multimodal rotary positions (computed on the inner model from image grids)."""
+    return hasattr(getattr(model, "model", None), "get_rope_index")
+
+
+def image_inputs(model, ids: torch.Tensor, tensors: dict) -> dict:
+    """`generate`'s image kwargs for prompt ids (B, L): the processor's tensors and, for Qwen-VL,
+    `mm_token_type_ids`, without which it silently gives image tokens 1-D positions."""
+    if not tensors or not uses_mrope(model):
+        return dict(tensors)
+    return {**tensors, "mm_token_type_ids": (ids == model.config.image_token_id).int()}
+
+
+def auto_class(config):
+    """The transformers auto class for a checkpoint: image-text-to-text for a vision-language
+    model (Qwen2/2.5/3-VL, Idefics3, SmolVLM), causal LM otherwise."""
+    import transformers
+
+    if is_vision_config(config):
+        return transformers.AutoModelForImageTextToText
+    return transformers.AutoModelForCausalLM

@@ -34,11 +34,9 @@ def hf_lacks(keys) -> list[str]:
 
 
 def refuse_unknown_sampling(engine: str, val_override: dict) -> None:
-    """One line before the first step when validation asks the hf engine for a vLLM-only field."""
-    from ..batch import RunError
-
+    """A ValueError of one line when validation asks the hf engine for a vLLM-only field."""
     if engine == "hf" and (lacks := hf_lacks(val_override)):
-        raise RunError(
+        raise ValueError(
             f"worker.rollout.val_override_config: {', '.join(lacks)} is vLLM's only; the hf engine "
             "(transformers generate) has no equivalent: install vLLM, or remove it"
         )
@@ -112,3 +110,12 @@ def pick_engine(name: str) -> str:
     except ImportError:
         return "hf"
     return "vllm"
+
+
+VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM 0.32's choices of max_lora_rank
+
+
+def vllm_max_rank(rank: int) -> int:
+    """The smallest `max_lora_rank` vLLM takes that holds `rank` (validate refuses ranks above
+    vLLM's largest for adapter syncs)."""
+    return next(r for r in VLLM_RANKS if r >= rank)
