@@ -225,8 +225,20 @@ def main() -> None:
     print(
         f"streaming merge peak RSS = {med['stream'][2]:.2f} GiB = {med['stream'][2] / largest:.2f}x its largest output shard ({largest:.2f} GiB)"
     )
+    phases = {k: statistics.median(r[3].get(k, 0.0) for r in runs["stream"]) for k in runs["stream"][0][3]}
+    read, written = phases.get("read_chunks", 0.0), phases.get("save_safetensors", 0.0)
     print(
-        f"converting to bf16: {med['copy'][0] / med['stream_bf16'][0]:.2f}x a raw copy's time, peak RSS {med['stream_bf16'][2]:.2f} GiB"
+        f"where stream's {med['stream'][0]:.2f} s go: {read:.2f} s reading the records' layouts (bytes mapped, "
+        f"not read), {written:.2f} s writing (kernel copy file to file, then fsync), "
+        f"{med['stream'][0] - read - written:.2f} s the rest (index, config, planning)"
+    )
+    print(
+        f"through DCP's reader and save_file (the merge before): {med['copy'][0] / med['dcp_reader'][0]:.2f}x a raw "
+        "copy: every byte read into a buffer, torch.load'ed from it, copied into the target tensor, then written"
+    )
+    print(
+        f"converting to bf16 (reads fp32, writes half the bytes): {med['copy'][0] / med['stream_bf16'][0]:.2f}x a "
+        f"raw copy's throughput, peak RSS {med['stream_bf16'][2]:.2f} GiB"
     )
     print(
         f"streaming merge time = {med['stream'][0] / med['load_everything'][0]:.2f}x the load-everything merge's"
