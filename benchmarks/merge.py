@@ -7,9 +7,8 @@ The model is random, Qwen2.5-0.5B-shaped (494M parameters, fp32), saved as an r1
 imports (torch, torch.distributed.checkpoint), up to its output synced to disk (os.sync before each, so no mode pays for another's
 dirty pages); `wall` adds the process start and imports. `stream` writes the weights as saved
 (fp32), `stream_bf16` converts them (`merge --dtype bf16`); `dcp_reader` is the same streaming
-merge through DCP's own reader and safetensors' save_file, as r1cloud merged until 2026-11. With `--before DIR` (a checkout of an
-earlier r1cloud, e.g. `git worktree add DIR COMMIT`), that version's merge runs in the same rounds.
-Usage: python benchmarks/merge.py [--rounds 3] [--dir D] [--before DIR]
+merge through DCP's own reader and safetensors' save_file, as r1cloud merged until 2026-11.
+Usage: python benchmarks/merge.py [--rounds 5] [--dir D]
 """
 
 from __future__ import annotations
@@ -58,14 +57,6 @@ def prepare(d: Path) -> int:
     return sum(v.numel() for v in state.values())
 
 
-def _merge_dcp():
-    try:  # --before: a version with merge.py at the top of the package
-        from r1cloud.merge import merge_dcp
-    except ImportError:
-        from r1cloud.checkpoint.from_dcp import merge_dcp
-    return merge_dcp
-
-
 PHASES: dict[str, float] = {}  # seconds in r1cloud's reading of the records and its writing
 
 
@@ -83,15 +74,13 @@ def _timed(module, name: str) -> None:
 
 
 def stream(d: Path, out: Path, dtype=None) -> None:
-    merge_dcp = _merge_dcp()
-    if merge_dcp.__module__ == "r1cloud.checkpoint.from_dcp":
-        from r1cloud.checkpoint import folder, from_dcp
+    from r1cloud.checkpoint import folder, from_dcp
 
-        _timed(from_dcp, "read_chunks")
-        _timed(folder, "save_safetensors")
+    _timed(from_dcp, "read_chunks")
+    _timed(folder, "save_safetensors")
     out.mkdir()
     shard = int(os.environ["SHARD_BYTES"])
-    merge_dcp(
+    from_dcp.merge_dcp(
         str(d / "global_step_1" / "actor"), d / "global_step_1" / "huggingface", out, dtype, shard_bytes=shard
     )
 
@@ -127,10 +116,6 @@ def stream_bf16(d: Path, out: Path) -> None:
     stream(d, out, torch.bfloat16)
 
 
-def stream_before(d: Path, out: Path) -> None:
-    stream(d, out)
-
-
 def load_everything(d: Path, out: Path) -> None:
     import torch
     import torch.distributed.checkpoint as dcp
@@ -151,16 +136,15 @@ def copy(d: Path, out: Path) -> None:
     shutil.copytree(d / "global_step_1" / "actor", out)
 
 
-def measure(mode: str, d: Path, out: Path, before: Path | None) -> tuple[float, float, float, dict]:
+def measure(mode: str, d: Path, out: Path) -> tuple[float, float, float, dict]:
     """(seconds of the work itself, wall seconds of the process, peak RSS GiB, seconds by phase) of
     a fresh process running `mode`. Peak RSS is VmHWM, which exec resets (ru_maxrss would carry
     the parent's)."""
     shutil.rmtree(out, ignore_errors=True)
     os.sync()
-    path = [str(before)] if mode == "stream_before" else []
     code = (
-        f"import sys; sys.path[:0] = {path!r} + [{str(Path(__file__).parent)!r}]; import os, time; import merge as m; "
-        "from pathlib import Path; import torch, torch.distributed.checkpoint; m._merge_dcp(); "  # imports: not the work
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import os, time; import merge as m; "
+        "from pathlib import Path; import torch, torch.distributed.checkpoint; import r1cloud.checkpoint.merge; "  # imports: not the work
         f"t = time.perf_counter(); m.{mode}(Path({str(d)!r}), Path({str(out)!r})); "
         f"[os.fsync(fd := os.open(p, os.O_RDONLY)) or os.close(fd) for p in Path({str(out)!r}).rglob('*') if p.is_file()]; "
         "print(time.perf_counter() - t, [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1], "
@@ -177,7 +161,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=None)
-    parser.add_argument("--before", type=Path, default=None, help="an earlier r1cloud checkout to compare")
     parser.add_argument("--shard-mb", type=int, default=None, help="output shard size (default: r1cloud's)")
     args = parser.parse_args()
     from r1cloud.checkpoint.folder import DEFAULT_SHARD
@@ -200,11 +183,10 @@ def main() -> None:
     n = json.loads((base / "params.json").read_text())["params"]
     size = sum(p.stat().st_size for p in (src / "global_step_1" / "actor").iterdir())
     modes = ["copy", "stream", "stream_bf16", "dcp_reader", "load_everything"]
-    modes += ["stream_before"] if args.before else []
     runs: dict[str, list[tuple]] = {m: [] for m in modes}
     for _ in range(args.rounds):
         for m in modes:  # alternating, so drift hits every mode alike
-            runs[m].append(measure(m, src, base / m, args.before))
+            runs[m].append(measure(m, src, base / m))
     import torch
 
     print(
@@ -243,10 +225,6 @@ def main() -> None:
     print(
         f"streaming merge time = {med['stream'][0] / med['load_everything'][0]:.2f}x the load-everything merge's"
     )
-    if args.before:
-        print(
-            f"before ({args.before}): {med['stream_before'][0]:.2f} s = {med['copy'][0] / med['stream_before'][0]:.2f}x a raw copy, peak RSS {med['stream_before'][2]:.2f} GiB"
-        )
     if not args.dir:  # a folder of our own (several GiB): gone; one named with --dir is kept for reuse
         shutil.rmtree(base, ignore_errors=True)
 
