@@ -17,6 +17,7 @@ import os
 import shutil
 import struct
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -109,28 +110,33 @@ def write(
         (out / "config.json").write_text(json.dumps(config, indent=2))
     total = len(shards)
     weight_map, total_size = {}, 0
-    for i, names in enumerate(shards, 1):
-        fname = "model.safetensors" if total == 1 else f"model-{i:05d}-of-{total:05d}.safetensors"
-        tensors = fill(names)
-        if dtype is not None:
-            tensors = {
-                k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-                for k, v in tensors.items()
-            }
-        total_size += save_safetensors(tensors, out / fname)
-        weight_map.update(dict.fromkeys(tensors, fname))
-        del tensors
-        if progress:
-            progress(i, total)
+    with ThreadPoolExecutor(1) as syncer:  # a shard goes to disk while the next one is written
+        synced = []
+        for i, names in enumerate(shards, 1):
+            fname = "model.safetensors" if total == 1 else f"model-{i:05d}-of-{total:05d}.safetensors"
+            tensors = fill(names)
+            if dtype is not None:
+                tensors = {
+                    k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                    for k, v in tensors.items()
+                }
+            total_size += save_safetensors(tensors, out / fname, sync=False)
+            synced.append(syncer.submit(fsync, out / fname))
+            weight_map.update(dict.fromkeys(tensors, fname))
+            del tensors
+            if progress:
+                progress(i, total)
+        for done in synced:
+            done.result()  # on disk before merge renames its folder into place
     if total > 1:
         index = {"metadata": {"total_size": total_size}, "weight_map": weight_map}
         (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
     mark(out)
 
 
-def save_safetensors(tensors: dict[str, torch.Tensor | FileBytes], path: Path) -> int:
+def save_safetensors(tensors: dict[str, torch.Tensor | FileBytes], path: Path, sync: bool = True) -> int:
     """One safetensors file (an 8-byte header length, the JSON header padded to 8 bytes, then the
-    data in the header's order), synced to disk; returns the data's size in bytes."""
+    data in the header's order), synced to disk unless `sync` is False; returns the data's size in bytes."""
     import torch
 
     header: dict = {"__metadata__": {"format": "pt"}}
@@ -154,10 +160,19 @@ def save_safetensors(tensors: dict[str, torch.Tensor | FileBytes], path: Path) -
                     _copy_span(*span, fd)
             elif v.numel():
                 _write_all(fd, v.contiguous().reshape(-1).view(torch.uint8).numpy().data)
-        os.fsync(fd)  # on disk before merge renames its folder into place
+        if sync:
+            os.fsync(fd)  # on disk before merge renames its folder into place
     finally:
         os.close(fd)
     return at
+
+
+def fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_all(fd: int, data) -> None:
