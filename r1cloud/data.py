@@ -39,6 +39,22 @@ class Prompt:
     length: int = 0  # prompt tokens before truncation
     raw_ids: list[int] | None = None  # with images: one placeholder per image (what vLLM takes)
     images: list = field(default_factory=list)  # PIL, resized as EasyR1
+    history: list = field(default_factory=list)  # a conversational row's messages before its last
+
+
+def conversation(value, source: str, i: int) -> tuple[list[dict], str]:
+    """A prompt cell as (earlier messages, the last user message's text): a plain text, or a
+    conversation as TRL's conversational data sets hold it (a list of {"role", "content"}, last
+    the user's), whose system message and examples reach the model as they are."""
+    if not isinstance(value, list):
+        return [], str(value)
+    ok = all(isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") for m in value)
+    if not value or not ok or value[-1]["role"] != "user":
+        raise ValueError(
+            f"{source}: row {i}: a prompt given as a list must be a conversation, "
+            '[{"role": ..., "content": "..."}, ...], ending with the user\'s message'
+        )
+    return [{"role": m["role"], "content": m["content"]} for m in value[:-1]], value[-1]["content"]
 
 
 def load_rows(files: str):
@@ -132,8 +148,9 @@ class PromptSet:
         limit: int | None = None,
         probs: list[float] | None = None,
         processor=None,  # vision.ImageProcessor, for a vision-language model
+        tools: list[dict] | None = None,  # multi-turn: the tools' schemas, shown by the templates
     ):
-        self.cfg, self.processor = data_cfg, processor
+        self.cfg, self.processor, self.tools = data_cfg, processor, tools
         parts, columns = [], None
         for source in [files] if isinstance(files, str) else files:
             rows = load_rows(source)
@@ -166,13 +183,20 @@ class PromptSet:
         self.dropped, self.longest = 0, 0  # prompts dropped as too long, and the longest of them
         own = {data_cfg.prompt_key, data_cfg.answer_key, data_cfg.image_key, data_cfg.video_key}
         for source, i, row in rows:
-            content = str(row[data_cfg.prompt_key])
+            history, content = conversation(row[data_cfg.prompt_key], source, i)
             imgs = self.row_images(source, i, row, content)
+            if history and self.processor is not None:
+                raise ValueError(
+                    f"{source}: row {i}: a conversation as the prompt is for text models only for now; "
+                    "give the prompt as one text"
+                )
             if self.processor is not None:
                 enc = self.processor.encode(self.render(content, imgs is not None), imgs or [])
                 ids, raw, imgs = enc.ids, enc.raw_ids, enc.images
             else:
-                ids = self.tokenizer(self.render(content), add_special_tokens=False)["input_ids"]
+                ids = self.tokenizer(self.render(content, history=history), add_special_tokens=False)[
+                    "input_ids"
+                ]
                 raw = None
             if len(ids) > self.max_len:
                 if not keep_all:
@@ -197,6 +221,7 @@ class PromptSet:
                     len(ids),
                     raw if imgs else None,
                     imgs or [],
+                    history,
                 )
             )
         self.columns = sorted(columns - {data_cfg.image_key, data_cfg.video_key})
@@ -246,13 +271,18 @@ class PromptSet:
         if 0 < bare < len(counts):
             raise ValueError(mixed_rows(f"the {name} data", bare, len(counts) - bare))
 
-    def render(self, content: str, with_images: bool = False) -> str:
-        """The prompt as the model sees it: the format prompt over `content`, in the chat template."""
-        text = self.template.render(content=content) if self.template else content
+    def render(self, content: str, with_images: bool = False, history: list = ()) -> str:
+        """The prompt as the model sees it: the format prompt over `content` (and `tools`, the
+        tools' schemas, in a multi-turn run), after a conversational row's earlier messages, in
+        the chat template (given the tools too)."""
+        text = self.template.render(content=content, tools=self.tools or []) if self.template else content
         if self.processor is not None:
             return self.processor.render(text, with_images)
         return self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+            [*history, {"role": "user", "content": text}],
+            add_generation_prompt=True,
+            tokenize=False,
+            tools=self.tools,
         )
 
     def image_inputs(self, index: int) -> dict:

@@ -247,7 +247,7 @@ def _endpoint(spec, job: dict, sampling):
     from openai import OpenAI
 
     from . import prompts
-    from .data import Prompt, load_rows
+    from .data import Prompt, conversation, load_rows
     from .rollout import request_seed
 
     d = spec.data
@@ -268,7 +268,8 @@ def _endpoint(spec, job: dict, sampling):
         own = {d.prompt_key, d.answer_key, d.image_key, d.video_key}
         for row in rows:
             extra = {k: v for k, v in row.items() if k not in own}
-            prompts.append(Prompt(len(prompts), [], str(row[d.answer_key]), extra, str(row[d.prompt_key])))
+            history, content = conversation(row[d.prompt_key], source, len(prompts))
+            prompts.append(Prompt(len(prompts), [], str(row[d.answer_key]), extra, content, history=history))
     prompts = prompts[: job["limit"]] if job["limit"] else prompts
     client = OpenAI(
         base_url=job["url"], api_key=os.environ.get("R1CLOUD_EVAL_API_KEY") or "none", max_retries=2
@@ -285,7 +286,10 @@ def _endpoint(spec, job: dict, sampling):
         content = prompts[i].content
         reply = client.chat.completions.create(
             model=job["served"],
-            messages=[{"role": "user", "content": template.render(content=content) if template else content}],
+            messages=[
+                *prompts[i].history,
+                {"role": "user", "content": template.render(content=content) if template else content},
+            ],
             max_tokens=sampling.max_tokens,
             temperature=sampling.temperature,
             top_p=sampling.top_p,

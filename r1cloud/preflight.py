@@ -117,7 +117,9 @@ def run(spec, n: int, progress=lambda msg: None) -> tuple[list[Row], dict]:
         "reasons": sorted(getattr(reward, "reasons", ())),
         "columns": prompts.columns,
         "first_prompt": (
-            prompts.render(prompts.prompts[0].content, bool(prompts.prompts[0].images))
+            prompts.render(
+                prompts.prompts[0].content, bool(prompts.prompts[0].images), prompts.prompts[0].history
+            )
             if prompts.prompts
             else ""
         ),

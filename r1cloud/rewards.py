@@ -30,13 +30,19 @@ from .scores import Score, ScoreChecks
 _FN: Callable | None = None  # the function, inside a pool process
 
 
-def load_function(path: str, name: str, kwargs: dict | None) -> tuple[Callable, object]:
-    spec = importlib.util.spec_from_file_location(f"r1cloud_reward_{Path(path).stem}", path)
+def load_module(path: str):
+    """A user's Python file (reward function, tools), run as a module of its own."""
+    spec = importlib.util.spec_from_file_location(f"r1cloud_user_{Path(path).stem}", path)
     if spec is None or spec.loader is None:
         raise ValueError(f"{path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # pickling by reference, dataclasses inside the module
     spec.loader.exec_module(module)
+    return module
+
+
+def load_function(path: str, name: str, kwargs: dict | None) -> tuple[Callable, object]:
+    module = load_module(path)
     fn = getattr(module, name, None)
     if not callable(fn):
         raise ValueError(f"{path} has no function {name!r}")

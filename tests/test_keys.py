@@ -13,6 +13,7 @@ VALUES = {
     "worker.hybrid_engine": "false",
     "ulysses_size": "2",
     "fsdp_size": "1",
+    "environment": "envs/game.py:Game",
 }
 
 

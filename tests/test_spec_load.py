@@ -42,7 +42,10 @@ def test_library_blueprint_validates(path, cli, monkeypatch, tmp_path):
     assert not [line for line in r.stderr.splitlines() if line.startswith("warning")], r.stderr
     spec = load_spec(path).spec
     assert spec.name == path.stem.replace("_", "-")
-    for f in (spec.data.format_prompt, spec.worker.reward.reward_function):
+    mt = spec.worker.rollout.multi_turn
+    # a conversational data set (tools_calculator) brings its own instructions: no format prompt
+    shown = spec.data.format_prompt if not mt.enable else mt.tools
+    for f in (shown, spec.worker.reward.reward_function):
         assert Path(f).is_file(), f
 
 

@@ -60,6 +60,8 @@ class Sample:
     response: list[int]  # up to and including the first EOS
     logprobs: list[float]  # sampling log-probs of those tokens
     finished: bool  # ended on EOS (not cut at max_tokens)
+    mask: list[int] | None = None  # a multi-turn episode's: 1 on the model's tokens, 0 on observations
+    stats: dict | None = None  # a multi-turn episode's counts (agents/episodes.py STATS)
 
 
 class RolloutEngine(Protocol):

@@ -367,6 +367,19 @@ def check_images(spec: Spec, problem: Report) -> None:
         )
 
 
+def check_multi_turn(spec: Spec, problem: Report) -> None:
+    mt, at = spec.worker.rollout.multi_turn, "worker.rollout.multi_turn"
+    if mt.enable and not mt.tools:
+        problem(f"{at}.tools", "multi-turn episodes need tools: give tools: file.py (or file.py:add,mul)")
+    if not mt.enable:
+        set_ = [k for k, v in mt.model_dump(exclude={"enable"}).items() if v != type(mt)().__dict__[k]]
+        for key in set_:
+            if key not in ("tool_names", "environment"):  # environment: refused in its own line
+                problem(
+                    f"{at}.{key}", f"has no effect while {at}.enable is false: set enable: true, or remove it"
+                )
+
+
 def check_freezing(spec: Spec, problem: Report) -> None:
     m = spec.worker.actor.model
     if m.freeze_language_model and m.freeze_vision_tower:
@@ -446,6 +459,7 @@ CHECKS = [
     check_rollout,
     check_secrets_and_envs,
     check_trackers,
+    check_multi_turn,
     check_keys,
     check_images,
 ]

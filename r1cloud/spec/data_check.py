@@ -198,8 +198,15 @@ def _row_problem(row: dict, d, at: str, where: str, kinds: dict[str, tuple[str, 
         columns = ", ".join(sorted(map(str, row))[:8]) or "none"
         return f"{at} has no column {missing[0]!r} (its columns: {columns}); set {key} to the column to use"
     prompt, answer = row[d.prompt_key], row[d.answer_key]
-    if not isinstance(prompt, str):
-        return f"{at}: {d.prompt_key!r} is {_kind(prompt)}, not text: every prompt must be a string"
+    if isinstance(prompt, list):  # a conversation (TRL's conversational format)
+        from ..data import conversation
+
+        try:
+            conversation(prompt, at, 0)
+        except ValueError as e:
+            return str(e).replace(": row 0", "", 1)
+    elif not isinstance(prompt, str):
+        return f"{at}: {d.prompt_key!r} is {_kind(prompt)}, not text: every prompt must be a string or a conversation"
     if answer is None or isinstance(answer, dict | list):
         return f"{at}: {d.answer_key!r} is {_kind(answer)}: the ground truth must be text or a number"
     for column, value in row.items():
@@ -225,7 +232,9 @@ def check_file(path: Path, d, added: int = 0, text_model: bool = False) -> tuple
             if i < ROWS:
                 if message := _row_problem(row, d, at, where, kinds):
                     return [message], first
-                first = row[d.prompt_key] if first is None else first
+                if first is None:
+                    first = row[d.prompt_key]
+                    first = first[-1]["content"] if isinstance(first, list) else first
                 for item in _items(row.get(d.image_key))[: max(0, IMAGES - images)]:
                     images += 1
                     if message := _image_problem(item, d.image_dir):

@@ -3,7 +3,8 @@ as EasyR1 resolves them), made absolute in the resolved spec, and checked — wh
 turns a missing prompt or reward file into None, r1cloud stops with the path it looked for.
 
 The reward function is checked by reading its source (ast), never by importing it: validation
-must not run user code or pull in its imports.
+must not run user code or pull in its imports. Tools are imported, in a child process of their own
+(their schemas come from the live functions).
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import difflib
 import re
 from pathlib import Path
 
+from ..agents.tools import check as check_tools
 from .load import Origins, expand, origin_of
 from .models import Spec, _is_url
 from .problems import Problem
 
+TOOLS = "worker.rollout.multi_turn.tools"
 DATA_EXTENSIONS = (".json", ".jsonl", ".parquet", ".csv", ".arrow", ".txt", ".tsv")
 # the Hub: 96 characters a part at most
 HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
@@ -94,6 +97,13 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
                 found, w.reward.reward_function_name or "main", w.reward.reward_function_kwargs
             ):
                 problem("worker.reward.reward_function", msg)
+    mt = w.rollout.multi_turn
+    if mt.enable and mt.tools and (found := find(TOOLS, mt.tools, "file")):
+        mt.tools = str(found)
+        try:
+            check_tools(mt.tools, mt.tool_names)
+        except ValueError as e:
+            problem(TOOLS, str(e).removeprefix(f"{TOOLS}: "))
     if t.load_checkpoint_path and not _is_url(t.load_checkpoint_path):
         found = find("trainer.load_checkpoint_path", t.load_checkpoint_path, "folder")
         if found:
@@ -113,6 +123,12 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
                 at = f"worker.{role}.model.{key}"
                 setattr(model, key, _resolve_local_or_hub(at, value, bases(at), problem, "model"))
     config = model_config(spec.worker.actor.model.model_path)
+    if mt.enable and config is not None and "vision_config" in config:
+        problem(
+            "worker.rollout.multi_turn.enable",
+            "multi-turn episodes run on text models only for now (pictures in tool turns come next): "
+            "train a text model, or set enable: false",
+        )
     for at, message in [*check_data(d, text_model=config is not None and "vision_config" not in config),
                         *check_model(spec, config)]:  # fmt: skip
         problem(at, message)

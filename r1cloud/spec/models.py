@@ -12,7 +12,14 @@ import math
 import re
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 ADV_ESTIMATORS = (
     "grpo",
@@ -300,6 +307,19 @@ class RefConfig(Model):
     use_torch_compile: bool = True
 
 
+class MultiTurnConfig(Model):
+    """r1cloud's own: multi-turn episodes with tools (agents/)."""
+
+    enable: bool = False
+    tools: str | None = None  # file.py (its public functions) or file.py:add,mul
+    tool_names: list[str] | None = None  # auto: the part after ':' (None: every public function)
+    environment: str | None = None  # file.py:Class (not yet: refused by validate)
+    max_turns: int = Field(4, ge=1)  # the model's turns per episode
+    max_tool_response_length: int = Field(1024, ge=1)  # characters of one tool's output
+    tool_timeout: float = Field(10.0, gt=0)  # seconds per call
+    tool_call_format: Literal["hermes", "python"] = "hermes"
+
+
 class RolloutConfig(Model):
     # r1cloud adds `hf` (transformers generate) and `auto` (vllm when importable, else hf).
     name: Literal["vllm", "hf", "auto"] = "vllm"
@@ -320,6 +340,7 @@ class RolloutConfig(Model):
     disable_log_stats: bool = True
     disable_tqdm: bool = False
     val_override_config: FreeForm = Field(default_factory=dict)
+    multi_turn: MultiTurnConfig = Field(default_factory=MultiTurnConfig)
     # auto keys (copied from `data` / the actor model)
     prompt_length: int = -1
     response_length: int = -1
@@ -562,6 +583,10 @@ class Spec(Model):
                 w.reward.reward_function, w.reward.reward_function_name = path, fn
             elif w.reward.reward_function_name is None:
                 w.reward.reward_function_name = "main"
+        mt = w.rollout.multi_turn
+        if mt.tools and not mt.tools.endswith(".py") and ":" in mt.tools:
+            mt.tools, names = mt.tools.rsplit(":", 1)
+            mt.tool_names = [n.strip() for n in names.split(",") if n.strip()]
         return self
 
     @property

@@ -111,6 +111,22 @@ def extras(spec: Spec) -> list[tuple[str, str]]:
                 ),
             )
         )
+    mt = w.rollout.multi_turn
+    if mt.enable:
+        rows.append(
+            (
+                "episodes",
+                f"up to {mt.max_turns} turns, tool calls as {mt.tool_call_format}, each call ≤ "
+                f"{mt.tool_timeout:g} s and {mt.max_tool_response_length} characters; reward: the "
+                "reward function on the last turn (the response bound covers the whole episode)",
+            )
+        )
+        from ..agents.tools import check
+
+        for tool in check(mt.tools, mt.tool_names):  # validate read them already: remembered
+            f = tool["function"]
+            params = ", ".join(f"{k}: {v.get('type', '?')}" for k, v in f["parameters"]["properties"].items())
+            rows.append(("tool", f"{f['name']}({params}): {f.get('description', '')}"))
     if w.actor.rollout_is:
         rows.append(
             ("correction", f"{w.actor.rollout_is} importance sampling, cap {w.actor.rollout_is_cap:g}")

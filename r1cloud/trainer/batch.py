@@ -39,6 +39,7 @@ class Batch:
     advantages: torch.Tensor | None = None  # (B, R) fp32, zero past each response
     returns: torch.Tensor | None = None  # (B, R) fp32: GAE's critic targets
     scores: dict[str, torch.Tensor] = field(default_factory=dict)  # (B,) fp64 per reward key
+    episode: dict[str, torch.Tensor] = field(default_factory=dict)  # (B,) multi-turn counts (agents/)
     image_inputs: list[dict[str, torch.Tensor]] = field(
         default_factory=list
     )  # each prompt's processor tensors
@@ -71,7 +72,7 @@ class Batch:
                 out[f.name] = [x[i] for i in idx.tolist()]
             elif f.name in ("image_inputs", "image_of"):
                 continue
-            elif f.name == "scores":
+            elif f.name in ("scores", "episode"):
                 out[f.name] = {k: v[idx] for k, v in x.items()}
             elif x is None or (f.name in PER_TOKEN and f.name not in keep):
                 out[f.name] = None
@@ -111,7 +112,7 @@ class Batch:
             xs = [getattr(b, f.name) for b in parts]
             if f.name in ("uid", "image_inputs", "image_of"):
                 continue
-            if f.name == "scores":
+            if f.name in ("scores", "episode"):
                 keys = sorted({k for x in xs for k in x})
                 out[f.name] = {
                     k: torch.cat([x.get(k, torch.zeros(len(b), dtype=torch.float64)) for x, b in zip(xs, parts, strict=True)])

@@ -18,6 +18,8 @@ from pathlib import Path
 import torch
 
 from .. import rewards
+from ..agents.episodes import STATS, last_turn
+from ..agents.tools import tool_schemas
 from ..checkpoint.write import Bucket, Checkpoints, DamagedCheckpoint, read_state, write_hf_files
 from ..data import Loader, PromptSet, check_sets, chunk_evenly, load_tokenizer, total_steps
 from ..rollout import Request, pick_engine, refuse_unknown_sampling
@@ -61,21 +63,14 @@ class Trainer:
         self.spec = spec or load_resolved(self.run_dir / "spec.yaml")
         s = self.spec
         self.tokenizer, self.processor = load_tokenizer(s.worker.actor.model, s.data)
+        sets = {"processor": self.processor, "tools": tool_schemas(s)}  # tools: shown in the prompt
         self.train_set = (
-            PromptSet(
-                s.data.train_files,
-                self.tokenizer,
-                s.data,
-                probs=s.data.train_files_probs,
-                processor=self.processor,
-            )
+            PromptSet(s.data.train_files, self.tokenizer, s.data, probs=s.data.train_files_probs, **sets)
             if s.data.train_files
             else None
         )
         self.val_set = (
-            PromptSet(s.data.val_files, self.tokenizer, s.data, processor=self.processor)
-            if s.data.val_files
-            else None
+            PromptSet(s.data.val_files, self.tokenizer, s.data, **sets) if s.data.val_files else None
         )
         if (
             s.worker.rollout.enable_chunked_prefill
@@ -166,6 +161,7 @@ class Trainer:
         pictures = {i: k for k, i in enumerate(inputs)}
         lengths = torch.cat([r["length"] for r in results])
         width = int(lengths.max()) if len(lengths) else 0
+        multi = "mask" in results[0]
         return Batch(
             uid=[uids[i] for i in rows],
             index=torch.tensor(rows, dtype=torch.long),
@@ -175,6 +171,12 @@ class Trainer:
             response_len=lengths,
             finished=torch.cat([r["finished"] for r in results]),
             rollout_logp=unpacked(torch.cat([r["logprobs"] for r in results]), lengths, width),
+            loss_mask=unpacked(torch.cat([r["mask"] for r in results]), lengths, width) if multi else None,
+            episode={
+                k: torch.cat([r["episode"][:, j] for r in results]).double() for j, k in enumerate(STATS)
+            }
+            if multi
+            else {},
             image_inputs=[inputs[i] for i in pictures],
             image_of=torch.tensor([pictures.get(i, -1) for i in rows]) if inputs else None,
         )
@@ -184,7 +186,13 @@ class Trainer:
         number of samples that failed to score."""
         skip = self.spec.worker.reward.skip_special_tokens
         lengths = batch.response_len.tolist()
-        texts = decode(self.tokenizer, packed(batch.response_ids, batch.response_len), lengths, skip)
+        if batch.loss_mask is None:
+            texts = decode(self.tokenizer, packed(batch.response_ids, batch.response_len), lengths, skip)
+        else:  # an episode's answer is its last turn
+            texts = [
+                self.tokenizer.decode(last_turn(ids, mask, n), skip_special_tokens=skip)
+                for ids, mask, n in zip(batch.response_ids, batch.loss_mask, lengths, strict=True)
+            ]
         sources = [prompt_set.prompts[i] for i in batch.index.tolist()]
         inputs = [
             rewards.reward_input(self.reward, self.tokenizer, p, t, n, skip)

@@ -71,6 +71,8 @@ def rollout_metrics(
     m.update(stats("prompt_length", batch.prompt_len.double()))
     m["prompt_length/clip_ratio"] = float((batch.prompt_len >= max_prompt_length).double().mean())
     m.update(stats("critic/score", batch.scores["overall"]))
+    for key, v in sorted(seen.episode.items()):  # multi-turn: per episode, over all generated
+        m[f"agent/{key}"] = float(v.double().mean())
     if batch.advantages is not None:
         on = batch.response_mask.bool()
         # one value per sample from the outcome estimators (spread over its tokens), else per token

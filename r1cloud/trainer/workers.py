@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from .. import onednn
+from ..agents import episodes
 from ..checkpoint.dcp import storage
 from ..rollout import Request, Sampling, eos_ids, vllm_max_rank
 from ..spec import Spec
@@ -96,6 +97,7 @@ class HybridWorker:
         self.share_prompts = all(uses_segments(m) for m in (self.actor, self.critic) if m is not None)
         self.schedulers: dict = {}  # set by the driver once the step count is known (set_schedule)
         self.engine = None
+        self.agent = None  # multi-turn episodes: agents.episodes.Agent (start_engine)
         self.adapter_sync = False  # LoRA into vLLM: the adapters only (start_engine decides)
         self._temperature = self.spec.worker.rollout.temperature
 
@@ -214,6 +216,10 @@ class HybridWorker:
         m, r = self.spec.worker.actor.model, self.spec.worker.rollout
         tok = AutoTokenizer.from_pretrained(m.tokenizer_path)
         eos = eos_ids(m.model_path, tok)
+        if r.multi_turn.enable:
+            from ..agents.episodes import Agent
+
+            self.agent = Agent.of(self.spec, tok)
         if engine == "vllm":
             from ..rollout.vllm import VLLMEngine
 
@@ -275,14 +281,21 @@ class HybridWorker:
     def generate(self, prompts: list[Request], sampling: dict) -> dict[str, torch.Tensor]:
         """n samples per prompt: their prompt's position in `prompts`, response ids and sampling
         log-probs (end to end, batch.packed's layout), lengths, and whether each ended on EOS."""
-        samples = self.engine.generate(prompts, Sampling(**sampling))
-        return {
+        if self.agent is None:
+            samples = self.engine.generate(prompts, Sampling(**sampling))
+        else:
+            samples = episodes.run(self.engine, prompts, Sampling(**sampling), self.agent)
+        out = {
             "prompt": torch.tensor([s.prompt for s in samples], dtype=torch.long),
             "response": torch.tensor([t for s in samples for t in s.response], dtype=torch.int32),
             "length": torch.tensor([len(s.response) for s in samples], dtype=torch.long),
             "logprobs": torch.tensor([x for s in samples for x in s.logprobs], dtype=torch.float32),
             "finished": torch.tensor([s.finished for s in samples], dtype=torch.bool),
         }
+        if self.agent is not None:  # which tokens are the model's, and each episode's counts
+            out["mask"] = torch.tensor([m for s in samples for m in s.mask], dtype=torch.bool)
+            out["episode"] = torch.tensor([[s.stats[k] for k in episodes.STATS] for s in samples])
+        return out
 
     # ------------------------------------------------------------------ log-probs
     @torch.no_grad()
@@ -508,6 +521,8 @@ class HybridWorker:
         return self.schedulers[role].state_dict() if role in self.schedulers else None
 
     def shutdown(self) -> None:
+        if self.agent is not None:
+            self.agent.tools.close()
         if dist.is_initialized():
             dist.destroy_process_group()
 

@@ -1,0 +1,1 @@
+"""Multi-turn episodes: tools, their call formats, and the episode loop on a rollout engine."""
