@@ -266,6 +266,7 @@ def batch_of(samples: list) -> tuple:
         old_logp=per_token("old"),
         ref_logp=per_token("ref"),
         advantages=per_token("adv"),
+        loss_mask=per_token("mask").bool() if per_token("mask") is not None else None,
         image_inputs=[pictures[k] for k in order],
         image_of=torch.tensor([order.index(k) if k in pictures else -1 for k in keys]) if pictures else None,
     )

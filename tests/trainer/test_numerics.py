@@ -162,6 +162,8 @@ def single_process_grads(model_path, samples, clip, mode, kl_coef, kl_kind, adap
         adapt(model)
     logps = packed_log_probs(model, [s["seq"] for s in samples], 1.0)
     logp, mask = pad(logps)
+    if "mask" in samples[0]:  # a multi-turn episode's: observation tokens out of every term, by hand
+        mask = mask * pad([torch.tensor(s["mask"], dtype=torch.float32) for s in samples])[0]
     old = pad([s["old"] for s in samples])[0]
     ref = pad([s["ref"] for s in samples])[0]
     adv = alg.token_level(torch.tensor([s["adv"] for s in samples]), mask)
@@ -216,15 +218,40 @@ def test_fsdp_gradients_across_two_workers_equal_one_process(make_run, tiny_mode
             scale = max(w.abs().max().item() for w in want.values())
             assert scale > 1e-4  # a real gradient
             assert worst <= 1e-5, f"micro-batch of {per_micro}: max |Δgrad| {worst}"
+        # Multi-turn episodes: a loss mask with observation spans (0) inside the responses. The
+        # gradients equal the reference computed with the mask by hand, and differ from unmasked.
+        masked = [{**x, "mask": [float(k % 3 != 1) for k in range(len(x["seq"][1]))]} for x in samples]
+        want_masked = single_process_grads(
+            tiny_model, masked, clip, mode, spec.algorithm.kl_coef, spec.algorithm.kl_penalty
+        )
+        total = alg.count_for(mode, pad([torch.tensor(x["mask"]) for x in masked])[0])
+        ranks = [masked[:4], masked[4:]]
+        plan = [[{"total": total, "micro": [ranks[r][i : i + 2] for i in range(0, 4, 2)]}] for r in range(2)]
+        steps.update(trainer, plan, apply=False)
+        got = trainer.call("full_grads")[0]
+        assert max((got[n] - want_masked[n]).abs().max().item() for n in want) <= 1e-5
+        assert max((want_masked[n] - want[n]).abs().max().item() for n in want) > 1e-4
     finally:
         trainer.shutdown()
 
 
-def test_vllm_sampling_log_probs_equal_trainer_before_and_after_sync(make_run):
+@pytest.mark.parametrize("tie", [False, True], ids=["untied", "tied"])
+def test_vllm_sampling_log_probs_equal_trainer_before_and_after_sync(tmp_path, digits_reward, tie):
     pytest.importorskip("vllm")
+    from conftest import run_folder
+    from r1cloud.testing import make_tiny_model
+    from tinyrun import tiny_blueprint
+
+    # tied: the output layer is the embedding (as SmolLM2's, Qwen2.5-0.5B's)
+    model = make_tiny_model(tmp_path / "model", tie=tie)
     # a token budget of one prompt + response: the requests cannot all be scheduled in one step
     # (on CPU, a chunked prompt of a seeded request crashed vLLM; whole prompts are scheduled there)
-    run = make_run("worker.actor.optim.lr=0.05", "worker.rollout.max_num_batched_tokens=76", engine="vllm")
+    run = run_folder(
+        tmp_path,
+        "run",
+        tiny_blueprint(model, digits_reward, engine="vllm"),
+        ["worker.actor.optim.lr=0.05", "worker.rollout.max_num_batched_tokens=76"],
+    )
     trainer = Trainer(run)
     try:
         assert trainer.start_workers() == "vllm"

@@ -1,0 +1,137 @@
+"""Multi-turn episodes on a real model (SmolLM2-135M-Instruct, offline) with the calculator tool of
+blueprints/tools_calculator.yaml: token in, token out (every id the engine sampled is an id the
+trainer scores, in place; observations are the template's delta), the loss mask on exactly the
+model's tokens, the engine's log-probs equal to the trainer's over whole episodes, and a short run
+through the CLI whose model calls the tool more."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from r1cloud.agents import calls
+from r1cloud.agents.episodes import Agent, last_turn, run
+from r1cloud.agents.tools import ToolPool
+from r1cloud.rollout import Request, Sampling, eos_ids
+from r1cloud.spec import dump_spec, load_spec
+from tinyrun import ROOT, run_trainer
+
+pytestmark = pytest.mark.slow
+
+
+class Recorder:
+    """The engine itself, with each turn's requests and samples kept for the test to compare."""
+
+    def __init__(self, engine):
+        self.engine, self.turns = engine, []
+
+    def generate(self, prompts, sampling):
+        out = self.engine.generate(prompts, sampling)
+        self.turns.append(([list(p.ids) for p in prompts], out))
+        return out
+
+
+def prompts_of(tok, model, n: int) -> tuple[list[Request], list[dict]]:
+    from r1cloud.data import PromptSet
+
+    spec = load_spec(
+        ROOT / "blueprints" / "tools_calculator.yaml", [f"worker.actor.model.model_path={model}"]
+    ).spec
+    rows = PromptSet(spec.data.val_files, tok, spec.data, limit=n)
+    return [Request(p.prompt_ids) for p in rows.prompts], [json.loads(x) for x in open(spec.data.val_files)][
+        :n
+    ]
+
+
+def test_episodes_are_token_in_token_out_and_score_as_sampled(smollm2):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from r1cloud.rollout.hf import HFEngine
+    from r1cloud.trainer.model import packed_log_probs
+
+    tok = AutoTokenizer.from_pretrained(smollm2)
+    engine = Recorder(
+        HFEngine(str(smollm2), eos_ids(str(smollm2), tok), tok.pad_token_id, torch.float32, "cpu")
+    )
+    pool = ToolPool(str(ROOT / "tools" / "calculator.py"), None, workers=1, timeout=5, limit=64)
+    agent = Agent(3, "python", pool, tok, calls.Observations(tok))
+    requests, rows = prompts_of(tok, smollm2, 6)
+    try:
+        samples = run(engine, requests, Sampling(n=4, temperature=1.0, max_tokens=64, seed=5), agent)
+    finally:
+        pool.close()
+    called = [s for s in samples if s.stats["tool_calls"] > 0]
+    assert len(called) >= 4, [s.stats for s in samples]  # the worked example teaches the call
+    # Replay: each episode's ids are exactly the ids each of its turns was given and sampled (turn
+    # t's requests are the episodes still going, in order).
+    mismatches = 0
+    for k, s in enumerate(samples):
+        at = 0
+        for t, (given, outs) in enumerate(engine.turns):
+            live = [j for j, x in enumerate(samples) if x.stats["turns"] > t]
+            if k not in live:
+                break
+            j = live.index(k)
+            assert given[j] == requests[s.prompt].ids + s.response[:at]  # the exact ids so far
+            out = outs[j]
+            got = s.response[at : at + len(out.response)]
+            mismatches += sum(a != b for a, b in zip(got, out.response, strict=False))
+            assert s.mask[at : at + len(got)] == [1] * len(got)
+            assert s.logprobs[at : at + len(got)] == out.logprobs[: len(got)]
+            at += len(got)
+            obs = at
+            while at < len(s.response) and s.mask[at] == 0:
+                at += 1
+            if at > obs:  # an observation: the template's tool turn around the tool's answer
+                text = tok.decode(s.response[obs:at])
+                assert "<|im_start|>tool\n" in text and text.endswith("<|im_start|>assistant\n")
+        assert at == len(s.response), f"episode {k}: {at} of {len(s.response)} tokens accounted for"
+        assert len(s.response) <= 64 and len(s.mask) == len(s.response) == len(s.logprobs)
+    assert mismatches == 0
+    # a correct call's observation holds the product; the answer is read from the last turn only
+    right = [s for s in called if f"\n{int(rows[s.prompt]['answer'])}<|im_end|>" in tok.decode(s.response)]
+    assert right, "no episode called multiply with the question's numbers"
+    s = right[0]
+    answer = tok.decode(last_turn(torch.tensor(s.response), torch.tensor(s.mask), len(s.response)))
+    assert "<|im_start|>tool" not in answer
+    # the trainer's log-probs of the whole episodes equal the engine's on the model's tokens
+    model = AutoModelForCausalLM.from_pretrained(smollm2, dtype=torch.float32).eval()
+    with torch.no_grad():
+        scored = packed_log_probs(model, [(requests[s.prompt].ids, s.response) for s in samples], 1.0)
+    worst = max(
+        (torch.tensor(s.logprobs) - lp)[torch.tensor(s.mask, dtype=torch.bool)].abs().max().item()
+        for s, lp in zip(samples, scored, strict=True)
+    )
+    assert worst <= 1e-4, worst
+
+
+def test_a_short_tool_run_calls_the_tool_more(smollm2, tmp_path):
+    spec = load_spec(
+        ROOT / "blueprints" / "tools_calculator.yaml",
+        [
+            f"worker.actor.model.model_path={smollm2}",
+            "trainer.max_steps=3",
+            "trainer.val_freq=-1",
+            "trainer.val_before_train=false",
+            "trainer.save_freq=-1",
+            "worker.actor.global_batch_size=4",  # two updates a step: old log-probs are recomputed
+        ],
+    ).spec
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "spec.yaml").write_text(dump_spec(spec))
+    r = run_trainer(run_dir, timeout=1200)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in lines if "agent/tool_calls" in m]
+    assert len(steps) == 3
+    assert steps[-1]["agent/tool_calls"] > steps[0]["agent/tool_calls"], [
+        m["agent/tool_calls"] for m in steps
+    ]
+    assert all(m["agent/turns"] >= 1 and m["agent/tool_errors"] <= m["agent/tool_calls"] for m in steps)
+    # the engine's sampling log-probs against the trainer's over whole episodes, model tokens only
+    print("logp diff", [(m["rollout/logp_diff_max"], m["rollout/logp_diff_mean"]) for m in steps])
+    generations = [json.loads(x) for x in (run_dir / "generations.jsonl").read_text().splitlines()]
+    assert any("multiply(" in json.dumps(g) for g in generations)  # every turn is kept
