@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from . import prompts, vision
-from .spec.data_check import mixed_rows, placeholder_mismatch
+from .spec.data_check import conversation, mixed_rows, placeholder_mismatch
 
 EXTENSION_BUILDERS = {
     ".jsonl": "json",
@@ -40,21 +40,6 @@ class Prompt:
     raw_ids: list[int] | None = None  # with images: one placeholder per image (what vLLM takes)
     images: list = field(default_factory=list)  # PIL, resized as EasyR1
     history: list = field(default_factory=list)  # a conversational row's messages before its last
-
-
-def conversation(value, source: str, i: int) -> tuple[list[dict], str]:
-    """A prompt cell as (earlier messages, the last user message's text): a plain text, or a
-    conversation as TRL's conversational data sets hold it (a list of {"role", "content"}, last
-    the user's), whose system message and examples reach the model as they are."""
-    if not isinstance(value, list):
-        return [], str(value)
-    ok = all(isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") for m in value)
-    if not value or not ok or value[-1]["role"] != "user":
-        raise ValueError(
-            f"{source}: row {i}: a prompt given as a list must be a conversation, "
-            '[{"role": ..., "content": "..."}, ...], ending with the user\'s message'
-        )
-    return [{"role": m["role"], "content": m["content"]} for m in value[:-1]], value[-1]["content"]
 
 
 def load_rows(files: str):

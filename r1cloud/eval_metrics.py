@@ -17,8 +17,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-Z95 = 1.96  # the ± shown is a 95% interval: 1.96 standard errors
-
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """The unbiased pass@k for n samples with c correct (k ≤ n)."""

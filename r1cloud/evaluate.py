@@ -26,10 +26,6 @@ from pathlib import Path
 BATCH = 64  # prompts per batch when the spec sets no data.val_batch_size
 
 
-class EvalError(Exception):
-    """Bad input found before generation: (message, hints)."""
-
-
 @dataclass
 class Target:
     ref: str  # as the user wrote it

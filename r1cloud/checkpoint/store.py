@@ -116,9 +116,6 @@ def _read_json(fs, path: str) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-_number = finite
-
-
 def _section(row: dict, key: str) -> dict:
     value = row.get(key)
     return value if isinstance(value, dict) else {}
@@ -185,7 +182,7 @@ def _list_checkpoints(root: str, label: str | None) -> list[Checkpoint]:
         state = _read_json(fs, f"{path}/trainer_state.json")
         if state is not None:
             fmt, metrics = "r1cloud", _section(state, "metrics")
-            train, val = _number(metrics.get("reward/overall")), _number(metrics.get("val/reward_score"))
+            train, val = finite(metrics.get("reward/overall")), finite(metrics.get("val/reward_score"))
             when = _mtime(fs.info(f"{path}/trainer_state.json"))
         else:
             try:
@@ -198,8 +195,8 @@ def _list_checkpoints(root: str, label: str | None) -> list[Checkpoint]:
             if easyr1_rows is None:
                 easyr1_rows = _easyr1_metrics(fs, base)
             row = easyr1_rows.get(step, {})
-            fmt, train = "easyr1", _number(_section(row, "reward").get("overall"))
-            val = _number(_section(row, "val").get("reward_score"))
+            fmt, train = "easyr1", finite(_section(row, "reward").get("overall"))
+            val = finite(_section(row, "val").get("reward_score"))
             when = _mtime(fs.info(shards[0]))
         ck = Checkpoint(
             step, proto + path, fmt, when, train, val, int(fs.du(path)), False, f"{label}:step-{step}"

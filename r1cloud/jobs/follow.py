@@ -4,7 +4,7 @@ step count. Files only — the same for a job on this machine and, later, one sy
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from ..records import finite, load_object, loads, whole
@@ -64,14 +64,6 @@ def _record(line: str) -> dict | None:
     except ValueError:
         return None
     return m if isinstance(m, dict) else None
-
-
-def metrics(run_dir: Path) -> Iterator[dict]:
-    path = run_dir / "metrics.jsonl"
-    if path.is_file():
-        for line in path.read_text(errors="replace").splitlines():
-            if line.strip() and (m := _record(line)) is not None:
-                yield m
 
 
 def last_train_metrics(run_dir: Path) -> dict | None:

@@ -4,11 +4,7 @@ layout: responses cut after the first EOS, with their sampling log-probs."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
-from typing import Protocol
-
-import torch
 
 
 @dataclass(frozen=True)
@@ -62,14 +58,6 @@ class Sample:
     finished: bool  # ended on EOS (not cut at max_tokens)
     mask: list[int] | None = None  # a multi-turn episode's: 1 on the model's tokens, 0 on observations
     stats: dict | None = None  # a multi-turn episode's counts (agents/episodes.py STATS)
-
-
-class RolloutEngine(Protocol):
-    name: str
-
-    def generate(self, prompts: list[Request], sampling: Sampling) -> list[Sample]: ...
-
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None: ...
 
 
 def cut_at_eos(

@@ -189,6 +189,21 @@ def _kind(value) -> str:
     return "null" if value is None else KINDS.get(type(value), type(value).__name__)
 
 
+def conversation(value, source: str, i: int) -> tuple[list[dict], str]:
+    """A prompt cell as (earlier messages, the last user message's text): a plain text, or a
+    conversation as TRL's conversational data sets hold it (a list of {"role", "content"}, last
+    the user's), whose system message and examples reach the model as they are."""
+    if not isinstance(value, list):
+        return [], str(value)
+    ok = all(isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") for m in value)
+    if not value or not ok or value[-1]["role"] != "user":
+        raise ValueError(
+            f"{source}: row {i}: a prompt given as a list must be a conversation, "
+            '[{"role": ..., "content": "..."}, ...], ending with the user\'s message'
+        )
+    return [{"role": m["role"], "content": m["content"]} for m in value[:-1]], value[-1]["content"]
+
+
 def _row_problem(row: dict, d, at: str, where: str, kinds: dict[str, tuple[str, str]]) -> str | None:
     """What the data loader would refuse in one row: a missing or mistyped prompt or answer, or a
     column whose type differs from an earlier row's (`kinds`: column -> (kind, where first seen))."""
@@ -199,8 +214,6 @@ def _row_problem(row: dict, d, at: str, where: str, kinds: dict[str, tuple[str, 
         return f"{at} has no column {missing[0]!r} (its columns: {columns}); set {key} to the column to use"
     prompt, answer = row[d.prompt_key], row[d.answer_key]
     if isinstance(prompt, list):  # a conversation (TRL's conversational format)
-        from ..data import conversation
-
         try:
             conversation(prompt, at, 0)
         except ValueError as e:

@@ -111,14 +111,7 @@ class Trainer:
     def log(self, text: str) -> None:
         print(text, flush=True)
 
-    def call(self, method: str, *args, per_rank: list | None = None, **kwargs) -> list:
-        if per_rank is not None:
-            return gather(
-                [
-                    getattr(w, method).remote(a, *args, **kwargs)
-                    for w, a in zip(self.workers, per_rank, strict=True)
-                ]
-            )
+    def call(self, method: str, *args, **kwargs) -> list:
         return gather([getattr(w, method).remote(*args, **kwargs) for w in self.workers])
 
     def start_workers(self) -> str:
