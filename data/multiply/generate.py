@@ -7,7 +7,6 @@ import json
 import random
 from pathlib import Path
 
-
 EXAMPLE = [
     {
         "role": "system",

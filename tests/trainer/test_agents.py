@@ -116,7 +116,8 @@ def test_a_short_tool_run_calls_the_tool_more(smollm2, tmp_path):
             "trainer.val_freq=-1",
             "trainer.val_before_train=false",
             "trainer.save_freq=-1",
-            "worker.actor.global_batch_size=4",  # two updates a step: old log-probs are recomputed
+            "data.rollout_batch_size=4",
+            "worker.actor.global_batch_size=2",  # two updates a step: old log-probs are recomputed
         ],
     ).spec
     run_dir = tmp_path / "run"
