@@ -168,7 +168,7 @@ class PromptSet:
         self.dropped, self.longest = 0, 0  # prompts dropped as too long, and the longest of them
         own = {data_cfg.prompt_key, data_cfg.answer_key, data_cfg.image_key, data_cfg.video_key}
         for source, i, row in rows:
-            history, content = conversation(row[data_cfg.prompt_key], source, i)
+            history, content = conversation(row[data_cfg.prompt_key], f"{source}: row {i}")
             imgs = self.row_images(source, i, row, content)
             if history and self.processor is not None:
                 raise ValueError(

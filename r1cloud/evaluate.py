@@ -262,9 +262,9 @@ def _endpoint(spec, job: dict, sampling):
                 "set --prompt-key/--answer-key"
             )
         own = {d.prompt_key, d.answer_key, d.image_key, d.video_key}
-        for row in rows:
+        for i, row in enumerate(rows):
             extra = {k: v for k, v in row.items() if k not in own}
-            history, content = conversation(row[d.prompt_key], source, len(prompts))
+            history, content = conversation(row[d.prompt_key], f"{source}: row {i}")
             prompts.append(Prompt(len(prompts), [], str(row[d.answer_key]), extra, content, history=history))
     prompts = prompts[: job["limit"]] if job["limit"] else prompts
     client = OpenAI(

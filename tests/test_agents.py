@@ -165,6 +165,8 @@ def test_validate_prints_the_tools_and_refuses_what_cannot_work(blueprint, cli, 
     assert r.exit_code == 2 and "has no effect while worker.rollout.multi_turn.enable is false" in (
         r.stdout + r.stderr
     )
+    r = cli("validate", str(bp), "worker.rollout.multi_turn.tool_names=[add]")
+    assert r.exit_code == 2 and "multi_turn.tool_names: has no effect" in (r.stdout + r.stderr)
     r = cli("validate", str(bp), *base, "worker.rollout.multi_turn.environment=envs/game.py:Game")
     assert (
         r.exit_code == 2

@@ -21,7 +21,6 @@ import re
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _CALL = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.S)
-FORMATS = ("hermes", "python")
 
 
 def parse(text: str, fmt: str) -> list[tuple[str, dict] | str]:

@@ -82,8 +82,7 @@ class ToolPool:
     def __init__(self, path: str, names: list[str] | None, workers: int, timeout: float, limit: int):
         import pebble
 
-        self.schemas = [schema(fn) for fn in load(path, names).values()]  # here too: errors early
-        self.names = {s["function"]["name"] for s in self.schemas}
+        self.names = set(load(path, names))  # here too: errors early
         self.timeout, self.limit = timeout, limit
         self.pool = pebble.ProcessPool(
             max_workers=max(1, workers),

@@ -372,12 +372,12 @@ def check_multi_turn(spec: Spec, problem: Report) -> None:
     if mt.enable and not mt.tools:
         problem(f"{at}.tools", "multi-turn episodes need tools: give tools: file.py (or file.py:add,mul)")
     if not mt.enable:
-        set_ = [k for k, v in mt.model_dump(exclude={"enable"}).items() if v != type(mt)().__dict__[k]]
-        for key in set_:
-            if key not in ("tool_names", "environment"):  # environment: refused in its own line
-                problem(
-                    f"{at}.{key}", f"has no effect while {at}.enable is false: set enable: true, or remove it"
-                )
+        # environment is refused in its own line; tool_names comes with tools (file.py:add,mul)
+        quiet = {"enable", "environment"} | ({"tool_names"} if mt.tools else set())
+        for key in mt.model_dump(exclude_defaults=True, exclude=quiet):
+            problem(
+                f"{at}.{key}", f"has no effect while {at}.enable is false: set enable: true, or remove it"
+            )
 
 
 def check_freezing(spec: Spec, problem: Report) -> None:

@@ -189,7 +189,7 @@ def _kind(value) -> str:
     return "null" if value is None else KINDS.get(type(value), type(value).__name__)
 
 
-def conversation(value, source: str, i: int) -> tuple[list[dict], str]:
+def conversation(value, where: str) -> tuple[list[dict], str]:
     """A prompt cell as (earlier messages, the last user message's text): a plain text, or a
     conversation as TRL's conversational data sets hold it (a list of {"role", "content"}, last
     the user's), whose system message and examples reach the model as they are."""
@@ -198,7 +198,7 @@ def conversation(value, source: str, i: int) -> tuple[list[dict], str]:
     ok = all(isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") for m in value)
     if not value or not ok or value[-1]["role"] != "user":
         raise ValueError(
-            f"{source}: row {i}: a prompt given as a list must be a conversation, "
+            f"{where}: a prompt given as a list must be a conversation, "
             '[{"role": ..., "content": "..."}, ...], ending with the user\'s message'
         )
     return [{"role": m["role"], "content": m["content"]} for m in value[:-1]], value[-1]["content"]
@@ -215,9 +215,9 @@ def _row_problem(row: dict, d, at: str, where: str, kinds: dict[str, tuple[str, 
     prompt, answer = row[d.prompt_key], row[d.answer_key]
     if isinstance(prompt, list):  # a conversation (TRL's conversational format)
         try:
-            conversation(prompt, at, 0)
+            conversation(prompt, at)
         except ValueError as e:
-            return str(e).replace(": row 0", "", 1)
+            return str(e)
     elif not isinstance(prompt, str):
         return f"{at}: {d.prompt_key!r} is {_kind(prompt)}, not text: every prompt must be a string or a conversation"
     if answer is None or isinstance(answer, dict | list):

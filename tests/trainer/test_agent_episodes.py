@@ -15,8 +15,8 @@ from r1cloud.agents import calls
 from r1cloud.agents.episodes import Agent, last_turn, run
 from r1cloud.agents.tools import ToolPool
 from r1cloud.rollout import Request, Sampling, eos_ids
-from r1cloud.spec import dump_spec, load_spec
-from tinyrun import ROOT, run_trainer
+from r1cloud.spec import load_spec
+from tinyrun import ROOT, run_of, run_trainer
 
 pytestmark = pytest.mark.slow
 
@@ -108,7 +108,7 @@ def test_episodes_are_token_in_token_out_and_score_as_sampled(smollm2):
 
 
 def test_a_short_tool_run_calls_the_tool_more(smollm2, tmp_path):
-    spec = load_spec(
+    run_dir = run_of(
         ROOT / "blueprints" / "tools_calculator.yaml",
         [
             f"worker.actor.model.model_path={smollm2}",
@@ -119,10 +119,8 @@ def test_a_short_tool_run_calls_the_tool_more(smollm2, tmp_path):
             "data.rollout_batch_size=4",
             "worker.actor.global_batch_size=2",  # two updates a step: old log-probs are recomputed
         ],
-    ).spec
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    (run_dir / "spec.yaml").write_text(dump_spec(spec))
+        tmp_path / "run",
+    )
     r = run_trainer(run_dir, timeout=1200)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -6,15 +6,14 @@ import json
 
 import pytest
 
-from r1cloud.spec import dump_spec, load_spec
-from tinyrun import ROOT, run_trainer
+from tinyrun import ROOT, run_of, run_trainer
 
 pytestmark = pytest.mark.slow
 
 
 def test_grpo_raises_reward_on_a_real_model(smollm2, tmp_path):
     steps = 10
-    spec = load_spec(
+    run = run_of(
         ROOT / "blueprints/quickstart.yaml",
         [
             f"worker.actor.model.model_path={smollm2}",
@@ -22,10 +21,8 @@ def test_grpo_raises_reward_on_a_real_model(smollm2, tmp_path):
             "trainer.val_freq=-1",  # before the first step and after the last
             "trainer.save_freq=-1",
         ],
-    ).spec
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "spec.yaml").write_text(dump_spec(spec))
+        tmp_path / "run",
+    )
     r = run_trainer(run, timeout=1800)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -80,6 +80,15 @@ def tiny_blueprint(model: Path, reward: Path, **kw) -> str:
     )
 
 
+def run_of(blueprint: Path, overrides: list[str], run: Path) -> Path:
+    """`run`, a run folder holding `blueprint` resolved with `overrides` (its files found beside it)."""
+    from r1cloud.spec import dump_spec, load_spec
+
+    run.mkdir()
+    (run / "spec.yaml").write_text(dump_spec(load_spec(blueprint, overrides).spec))
+    return run
+
+
 def run_trainer(run: Path, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """The node entrypoint as a backend starts it: `python -m r1cloud.trainer RUN_DIR`, with the
     job's `env` (a backend sets the spec's envs and secrets)."""
