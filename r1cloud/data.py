@@ -40,6 +40,7 @@ class Prompt:
     raw_ids: list[int] | None = None  # with images: one placeholder per image (what vLLM takes)
     images: list = field(default_factory=list)  # PIL, resized as EasyR1
     history: list = field(default_factory=list)  # a conversational row's messages before its last
+    reset: dict | None = None  # with an environment: what its reset takes (rollout.Request.reset)
 
 
 def load_rows(files: str):
@@ -134,6 +135,7 @@ class PromptSet:
         probs: list[float] | None = None,
         processor=None,  # vision.ImageProcessor, for a vision-language model
         tools: list[dict] | None = None,  # multi-turn: the tools' schemas, shown by the templates
+        environment: bool = False,  # multi-turn with an environment: each prompt's Prompt.reset
     ):
         self.cfg, self.processor, self.tools = data_cfg, processor, tools
         parts, columns = [], None
@@ -207,6 +209,7 @@ class PromptSet:
                     raw if imgs else None,
                     imgs or [],
                     history,
+                    self.reset_input(row, f"{source}: row {i}", content, history) if environment else None,
                 )
             )
         self.columns = sorted(columns - {data_cfg.image_key, data_cfg.video_key})
@@ -256,11 +259,12 @@ class PromptSet:
         if 0 < bare < len(counts):
             raise ValueError(mixed_rows(f"the {name} data", bare, len(counts) - bare))
 
-    def render(self, content: str, with_images: bool = False, history: list = ()) -> str:
+    def render(self, content: str, with_images: bool = False, history: list = (), after: str = "") -> str:
         """The prompt as the model sees it: the format prompt over `content` (and `tools`, the
-        tools' schemas, in a multi-turn run), after a conversational row's earlier messages, in
-        the chat template (given the tools too)."""
+        tools' schemas, in a multi-turn run) and `after`, after a conversational row's earlier
+        messages, in the chat template (given the tools too)."""
         text = self.template.render(content=content, tools=self.tools or []) if self.template else content
+        text += after
         if self.processor is not None:
             return self.processor.render(text, with_images)
         return self.tokenizer.apply_chat_template(
@@ -269,6 +273,14 @@ class PromptSet:
             tokenize=False,
             tools=self.tools,
         )
+
+    def reset_input(self, row: dict, where: str, content: str, history: list) -> dict:
+        """An environment's reset takes the whole row (TRL passes its prompt too); the text it
+        returns goes at the end of the last message, between `around`'s two halves."""
+        cut = "\x00reset\x00"
+        head, _, tail = self.render(content, history=history, after=cut).partition(cut)
+        keep = {k: v for k, v in row.items() if k not in (self.cfg.image_key, self.cfg.video_key)}
+        return {"row": keep, "around": (head, tail), "where": where}
 
     def image_inputs(self, index: int) -> dict:
         """The processor's image tensors for prompt `index` (recomputed: a data set's pixels would

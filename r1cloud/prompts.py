@@ -26,18 +26,19 @@ def load(path: str | Path):
     return SandboxedEnvironment().from_string(Path(path).read_text(encoding="utf-8").strip())
 
 
-class _Slow(Exception):
+class TooSlow(Exception):
     pass
 
 
 @contextlib.contextmanager
-def _deadline(seconds: float):
+def deadline(seconds: float):
+    """TooSlow raised in the block after `seconds` (a signal timer: the main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signals reach only the main thread: no limit elsewhere
         return
 
     def expire(*_):
-        raise _Slow
+        raise TooSlow
 
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -71,12 +72,12 @@ def check(path: str | Path, content: str, seconds: float = SECONDS) -> str | Non
         return f"cannot be read ({type(e).__name__}: {e})"
     size = 0
     try:
-        with _deadline(seconds):
+        with deadline(seconds):
             for piece in template.generate(content=content):
                 size += len(piece)
                 if size > MAX_CHARS:
                     return f"renders more than {MAX_CHARS:,} characters for one row: is a loop unbounded?"
-    except _Slow:
+    except TooSlow:
         return f"takes more than {seconds:g} s to render one row: is a loop unbounded?"
     except RecursionError as e:
         return f"recurses without end when rendered{_template_line(e)}"

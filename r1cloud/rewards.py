@@ -169,10 +169,25 @@ class RewardFunction(ScoreChecks):
         return scores, errors
 
 
+class EnvironmentOnly:
+    """No reward function: an environment's reward is the episode's (agents/)."""
+
+    wants, sends_prompt = (), False
+
+    def __call__(self, inputs: list[dict]) -> tuple[list[dict], int]:
+        return [{} for _ in inputs], 0
+
+    def close(self) -> None:
+        pass
+
+
 def from_config(r, bounded: bool = False):
     """The reward `worker.reward` names: a remote URL, or a function run in the process pool. With
     `bounded` (a check before a run: `try`, `eval`), the function's calls share one deadline,
-    2 × `timeout` + 10 s from now: a stuck function ends the check, not each sample's timeout."""
+    2 × `timeout` + 10 s from now: a stuck function ends the check, not each sample's timeout.
+    No function (an environment gives the reward): EnvironmentOnly."""
+    if not r.reward_function:
+        return EnvironmentOnly()
     if r.reward_function.startswith(("http://", "https://")):
         from .remote_rewards import RemoteReward
 

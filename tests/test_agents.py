@@ -5,11 +5,13 @@ a token delta of the chat template, conversational prompts, and what validate sa
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from r1cloud.agents import calls, tools
+from r1cloud.agents.sandbox import Sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,7 +72,7 @@ def tool_file(tmp_path) -> Path:
 def test_a_file_offers_its_public_functions_with_transformers_schemas(tool_file):
     assert sorted(tools.load(str(tool_file))) == ["add", "fail", "hang", "shout"]
     assert list(tools.load(str(tool_file), ["add"])) == ["add"]
-    (schema,) = tools.check(str(tool_file), ["add"])  # read in a child process
+    (schema,) = tools.check(None, str(tool_file), ["add"])["tools"]  # read in a child process
     assert schema["function"]["name"] == "add"
     assert schema["function"]["description"] == "Add two numbers."
     assert schema["function"]["parameters"]["properties"]["a"] == {
@@ -85,37 +87,133 @@ def test_a_tool_the_model_cannot_be_shown_is_refused_in_one_line(tmp_path):
     path = tmp_path / "bad.py"
     path.write_text("def add(a, b):\n    return a + b\n")
     with pytest.raises(ValueError) as e:
-        tools.check(str(path), None)
-    assert "bad.py:add cannot be shown to the model" in str(e.value) and "type hint" in str(e.value)
+        tools.check(None, str(path), None)
+    assert "bad.py: add cannot be shown to the model" in str(e.value) and "type hint" in str(e.value)
     assert "\n" not in str(e.value)
     path.write_text("import no_such_module_here\n")
-    with pytest.raises(ValueError, match="importing .*bad.py failed: ModuleNotFoundError"):
-        tools.check(str(path), None)
+    with pytest.raises(ValueError, match="bad.py: importing it failed: ModuleNotFoundError"):
+        tools.check(None, str(path), None)
 
 
-def test_the_pool_turns_errors_hangs_and_floods_into_observations(tool_file):
-    pool = tools.ToolPool(str(tool_file), None, workers=2, timeout=2.0, limit=50)
+def test_the_sandbox_turns_errors_hangs_and_floods_into_observations(tool_file):
+    box = Sandbox(None, str(tool_file), None, workers=2, timeout=2.0, limit=50)
     try:
-        out = pool.call_all(
+        out = box.run(
             [
-                ("add", {"a": 2, "b": 3}),
-                ("shout", {"text": "ab"}),
-                ("fail", {"x": 1}),
-                ("hang", {"x": 1}),
-                ("nope", {}),
-                ("add", {"a": 1}),
+                ("call", 0, ("add", {"a": 2, "b": 3})),
+                ("call", 1, ("shout", {"text": "ab"})),
+                ("call", 2, ("fail", {"x": 1})),
+                ("call", 3, ("hang", {"x": 1})),
+                ("call", 4, ("add", {"a": 1})),
             ]  # fmt: skip
         )
-        texts, failed = [o[0] for o in out], [o[1] for o in out]
-        assert texts[0] == "5" and not failed[0]
-        assert texts[1] == "ab" * 25 and not failed[1]  # cut to the limit inside the tool's process
-        assert texts[2] == "Error: KeyError: 'no such row'" and failed[2]
-        assert texts[3] == "Error: hang did not finish in 2 s" and failed[3]
-        assert texts[4].startswith("Error: there is no tool 'nope'") and failed[4]
-        assert texts[5].startswith("Error: TypeError") and failed[5]  # a missing argument
-        assert pool.call_all([("add", {"a": 1, "b": 1})])[0][:2] == ("2", False)  # the pool lives on
+        texts, ok = [o[1] for o in out], [o[0] for o in out]
+        assert texts[0] == "5" and ok[0]
+        assert texts[1] == "ab" * 25 and ok[1]  # cut to the limit inside the tool's process
+        assert texts[2] == "Error: KeyError: 'no such row'" and not ok[2]
+        assert texts[3] == "Error: hang did not finish in 2 s" and not ok[3]
+        assert texts[4].startswith("Error: TypeError") and not ok[4]  # a missing argument
+        assert box.run([("call", 3, ("add", {"a": 1, "b": 1}))])[0][:2] == (True, "2")  # it lives on
     finally:
-        pool.close()
+        box.close()
+
+
+TRL_ENV = '''
+import os
+
+
+class Counter:
+    """Written for TRL's GRPOTrainer(environment_factory=Counter)."""
+
+    def reset(self, target, **kwargs) -> str | None:
+        if target < 0:
+            raise ValueError("a negative target")
+        self.counter, self.target = 0, target
+        return f" Reach {target}."
+
+    def get_reward(self) -> float:
+        return float(self.counter == self.target)
+
+    def increment(self, step: int) -> int:
+        """Add to the counter.
+
+        Args:
+            step: How much to add.
+        """
+        self.counter += step
+        return self.counter
+
+    def crash(self) -> None:
+        """End this process."""
+        os._exit(3)
+'''
+
+GYM_ENV = '''
+import re
+
+
+class Guess:
+    """reset(**row), then step(action) -> (observation, reward, done)."""
+
+    def reset(self, secret, **kwargs):
+        self.secret = int(secret)
+
+    def step(self, action: str):
+        said = re.findall(r"-?\\d+", action)
+        if not said:
+            return "Say a number.", 0.0, False
+        if int(said[-1]) == self.secret:
+            return "Right!", 1.0, True
+        return ("Higher." if int(said[-1]) < self.secret else "Lower."), -0.1, False
+'''
+
+
+@pytest.fixture
+def env_files(tmp_path) -> tuple[str, str]:
+    (tmp_path / "counter.py").write_text(TRL_ENV)
+    (tmp_path / "guess.py").write_text(GYM_ENV)
+    return f"{tmp_path / 'counter.py'}:Counter", f"{tmp_path / 'guess.py'}:Guess"
+
+
+def test_environments_keep_their_state_per_episode_in_either_shape(env_files):
+    trl, gym = env_files
+    info = tools.check(trl, None, None)
+    assert info["shape"] == "trl" and info["reward"]
+    assert [t["function"]["name"] for t in info["tools"]] == ["crash", "increment"]  # not reset, get_reward
+    assert tools.check(gym, None, None) == {"tools": [], "shape": "gym", "reward": True}
+
+    box = Sandbox(trl, None, None, workers=2, timeout=2.0, limit=100)
+    try:
+        assert box.run([("reset", 0, {"target": 3}), ("reset", 1, {"target": 1})]) == [
+            (True, " Reach 3.", pytest.approx(0, abs=1)),
+            (True, " Reach 1.", pytest.approx(0, abs=1)),
+        ]
+        got = box.run([("call", 0, ("increment", {"step": 2})), ("call", 1, ("increment", {"step": 1}))])
+        assert [g[1] for g in got] == ["2", "1"]
+        got = box.run([("call", 0, ("increment", {"step": 1})), ("reward", 0, None), ("reward", 1, None)])
+        assert [g[1] for g in got] == ["3", 1.0, 1.0]  # episode 0 reached 3 over two turns
+        ((ok, text, _),) = box.run([("reset", 2, {"target": -1})])
+        assert not ok and text == "Error: ValueError: a negative target"
+        # a process that dies takes its episodes' objects with it, and is started again
+        ((ok, text, _),) = box.run([("call", 1, ("crash", {}))])
+        assert not ok and "lost" in text
+        ((ok, text, _),) = box.run([("reward", 1, None)])
+        assert not ok and "LookupError" in text and "lost" in text
+        assert box.run([("reward", 0, None)])[0][:2] == (True, 1.0)  # the other process kept its own
+    finally:
+        box.close()
+
+    box = Sandbox(gym, None, None, workers=1, timeout=2.0, limit=100)
+    try:
+        box.run([("reset", 0, {"secret": "7"})])
+        steps = box.run([("step", 0, "I say 5"), ("step", 0, "no idea"), ("step", 0, "7")])
+        assert [s[1] for s in steps] == [
+            ("Higher.", -0.1, False),
+            ("Say a number.", 0.0, False),
+            ("Right!", 1.0, True),
+        ]
+    finally:
+        box.close()
 
 
 def test_call_formats():
@@ -167,12 +265,6 @@ def test_validate_prints_the_tools_and_refuses_what_cannot_work(blueprint, cli, 
     )
     r = cli("validate", str(bp), "worker.rollout.multi_turn.tool_names=[add]")
     assert r.exit_code == 2 and "multi_turn.tool_names: has no effect" in (r.stdout + r.stderr)
-    r = cli("validate", str(bp), *base, "worker.rollout.multi_turn.environment=envs/game.py:Game")
-    assert (
-        r.exit_code == 2
-        and "environments" in (r.stdout + r.stderr)
-        and "not supported yet" in (r.stdout + r.stderr)
-    )
     r = cli(
         "validate",
         str(bp),
@@ -187,7 +279,53 @@ def test_validate_prints_the_tools_and_refuses_what_cannot_work(blueprint, cli, 
     r = cli(
         "validate", str(bp), "worker.rollout.multi_turn.enable=true", f"worker.rollout.multi_turn.tools={bad}"
     )
-    assert r.exit_code == 2 and "undocumented.py:add cannot be shown to the model" in (r.stdout + r.stderr)
+    assert r.exit_code == 2 and "undocumented.py: add cannot be shown to the model" in (r.stdout + r.stderr)
+
+
+def test_validate_reads_an_environment_says_the_reward_rule_and_refuses_what_cannot_work(
+    blueprint, cli, env_files, tool_file
+):
+    trl, gym = env_files
+    bp = str(blueprint())
+    on = "worker.rollout.multi_turn.enable=true"
+    r = cli("validate", bp, on, f"worker.rollout.multi_turn.environment={trl}")
+    out = re.sub(" +", " ", r.stdout + r.stderr)  # the summary's columns
+    assert r.exit_code == 0, out
+    assert "environment Counter, one per episode, TRL-shaped" in out
+    assert "tool increment(step: integer): Add to the counter." in out
+    assert "reward is Counter.get_reward() + the reward function on the last turn" in out
+
+    r = cli(
+        "validate",
+        bp,
+        on,
+        f"worker.rollout.multi_turn.environment={gym}",
+        "worker.reward.reward_function=null",
+    )
+    out = re.sub(" +", " ", r.stdout + r.stderr)
+    assert r.exit_code == 0, out
+    assert "gym-shaped" in out and "reward is the sum of Guess.step() rewards \n" in out
+
+    def refused(*overrides: str) -> str:
+        r = cli("validate", bp, on, *overrides)
+        out = r.stdout + r.stderr
+        assert r.exit_code == 2 and "Traceback" not in out, out
+        return out
+
+    out = refused(
+        f"worker.rollout.multi_turn.environment={gym}", f"worker.rollout.multi_turn.tools={tool_file}"
+    )
+    assert "multi_turn.tools: has no effect with Guess, a gym-shaped environment" in out
+    plain = tool_file.with_name("plain.py")
+    plain.write_text("class Plain:\n    def reset(self, **row):\n        return None\n")
+    out = refused(
+        f"worker.rollout.multi_turn.environment={plain}:Plain", "worker.reward.reward_function=null"
+    )
+    assert "worker.reward.reward_function: is not set, and Plain gives no reward" in out
+    out = refused(f"worker.rollout.multi_turn.environment={plain}:Nope")
+    assert f"multi_turn.environment: {plain} has no class 'Nope'" in out
+    out = refused(f"worker.rollout.multi_turn.environment={plain}")
+    assert "names no class: give file.py:Class" in out
 
 
 def test_a_conversation_as_the_prompt_reaches_the_template_whole(tmp_path):

@@ -61,25 +61,26 @@ def _python(body: str) -> tuple[str, dict] | str:
 
 
 class Observations:
-    """Observations as token ids in the chat template's tool turn."""
+    """Observations as token ids in the chat template's tool turn (or user turn: a gym-shaped
+    environment's)."""
 
     BASE = ({"role": "user", "content": "\x01"}, {"role": "assistant", "content": "\x01"})
 
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer, role: str = "tool"):
+        self.tokenizer, self.role = tokenizer, role
         self.before = tokenizer.apply_chat_template(list(self.BASE), tokenize=False)
         self.end_of_turn = self.before[self.before.rindex("\x01") + 1 :]  # e.g. "<|im_end|>\n"
         self.text(["\x02"])  # a template that cannot append a tool turn fails now, not mid-run
 
     def text(self, contents: list[str]) -> str:
         """What the template adds after an assistant turn's end: the tool turns, the next header."""
-        tools = [{"role": "tool", "content": c} for c in contents]
+        tools = [{"role": self.role, "content": c} for c in contents]
         after = self.tokenizer.apply_chat_template(
             [*self.BASE, *tools], tokenize=False, add_generation_prompt=True
         )
         if not after.startswith(self.before):
             raise ValueError(
-                "the chat template does not extend a conversation by appending a tool turn; give "
+                f"the chat template does not extend a conversation by appending a {self.role} turn; give "
                 "worker.actor.model.tokenizer_path a tokenizer whose template does"
             )
         return after[len(self.before) :]

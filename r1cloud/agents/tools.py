@@ -1,12 +1,19 @@
-"""Tools as users write them for TRL: plain Python functions with type hints and a Google-style
-docstring, in a file of their own. `file.py` offers every public function defined there,
-`file.py:add,mul` those named (the spec splits it into `tools` and `tool_names`). The schema each
-tool shows the model is transformers' own (`get_json_schema`, the one TRL and the chat templates
-use), not one of ours.
+"""Tools and environments as users write them for TRL and gym, read without running the trainer.
 
-The tools run in a pool of spawned processes (pebble, as the reward functions do): a tool that
-raises becomes an error observation, one that hangs is killed at `tool_timeout`, a flood is cut
-to `max_tool_response_length` characters inside the tool's process; none of them ends the run.
+Tools: plain Python functions with type hints and a Google-style docstring, in a file of their
+own. `file.py` offers every public function defined there, `file.py:add,mul` those named (the
+spec splits it into `tools` and `tool_names`). The schema each tool shows the model is
+transformers' own (`get_json_schema`, the one TRL and the chat templates use), not one of ours.
+
+Environments (`file.py:Class`), one object per episode, in one of two shapes:
+- TRL's `environment_factory` class (trl 1.16 grpo_trainer.py): `reset(**row) -> str | None`
+  (a text is appended to the prompt's last message), every other public method is a tool, and an
+  optional `get_reward() -> float` is read once the episode ends;
+- gym-shaped: `reset(**row) -> str | None` the same way, then `step(action: str) -> (observation,
+  reward, done)` on each of the model's turns (its whole text is the action); the episode's
+  reward is the sum of its steps' rewards. A class that defines `step` is read as this shape.
+
+They run in the sandbox's processes (sandbox.py); `check` reads them in a child process.
 """
 
 from __future__ import annotations
@@ -14,15 +21,13 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-import multiprocessing
 import subprocess
 import sys
-import time
 from collections.abc import Callable
-from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
-_TOOLS: dict[str, Callable] = {}  # inside a pool process: the tools by name
+ENV = "worker.rollout.multi_turn.environment"
+NOT_TOOLS = {"reset", "get_reward"}  # TRL's: every other public method of the class is a tool
 
 
 def load(path: str, names: list[str] | None = None) -> dict[str, Callable]:
@@ -51,7 +56,7 @@ def load(path: str, names: list[str] | None = None) -> dict[str, Callable]:
     return tools
 
 
-def schema(fn: Callable, path: str = "") -> dict:
+def schema(fn: Callable, where: str = "", at: str = "worker.rollout.multi_turn.tools") -> dict:
     """The OpenAI function schema of `fn`, from its signature and docstring (transformers)."""
     from transformers.utils import get_json_schema
 
@@ -59,98 +64,94 @@ def schema(fn: Callable, path: str = "") -> dict:
         return get_json_schema(fn)
     except Exception as e:  # transformers' TypeHintParsingException / DocstringParsingException
         raise ValueError(
-            f"worker.rollout.multi_turn.tools: {path}:{fn.__name__} cannot be shown to the model ({e}); "
+            f"{at}: {where}: {fn.__qualname__} cannot be shown to the model ({e}); "
             "give every argument a type hint and describe it under Args: in the docstring"
         ) from None
 
 
-def _init(path: str, names: list[str] | None) -> None:
-    global _TOOLS
-    _TOOLS = load(path, names)
+def environment_class(where: str) -> type:
+    """The class of `file.py:Class`; ValueError of one line if it is not an environment."""
+    from ..rewards import load_module
+
+    path, _, name = where.rpartition(":")
+    if not Path(path).is_file():
+        raise ValueError(f"{ENV}: {path} is not a file")
+    cls = getattr(load_module(path), name, None)
+    if not inspect.isclass(cls):
+        raise ValueError(f"{ENV}: {path} has no class {name!r}")
+    if not callable(getattr(cls, "reset", None)):
+        raise ValueError(f"{ENV}: {name} has no reset(**row) method (TRL's and gym's environments have one)")
+    return cls
 
 
-def _run(name: str, arguments: dict, limit: int) -> str:
-    result = _TOOLS[name](**arguments)
-    text = result if isinstance(result, str) else str(result)
-    return text[:limit]
+def is_gym(cls: type) -> bool:
+    return callable(getattr(cls, "step", None))
 
 
-class ToolPool:
-    """The tools of `path` (`names`), called in `workers` spawned processes, each call under
-    `timeout` s, its output cut to `limit` characters."""
+def environment_tools(cls: type) -> list[str]:
+    """A TRL environment's tools: its public methods but reset and get_reward (none for gym's)."""
+    if is_gym(cls):
+        return []
+    return [
+        n
+        for n, _ in inspect.getmembers(cls, inspect.isfunction)
+        if not n.startswith("_") and n not in NOT_TOOLS
+    ]
 
-    def __init__(self, path: str, names: list[str] | None, workers: int, timeout: float, limit: int):
-        import pebble
 
-        self.names = set(load(path, names))  # here too: errors early
-        self.timeout, self.limit = timeout, limit
-        self.pool = pebble.ProcessPool(
-            max_workers=max(1, workers),
-            initializer=_init,
-            initargs=(path, names),
-            context=multiprocessing.get_context("spawn"),  # never fork a Ray worker
-        )
-
-    def close(self) -> None:
-        self.pool.stop()
-        self.pool.join()
-
-    def call_all(self, calls: list[tuple[str, dict]]) -> list[tuple[str, bool, float]]:
-        """Each (name, arguments) run at once across the pool: (observation, failed, seconds)."""
-        start = time.monotonic()
-        futures = [
-            self.pool.schedule(_run, (name, args, self.limit), timeout=self.timeout)
-            if name in self.names
-            else None
-            for name, args in calls
+def describe(env: str | None, tools: str | None, names: list[str] | None) -> dict:
+    """What the model is shown and what rewards an episode: {"tools": schemas, "shape": "trl" |
+    "gym" | None, "reward": whether the environment gives one}. Makes one environment object, as
+    TRL does to probe its factory."""
+    out = {"tools": [schema(f, tools) for f in (load(tools, names) if tools else {}).values()], "shape": None}
+    if env:
+        cls = environment_class(env)
+        try:
+            probe = cls()
+        except Exception as e:
+            raise ValueError(f"{ENV}: {env}() failed: {type(e).__name__}: {e}") from None
+        out["tools"] += [
+            schema(getattr(probe, n), env.rpartition(":")[0], ENV) for n in environment_tools(cls)
         ]
-        out = []
-        for (name, _), future in zip(calls, futures, strict=True):
-            if future is None:
-                known = ", ".join(sorted(self.names))
-                out.append((f"Error: there is no tool {name!r} (the tools are {known})", True, 0.0))
-                continue
-            try:
-                out.append((future.result(), False, time.monotonic() - start))
-            except FutureTimeout:
-                out.append((f"Error: {name} did not finish in {self.timeout:g} s", True, self.timeout))
-            except Exception as e:  # the tool raised, or its process died: the model sees why
-                message = str(e).splitlines()[0][: self.limit] if str(e) else ""
-                out.append((f"Error: {type(e).__name__}: {message}", True, time.monotonic() - start))
-        return out
+        out["shape"] = "gym" if is_gym(cls) else "trl"
+        out["reward"] = is_gym(cls) or callable(getattr(cls, "get_reward", None))
+    return out
 
 
-def check(path: str, names: list[str] | None) -> list[dict]:
-    """The tools' schemas, read by importing the file in a child process (a file from elsewhere
-    never runs in the CLI's), once per process; ValueError of one line for anything wrong."""
-    return _check(path, tuple(names) if names is not None else None, Path(path).stat().st_mtime_ns)
+def check(env: str | None, tools: str | None, names: list[str] | None) -> dict:
+    """`describe`, read by importing the files in a child process (a file from elsewhere never
+    runs in the CLI's), once per process; ValueError of one line for anything wrong."""
+    files = [p for p in (env and env.rpartition(":")[0], tools) if p]
+    stamps = tuple(Path(p).stat().st_mtime_ns for p in files)
+    return json.loads(_check(env, tools, tuple(names) if names is not None else None, stamps))
 
 
 @functools.lru_cache(maxsize=8)
-def _check(path: str, names: tuple[str, ...] | None, _mtime: int) -> list[dict]:
+def _check(env: str | None, tools: str | None, names: tuple[str, ...] | None, _stamps: tuple) -> str:
     code = (
-        "import json, sys; from r1cloud.agents.tools import load, schema\n"
-        "try:\n    print(json.dumps([schema(f) for f in load(sys.argv[1], json.loads(sys.argv[2])).values()]))\n"
+        "import json, sys; from r1cloud.agents.tools import describe\n"
+        "try:\n    print(json.dumps(describe(*json.loads(sys.argv[1]))))\n"
         "except ValueError as e:\n    print(e, file=sys.stderr); sys.exit(2)\n"
     )
+    what = f"{ENV}: {env}" if env else f"worker.rollout.multi_turn.tools: {tools}"
     try:
         r = subprocess.run(
-            [sys.executable, "-c", code, path, json.dumps(list(names) if names else None)],
+            [sys.executable, "-c", code, json.dumps([env, tools, list(names) if names else None])],
             capture_output=True,
             text=True,
             timeout=60,
         )
     except subprocess.TimeoutExpired:
-        raise ValueError(f"worker.rollout.multi_turn.tools: importing {path} took over 60 s") from None
+        raise ValueError(f"{what}: importing it took over 60 s") from None
     if r.returncode == 0:
-        return json.loads(r.stdout.strip().splitlines()[-1])
+        return r.stdout.strip().splitlines()[-1]
     last = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
     if r.returncode == 2:
         raise ValueError(last)
-    raise ValueError(f"worker.rollout.multi_turn.tools: importing {path} failed: {last}")
+    raise ValueError(f"{what}: importing it failed: {last}")
 
 
 def tool_schemas(spec) -> list[dict] | None:
     """The tools a multi-turn spec offers, as the prompt shows them (None without multi-turn)."""
     mt = spec.worker.rollout.multi_turn
-    return check(mt.tools, mt.tool_names) if mt.enable else None
+    return check(mt.environment, mt.tools, mt.tool_names)["tools"] or None if mt.enable else None

@@ -48,6 +48,7 @@ class Request:
     raw_ids: list[int] | None = None
     images: list = field(default_factory=list)
     image_inputs: dict = field(default_factory=dict)
+    reset: dict | None = None  # an environment's episode: {"row", "around": (head, tail), "where"}
 
 
 @dataclass
@@ -58,6 +59,8 @@ class Sample:
     finished: bool  # ended on EOS (not cut at max_tokens)
     mask: list[int] | None = None  # a multi-turn episode's: 1 on the model's tokens, 0 on observations
     stats: dict | None = None  # a multi-turn episode's counts (agents/episodes.py STATS)
+    prompt_ids: list[int] | None = None  # an episode's own prompt (its environment's reset added to it)
+    reward: float | None = None  # an episode's environment reward
 
 
 def cut_at_eos(

@@ -82,7 +82,7 @@ def check_required(spec: Spec, problem: Report) -> None:
             "trainer.val_before_train",
             "trainer.val_freq",
         )
-    if not spec.worker.reward.reward_function:
+    if not spec.worker.reward.reward_function and not spec.worker.rollout.multi_turn.environment:
         problem(
             "worker.reward.reward_function",
             "is not set: give file.py:function (EasyR1's reward interface) or an http(s) URL",
@@ -369,11 +369,16 @@ def check_images(spec: Spec, problem: Report) -> None:
 
 def check_multi_turn(spec: Spec, problem: Report) -> None:
     mt, at = spec.worker.rollout.multi_turn, "worker.rollout.multi_turn"
-    if mt.enable and not mt.tools:
-        problem(f"{at}.tools", "multi-turn episodes need tools: give tools: file.py (or file.py:add,mul)")
+    if mt.enable and not mt.tools and not mt.environment:
+        problem(
+            f"{at}.tools",
+            "multi-turn episodes need tools or an environment: give tools: file.py (or file.py:add,mul), "
+            "or environment: file.py:Class",
+        )
+    if mt.environment and ":" not in mt.environment:
+        problem(f"{at}.environment", f"{mt.environment} names no class: give file.py:Class")
     if not mt.enable:
-        # environment is refused in its own line; tool_names comes with tools (file.py:add,mul)
-        quiet = {"enable", "environment"} | ({"tool_names"} if mt.tools else set())
+        quiet = {"enable"} | ({"tool_names"} if mt.tools else set())  # tool_names comes with file.py:a,b
         for key in mt.model_dump(exclude_defaults=True, exclude=quiet):
             problem(
                 f"{at}.{key}", f"has no effect while {at}.enable is false: set enable: true, or remove it"

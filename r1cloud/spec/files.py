@@ -20,6 +20,7 @@ from .models import Spec, _is_url
 from .problems import Problem
 
 TOOLS = "worker.rollout.multi_turn.tools"
+ENV = "worker.rollout.multi_turn.environment"
 DATA_EXTENSIONS = (".json", ".jsonl", ".parquet", ".csv", ".arrow", ".txt", ".tsv")
 # the Hub: 96 characters a part at most
 HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
@@ -98,12 +99,8 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
             ):
                 problem("worker.reward.reward_function", msg)
     mt = w.rollout.multi_turn
-    if mt.enable and mt.tools and (found := find(TOOLS, mt.tools, "file")):
-        mt.tools = str(found)
-        try:
-            check_tools(mt.tools, mt.tool_names)
-        except ValueError as e:
-            problem(TOOLS, str(e).removeprefix(f"{TOOLS}: "))
+    if mt.enable:
+        check_agent(spec, find, problem)
     if t.load_checkpoint_path and not _is_url(t.load_checkpoint_path):
         found = find("trainer.load_checkpoint_path", t.load_checkpoint_path, "folder")
         if found:
@@ -133,6 +130,41 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
                         *check_model(spec, config)]:  # fmt: skip
         problem(at, message)
     return problems
+
+
+def check_agent(spec: Spec, find, problem) -> None:
+    """The tools and environment files found, imported in a child process, and what cannot work
+    with the environment's shape; the reward rule (summary.py prints it)."""
+    mt, rf = spec.worker.rollout.multi_turn, spec.worker.reward.reward_function
+    tools = mt.tools and find(TOOLS, mt.tools, "file")
+    env, cls = None, None
+    if mt.environment and ":" in mt.environment:
+        path, _, cls = mt.environment.rpartition(":")
+        env = (found := find(ENV, path, "file")) and f"{found}:{cls}"
+    if (mt.tools and not tools) or (mt.environment and not env):
+        return  # not found: said already
+    mt.tools, mt.environment = str(tools) if tools else None, env
+    try:
+        info = check_tools(env, mt.tools, mt.tool_names)
+    except ValueError as e:
+        at = next((k for k in (ENV, TOOLS) if str(e).startswith(f"{k}: ")), ENV if env else TOOLS)
+        problem(at, str(e).removeprefix(f"{at}: "))
+        return
+    explicit = mt.model_dump(exclude_defaults=True)
+    if info["shape"] == "gym":
+        for key in ("tools", "tool_call_format"):
+            if key in explicit:
+                problem(
+                    f"worker.rollout.multi_turn.{key}",
+                    f"has no effect with {cls}, a gym-shaped environment (its step() takes the model's whole "
+                    "turn): remove it, or give the environment TRL's shape (methods as tools)",
+                )
+    if not rf and not info.get("reward"):
+        problem(
+            "worker.reward.reward_function",
+            f"is not set, and {cls} gives no reward (no get_reward() method): give a reward function, "
+            "or add get_reward() to the environment",
+        )
 
 
 def model_config(path: str | None) -> dict | None:

@@ -90,12 +90,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "worker.rollout.trust_remote_code": (INERT, "copied from worker.actor.model, as in EasyR1"),
     "worker.rollout.disable_tqdm": (INERT, "the rollout engines draw no progress bars"),
     "worker.rollout.disable_log_stats": (HONOURED, "vLLM's stats logging (rollout/)"),
-    "worker.rollout.multi_turn.environment": (
-        REFUSED,
-        "environments (TRL environment_factory classes, gym-style step()) are not supported yet: "
-        "give the environment's actions as plain functions in worker.rollout.multi_turn.tools",
-    ),
-    "worker.rollout.multi_turn.*": (HONOURED, "multi-turn episodes with tools (agents/)"),
+    "worker.rollout.multi_turn.*": (HONOURED, "multi-turn episodes with tools and environments (agents/)"),
     "worker.*": (
         HONOURED,
         "the workers (trainer/workers.py, trainer/model.py, rollout/, rewards.py)",

@@ -306,7 +306,7 @@ class MultiTurnConfig(Model):
     enable: bool = False
     tools: str | None = None  # file.py (its public functions) or file.py:add,mul
     tool_names: list[str] | None = None  # auto: the part after ':' (None: every public function)
-    environment: str | None = None  # file.py:Class (not yet: refused by validate)
+    environment: str | None = None  # file.py:Class, TRL-shaped or gym-shaped (agents/tools.py)
     max_turns: int = Field(4, ge=1)  # the model's turns per episode
     max_tool_response_length: int = Field(1024, ge=1)  # characters of one tool's output
     tool_timeout: float = Field(10.0, gt=0)  # seconds per call

@@ -113,17 +113,11 @@ def extras(spec: Spec) -> list[tuple[str, str]]:
         )
     mt = w.rollout.multi_turn
     if mt.enable:
-        rows.append(
-            (
-                "episodes",
-                f"up to {mt.max_turns} turns, tool calls as {mt.tool_call_format}, each call ≤ "
-                f"{mt.tool_timeout:g} s and {mt.max_tool_response_length} characters; reward: the "
-                "reward function on the last turn (the response bound covers the whole episode)",
-            )
-        )
         from ..agents.tools import check
 
-        for tool in check(mt.tools, mt.tool_names):  # validate read them already: remembered
+        info = check(mt.environment, mt.tools, mt.tool_names)  # validate read them already: remembered
+        rows += _episodes(mt, info, bool(w.reward.reward_function))
+        for tool in info["tools"]:
             f = tool["function"]
             params = ", ".join(f"{k}: {v.get('type', '?')}" for k, v in f["parameters"]["properties"].items())
             rows.append(("tool", f"{f['name']}({params}): {f.get('description', '')}"))
@@ -131,6 +125,32 @@ def extras(spec: Spec) -> list[tuple[str, str]]:
         rows.append(
             ("correction", f"{w.actor.rollout_is} importance sampling, cap {w.actor.rollout_is_cap:g}")
         )
+    return rows
+
+
+def _episodes(mt, info: dict, function: bool) -> list[tuple[str, str]]:
+    """The episodes' rows, and the rule for their reward: the environment's (get_reward(), or the
+    sum of a gym step's rewards) plus the reward function's on the last turn, each one present."""
+    cls = (mt.environment or "").rpartition(":")[2]
+    gym = info["shape"] == "gym"
+    turns = "each turn's text is the action of step()" if gym else f"tool calls as {mt.tool_call_format}"
+    rows = [
+        (
+            "episodes",
+            f"up to {mt.max_turns} turns, {turns}, each call ≤ {mt.tool_timeout:g} s and "
+            f"{mt.max_tool_response_length} characters (the response bound covers the whole episode)",
+        )
+    ]
+    if info["shape"]:
+        shape = (
+            "gym-shaped: reset(**row), step(action)" if gym else "TRL-shaped: reset(**row), methods as tools"
+        )
+        rows.append(("environment", f"{cls}, one per episode, {shape}"))
+    parts = (
+        [f"the sum of {cls}.step() rewards" if gym else f"{cls}.get_reward()"] if info.get("reward") else []
+    )
+    parts += ["the reward function on the last turn"] if function else []
+    rows.append(("reward is", " + ".join(parts)))
     return rows
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from .. import rewards
-from ..agents.episodes import STATS, last_turn
+from ..agents.episodes import STATS, BadRow, last_turn
 from ..agents.tools import tool_schemas
 from ..checkpoint.write import Bucket, Checkpoints, DamagedCheckpoint, read_state, write_hf_files
 from ..data import Loader, PromptSet, check_sets, chunk_evenly, load_tokenizer, total_steps
@@ -63,7 +63,11 @@ class Trainer:
         self.spec = spec or load_resolved(self.run_dir / "spec.yaml")
         s = self.spec
         self.tokenizer, self.processor = load_tokenizer(s.worker.actor.model, s.data)
-        sets = {"processor": self.processor, "tools": tool_schemas(s)}  # tools: shown in the prompt
+        sets = {
+            "processor": self.processor,
+            "tools": tool_schemas(s),
+            "environment": bool(s.worker.rollout.multi_turn.environment),
+        }
         self.train_set = (
             PromptSet(s.data.train_files, self.tokenizer, s.data, probs=s.data.train_files_probs, **sets)
             if s.data.train_files
@@ -140,7 +144,7 @@ class Trainer:
         requests = {}
         for i in indices:
             p = prompt_set.prompts[i]
-            requests[i] = Request(p.prompt_ids, p.raw_ids, p.images, inputs.get(i, {}))
+            requests[i] = Request(p.prompt_ids, p.raw_ids, p.images, inputs.get(i, {}), p.reset)
         calls = [
             w.generate.remote([requests[i] for i in chunks[rank // tp]], for_rank(sampling, rank // tp))
             for rank, w in enumerate(self.workers)
@@ -155,6 +159,15 @@ class Trainer:
         lengths = torch.cat([r["length"] for r in results])
         width = int(lengths.max()) if len(lengths) else 0
         multi = "mask" in results[0]
+        if "prompt_ids" in results[0]:  # episodes whose environment's reset added to the prompt
+            prompt_len = torch.cat([r["prompt_len"] for r in results])
+            prompt_ids = unpacked(
+                torch.cat([r["prompt_ids"] for r in results]), prompt_len, int(prompt_len.max())
+            )
+            at = torch.arange(len(rows))
+        episode = {k: torch.cat([r["episode"][:, j] for r in results]).double() for j, k in enumerate(STATS)}
+        if "env_reward" in results[0]:
+            episode["env_reward"] = torch.cat([r["env_reward"] for r in results])
         return Batch(
             uid=[uids[i] for i in rows],
             index=torch.tensor(rows, dtype=torch.long),
@@ -165,11 +178,7 @@ class Trainer:
             finished=torch.cat([r["finished"] for r in results]),
             rollout_logp=unpacked(torch.cat([r["logprobs"] for r in results]), lengths, width),
             loss_mask=unpacked(torch.cat([r["mask"] for r in results]), lengths, width) if multi else None,
-            episode={
-                k: torch.cat([r["episode"][:, j] for r in results]).double() for j, k in enumerate(STATS)
-            }
-            if multi
-            else {},
+            episode=episode if multi else {},
             image_inputs=[inputs[i] for i in pictures],
             image_of=torch.tensor([pictures.get(i, -1) for i in rows]) if inputs else None,
         )
@@ -194,6 +203,12 @@ class Trainer:
         scores, errors = self.reward(inputs)
         keys = sorted({k for x in scores for k in x})  # a sample that failed scores 0 for every key
         table = {k: torch.tensor([x.get(k, 0.0) for x in scores], dtype=torch.float64) for k in keys}
+        if (env := batch.episode.get("env_reward")) is not None:  # added to the function's (as TRL)
+            errors += int(env.isnan().sum())  # get_reward() raised: scored 0
+            table["environment"] = env.nan_to_num(0.0)
+            table["overall"] = (
+                table.get("overall", torch.zeros(len(env), dtype=torch.float64)) + table["environment"]
+            )
         return batch.with_(scores=table), errors
 
     def experience(self, batch: Batch, method: str, cfg, **kwargs) -> torch.Tensor:
@@ -579,6 +594,8 @@ def main(run_dir: str) -> int:
     except (ActorDiedError, ActorUnavailableError, RayTaskError) as e:
         if cause := start_failure(e):  # nothing ran yet: the cause, and no resume to offer
             return _error(f"a trainer worker could not start: {cause}", 2)
+        if isinstance(getattr(e, "cause", None), BadRow):  # an environment's reset failed on a row
+            return _error(e.cause, 2)
         lost = worker_lost(e)
         if lost is None:  # a worker raised: a bug, worth its traceback
             raise

@@ -295,6 +295,12 @@ class HybridWorker:
         if self.agent is not None:  # which tokens are the model's, and each episode's counts
             out["mask"] = torch.tensor([m for s in samples for m in s.mask], dtype=torch.bool)
             out["episode"] = torch.tensor([[s.stats[k] for k in episodes.STATS] for s in samples])
+            if self.agent.env_reward:
+                out["env_reward"] = torch.tensor([s.reward for s in samples], dtype=torch.float64)
+            if self.agent.shape:  # each episode's own prompt (its environment's reset added to it)
+                ids = [s.prompt_ids or prompts[s.prompt].ids for s in samples]
+                out["prompt_ids"] = torch.tensor([t for x in ids for t in x], dtype=torch.int32)
+                out["prompt_len"] = torch.tensor([len(x) for x in ids], dtype=torch.long)
         return out
 
     # ------------------------------------------------------------------ log-probs
@@ -522,7 +528,7 @@ class HybridWorker:
 
     def shutdown(self) -> None:
         if self.agent is not None:
-            self.agent.tools.close()
+            self.agent.sandbox.close()
         if dist.is_initialized():
             dist.destroy_process_group()
 

@@ -13,7 +13,6 @@ import torch
 
 from r1cloud.agents import calls
 from r1cloud.agents.episodes import Agent, last_turn, run
-from r1cloud.agents.tools import ToolPool
 from r1cloud.rollout import Request, Sampling, eos_ids
 from r1cloud.spec import load_spec
 from tinyrun import ROOT, run_of, run_trainer
@@ -55,13 +54,14 @@ def test_episodes_are_token_in_token_out_and_score_as_sampled(smollm2):
     engine = Recorder(
         HFEngine(str(smollm2), eos_ids(str(smollm2), tok), tok.pad_token_id, torch.float32, "cpu")
     )
-    pool = ToolPool(str(ROOT / "tools" / "calculator.py"), None, workers=1, timeout=5, limit=64)
-    agent = Agent(3, "python", pool, tok, calls.Observations(tok))
+    agent = Agent.build(
+        tok, tools=str(ROOT / "tools" / "calculator.py"), max_turns=3, tool_call_format="python", timeout=5, limit=64
+    )
     requests, rows = prompts_of(tok, smollm2, 6)
     try:
         samples = run(engine, requests, Sampling(n=4, temperature=1.0, max_tokens=64, seed=5), agent)
     finally:
-        pool.close()
+        agent.sandbox.close()
     called = [s for s in samples if s.stats["tool_calls"] > 0]
     assert len(called) >= 4, [s.stats for s in samples]  # the worked example teaches the call
     # Replay: each episode's ids are exactly the ids each of its turns was given and sampled (turn
