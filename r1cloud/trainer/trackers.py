@@ -217,11 +217,13 @@ def val_samples(batch, prompt_set, tokenizer, k: int) -> list[dict]:
     out = []
     for i in picked[: max(k, 0)]:
         p = prompt_set.prompts[index[i]]
+        prompt = batch.prompt_ids[i, : int(batch.prompt_len[i])].tolist()  # an episode's own
         response = batch.response_ids[i, : int(batch.response_len[i])].tolist()
+        turns = batch.loss_mask is not None  # an episode's turns keep their chat template's headers
         out.append(
             {
-                "prompt": tokenizer.decode(p.prompt_ids, skip_special_tokens=True),
-                "response": tokenizer.decode(response, skip_special_tokens=True),
+                "prompt": tokenizer.decode(prompt, skip_special_tokens=True),
+                "response": tokenizer.decode(response, skip_special_tokens=not turns),
                 "ground_truth": p.ground_truth,
                 "score": float(batch.scores["overall"][i]),
             }

@@ -11,7 +11,6 @@ import json
 import pytest
 import torch
 
-from r1cloud.agents import calls
 from r1cloud.agents.episodes import Agent, last_turn, run
 from r1cloud.rollout import Request, Sampling, eos_ids
 from r1cloud.spec import load_spec
@@ -55,7 +54,12 @@ def test_episodes_are_token_in_token_out_and_score_as_sampled(smollm2):
         HFEngine(str(smollm2), eos_ids(str(smollm2), tok), tok.pad_token_id, torch.float32, "cpu")
     )
     agent = Agent.build(
-        tok, tools=str(ROOT / "tools" / "calculator.py"), max_turns=3, tool_call_format="python", timeout=5, limit=64
+        tok,
+        tools=str(ROOT / "tools" / "calculator.py"),
+        max_turns=3,
+        tool_call_format="python",
+        timeout=5,
+        limit=64,
     )
     requests, rows = prompts_of(tok, smollm2, 6)
     try:
@@ -135,3 +139,63 @@ def test_a_short_tool_run_calls_the_tool_more(smollm2, tmp_path):
     assert max(diffs) <= 1e-4, diffs  # after each weight sync too (a tied output layer included)
     generations = [json.loads(x) for x in (run_dir / "generations.jsonl").read_text().splitlines()]
     assert any("multiply(" in json.dumps(g) for g in generations)  # every turn is kept
+
+
+def test_a_gym_environment_steps_each_turn_and_sums_its_rewards(smollm2, tmp_path):
+    """GuessNumber (envs/guess_number.py) played by the real model: each finished turn is one
+    step(), its observation the next user turn, the reward the sum the environment gave — checked by
+    playing the same actions on a local copy of the environment."""
+    import importlib.util
+
+    from transformers import AutoTokenizer
+
+    from r1cloud.data import PromptSet
+    from r1cloud.rollout.hf import HFEngine
+    from r1cloud.spec.models import DataConfig
+
+    tok = AutoTokenizer.from_pretrained(smollm2)
+    engine = HFEngine(str(smollm2), eos_ids(str(smollm2), tok), tok.pad_token_id, torch.float32, "cpu")
+    data = tmp_path / "guess.jsonl"
+    data.write_text(
+        "".join(
+            json.dumps({"prompt": "Guess my number.", "answer": "", "secret": s}) + "\n" for s in (17, 60)
+        )
+    )
+    where = str(ROOT / "envs" / "guess_number.py")
+    prompts = PromptSet(str(data), tok, DataConfig(max_prompt_length=128), environment=True).prompts
+    agent = Agent.build(tok, environment=f"{where}:GuessNumber", max_turns=3, max_prompt_length=128)
+    try:
+        requests = [Request(p.prompt_ids, reset=p.reset) for p in prompts]
+        samples = run(engine, requests, Sampling(n=3, temperature=1.0, max_tokens=96, seed=3), agent)
+    finally:
+        agent.sandbox.close()
+    spec = importlib.util.spec_from_file_location("guess_number", where)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert max(s.stats["turns"] for s in samples) >= 2, [s.stats for s in samples]
+    for s in samples:
+        assert tok.decode(s.prompt_ids).endswith(
+            "Guess my number. The number is between 1 and 100.<|im_end|>\n<|im_start|>assistant\n"
+        )
+        mask = torch.tensor(s.mask)
+        starts = [0] + [i for i in range(1, len(mask)) if mask[i] and not mask[i - 1]]
+        ends = [i for i in range(1, len(mask)) if not mask[i] and mask[i - 1]] + [len(mask)]
+        turns = [
+            tok.decode(s.response[a:b], skip_special_tokens=True) for a, b in zip(starts, ends, strict=True)
+        ]
+        local = module.GuessNumber()
+        local.reset(**json.loads(data.read_text().splitlines()[s.prompt]))
+        expected, shown = 0.0, []
+        for k, action in enumerate(turns):
+            if k == len(turns) - 1 and not s.finished:
+                break  # cut at the budget: never stepped
+            obs, reward, done = local.step(action)
+            expected += reward
+            shown.append(obs)
+            if done:
+                break
+        assert s.reward == pytest.approx(expected) and s.stats["tool_calls"] == len(shown)
+        for (a, b), obs in zip(zip(ends, starts[1:], strict=False), shown, strict=False):  # user turns
+            assert tok.decode(s.response[a:b]).endswith(
+                f"<|im_start|>user\n{obs}<|im_end|>\n<|im_start|>assistant\n"
+            )
