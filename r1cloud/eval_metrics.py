@@ -1,7 +1,8 @@
 """What `r1cloud eval` reports, as pure functions over scored samples.
 
 A sample is a dict with `prompt` (its prompt's index), `scores` (the reward's keys), `length`
-(response tokens), `finished` (ended on EOS) and optionally `data_source`. A sample is correct
+(response tokens), `finished` (ended on EOS) and optionally `data_source` and, for a multi-turn
+run's episode, `episode` (its turns, tool_calls and tool_errors). A sample is correct
 when its `accuracy` score — or, for a reward without one, its `overall` score — is above 0.5
 (EasyR1's rewards give accuracy 0/1, its DAPO reward -1/1).
 
@@ -87,9 +88,19 @@ def _figures(samples: list[dict]) -> dict:
         figures[f"reward/{key}"] = mean_se(
             [_mean(float(s["scores"].get(key, 0.0)) for s in g) for g in groups]
         )
+    if all("episode" in s for g in groups for s in g):  # multi-turn: per episode, then per prompt
+        for key in ("turns", "tool_calls"):
+            figures[key] = mean_se([_mean(float(s["episode"][key]) for s in g) for g in groups])
+        figures["tool_error_rate"] = mean_se([_ratio(g, "tool_errors", "tool_calls") for g in groups])
     figures["response_length"] = mean_se([_mean(float(s["length"]) for s in g) for g in groups])
     figures["truncated"] = mean_se([_mean(float(not s["finished"]) for s in g) for g in groups])
     return figures
+
+
+def _ratio(group: list[dict], part: str, whole: str) -> float:
+    """Σ part / Σ whole over a prompt's episodes (0 when none called a tool)."""
+    calls = sum(s["episode"][whole] for s in group)
+    return sum(s["episode"][part] for s in group) / calls if calls else 0.0
 
 
 def _mean(values) -> float:

@@ -96,6 +96,7 @@ def read_samples(folder: Path) -> list[dict]:
 # --------------------------------------------------------------------------- the child process
 def main(folder: str) -> int:
     from . import rewards
+    from .agents.episodes import with_environment
     from .rollout import Sampling
     from .spec import load_resolved
 
@@ -107,6 +108,14 @@ def main(folder: str) -> int:
         prompts, generate, decode = (_endpoint if job["url"] else _engine)(spec, job, sampling)
     except (ValueError, OSError) as e:  # the data, or a model that is not there: one line
         print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
+    if job["url"] and spec.worker.rollout.multi_turn.enable:
+        print(
+            "error: the run's episodes call tools, which an endpoint target does not do here: evaluate "
+            "the checkpoint itself (r1cloud eval JOB), which plays whole episodes",
+            file=sys.stderr,
+            flush=True,
+        )
         return 2
     reward = rewards.from_config(spec.worker.reward)
     if job["url"] and reward.sends_prompt:
@@ -130,22 +139,28 @@ def main(folder: str) -> int:
         with open(d / "samples.jsonl", "a") as out:
             for start in range(0, len(indices), size):
                 tick = time.perf_counter()
-                batch = generate(indices[start : start + size])  # [(prompt, response, length, finished)]
+                batch = generate(
+                    indices[start : start + size]
+                )  # [(prompt, response, length, finished, episode)]
                 timing["generate_s"] += time.perf_counter() - tick
                 tick = time.perf_counter()
-                texts = [decode(response) for _, response, _, _ in batch]
+                # an episode's answer is its last turn; its record keeps every turn
+                texts = [decode(e["answer"] if e else response) for _, response, _, _, e in batch]
                 inputs = [
                     rewards.reward_input(reward, decode.tokenizer, prompts[i], text, length, skip)
-                    for (i, _, length, _), text in zip(batch, texts, strict=True)
+                    for (i, _, length, _, _), text in zip(batch, texts, strict=True)
                 ]
                 scores, _ = reward(inputs)
                 seen: dict[int, int] = {}
-                for (i, _, length, finished), text, score in zip(batch, texts, scores, strict=True):
+                for (i, response, length, finished, e), text, score in zip(batch, texts, scores, strict=True):
                     p = prompts[i]
                     j = seen[i] = seen.get(i, -1) + 1
                     record = {"prompt": i, "sample": j, "data_source": p.extra.get("data_source")}
                     record |= {"question": p.content, "response": text, "ground_truth": p.ground_truth}
                     record |= {"scores": score, "length": length, "finished": finished}
+                    if e:
+                        record["scores"] = with_environment(score, e["reward"])
+                        record["episode"] = {**e["stats"], "transcript": decode.transcript(response)}
                     out.write(json.dumps(record, default=str) + "\n")
                 out.flush()
                 timing["score_s"] += time.perf_counter() - tick
@@ -169,18 +184,34 @@ class _Decoder:
             else self.tokenizer.decode(response, skip_special_tokens=self.skip)
         )
 
+    def transcript(self, response: list[int]) -> str:
+        """An episode's turns, with the chat template's headers that tell them apart."""
+        return self.tokenizer.decode(response, skip_special_tokens=False)
+
 
 def _engine(spec, job: dict, sampling):
     """The prompt set, a generate over prompt indices, and the decoder, for an engine here."""
     import torch
 
+    from .agents import episodes
+    from .agents.episodes import Agent, last_turn
+    from .agents.tools import tool_schemas
     from .data import PromptSet, load_tokenizer
     from .rollout import Request, eos_ids, refuse_unknown_sampling
     from .spec.models import torch_dtype
 
     m, r = spec.worker.actor.model, spec.worker.rollout
     tokenizer, processor = load_tokenizer(m, spec.data)
-    prompts = PromptSet(spec.data.val_files, tokenizer, spec.data, processor=processor, limit=job["limit"])
+    prompts = PromptSet(
+        spec.data.val_files,
+        tokenizer,
+        spec.data,
+        processor=processor,
+        limit=job["limit"],
+        tools=tool_schemas(spec),
+        environment=bool(r.multi_turn.enable and r.multi_turn.environment),
+    )
+    agent = Agent.of(spec, tokenizer) if r.multi_turn.enable else None
     eos = eos_ids(m.model_path, tokenizer)
     if job["engine"] == "vllm":
         from .rollout.vllm import VLLMEngine
@@ -203,11 +234,18 @@ def _engine(spec, job: dict, sampling):
         for i in indices:
             p = prompts.prompts[i]
             tensors = prompts.image_inputs(i) if engine.name == "hf" else {}
-            requests.append(Request(p.prompt_ids, p.raw_ids, p.images, tensors))
-        return [
-            (indices[s.prompt], s.response, len(s.response), s.finished)
-            for s in engine.generate(requests, sampling)
-        ]
+            requests.append(Request(p.prompt_ids, p.raw_ids, p.images, tensors, p.reset))
+        if agent is None:
+            return [
+                (indices[s.prompt], s.response, len(s.response), s.finished, None)
+                for s in engine.generate(requests, sampling)
+            ]
+        out = []
+        for s in episodes.run(engine, requests, sampling, agent):
+            answer = last_turn(torch.tensor(s.response), torch.tensor(s.mask), len(s.response))
+            e = {"answer": answer, "reward": s.reward, "stats": s.stats}
+            out.append((indices[s.prompt], s.response, len(s.response), s.finished, e))
+        return out
 
     return prompts.prompts, generate, _Decoder(tokenizer, spec.worker.reward.skip_special_tokens)
 
@@ -294,7 +332,7 @@ def _endpoint(spec, job: dict, sampling):
         )
         choice = reply.choices[0]
         length = reply.usage.completion_tokens if reply.usage else 0
-        return i, choice.message.content or "", length, choice.finish_reason == "stop"
+        return i, choice.message.content or "", length, choice.finish_reason == "stop", None
 
     def generate(indices: list[int]) -> list[tuple]:
         work = [(i, j) for i in indices for j in range(sampling.n)]

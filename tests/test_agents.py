@@ -354,18 +354,6 @@ def test_a_conversation_as_the_prompt_reaches_the_template_whole(tmp_path):
         PromptSet(str(data), tok, cfg)
 
 
-def test_eval_refuses_a_run_whose_episodes_call_tools(cli, tmp_path):
-    r = cli(
-        "eval",
-        "some/model",
-        "--blueprint",
-        ROOT / "blueprints" / "tools_calculator.yaml",
-        "--out",
-        tmp_path / "e",
-    )
-    assert r.exit_code == 2 and "eval answers in one turn" in r.stderr and "Traceback" not in r.stderr
-
-
 def test_the_calculator_blueprint_validates(cli):
     r = cli("validate", str(ROOT / "blueprints" / "tools_calculator.yaml"))
     # the model is a Hub id here; validate reads the tools and the data all the same

@@ -241,6 +241,15 @@ def _append(e: Episode, ids: list[int], budget: int) -> None:
     e.add(ids, 0)
 
 
+def with_environment(scores: dict, reward: float | None) -> dict:
+    """A sample's scores with its environment's reward: under `environment`, and added to
+    `overall` (as TRL adds get_reward() to the reward functions'); NaN (get_reward() raised) as 0."""
+    if reward is None:
+        return scores
+    env = 0.0 if reward != reward else float(reward)
+    return {**scores, "environment": env, "overall": float(scores.get("overall", 0.0)) + env}
+
+
 def last_turn(ids, mask, length: int) -> list[int]:
     """The model's last turn in an episode's response: its tokens after the last observation."""
     gaps = (~mask[:length].bool()).nonzero()

@@ -111,13 +111,6 @@ def eval_(
         fail("error: bad --engine", [f"{engine!r}: use {', '.join(ENGINES)}"])
     keys = {"prompt_key": prompt_key, "answer_key": answer_key, "image_key": image_key}
     spec = _spec(targets, blueprint, data, reward, format_prompt, keys, image_dir)
-    if spec.worker.rollout.multi_turn.enable:  # one-turn answers would be scored as if final
-        fail(
-            "error: the run's episodes call tools, and eval answers in one turn (episodes in eval come next)",
-            [
-                "to score one-turn answers anyway, give --blueprint with worker.rollout.multi_turn.enable false"
-            ],
-        )
     sampling = ev.validation_sampling(spec, n, temperature, max_tokens)
     if sampling["n"] > 1 and sampling["temperature"] == 0:
         err.print(

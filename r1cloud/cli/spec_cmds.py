@@ -58,19 +58,74 @@ def try_(
         typer.Argument(help="key.path=value overrides, as for validate.", show_default=False),
     ] = None,
     n: Annotated[int, typer.Option("--n", min=1, max=10_000, help="How many training prompts to try.")] = 20,
+    episodes: Annotated[
+        int | None,
+        typer.Option(
+            "--episodes",
+            min=0,
+            max=1000,
+            help="Multi-turn runs: play this many episodes with the base model (transformers, here) and "
+            "print their transcripts, counts and reward; 0 to skip.  [default: 2 for a multi-turn run]",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the rows and summary as JSON.")] = False,
 ) -> None:
     """Pre-flight: render prompts from the data through the format prompt and chat template, and
     score the dataset's own answers (and corrupted ones) with the reward function — a table with
-    token lengths, before any GPU is rented."""
-    from ..preflight import run
-
+    token lengths, before any GPU is rented. A multi-turn run also plays a few episodes with the
+    base model: its tool calls, the observations, the reward."""
     spec = load_blueprint(blueprint, list(overrides or []), {}, str(blueprint))
-    if not spec.data.train_files or not spec.worker.reward.reward_function:
+    multi = spec.worker.rollout.multi_turn.enable
+    if episodes and not multi:
+        fail(
+            "error: --episodes is for multi-turn runs",
+            ["set worker.rollout.multi_turn.enable: true, or drop it"],
+        )
+    playing = (2 if episodes is None else episodes) if multi else 0
+    scoring = bool(spec.worker.reward.reward_function)
+    if not spec.data.train_files or not (scoring or playing):
         fail(
             "error: nothing to try",
-            ["the blueprint needs data.train_files and worker.reward.reward_function"],
+            ["the blueprint needs data.train_files and worker.reward.reward_function (or an environment)"],
         )
+    played = _play(spec, playing) if playing else []
+    if scoring:
+        _score(spec, n, as_json, played)
+    elif as_json:
+        out.print_json(data={"episodes": played})
+    if played and not as_json:
+        _transcripts(played)
+
+
+def _play(spec, k: int) -> list[dict]:
+    from ..agents.play import play
+
+    try:
+        with err.status("preparing…") as status:
+            return play(spec, k, lambda msg: status.update(msg + "…"))
+    except (ValueError, OSError) as e:
+        fail(f"error: {str(e).splitlines()[0]}", ["`r1cloud validate` checks the rest of the blueprint"])
+
+
+def _transcripts(played: list[dict]) -> None:
+    for i, e in enumerate(played):
+        out.print(f"\nepisode {i}: the prompt's end, then every turn (as the model sees them)", style="bold")
+        out.print("…" + e["prompt"][-300:] + e["transcript"], markup=False, highlight=False)
+        s = e["stats"]
+        scores = ", ".join(f"{k} {v:.3f}" for k, v in sorted(e["scores"].items()))
+        ending = "" if e["finished"] else ", cut at the response budget"
+        out.print(
+            f"turns {s['turns']:g}, tool calls {s['tool_calls']:g} ({s['tool_errors']:g} failed){ending}; "
+            f"reward: {scores}",
+            style="cyan",
+            markup=False,
+        )
+
+
+def _score(spec, n: int, as_json: bool, played: list[dict]) -> None:
+    from ..preflight import run
+
     try:
         with err.status("preparing…") as status:
             rows, summary = run(spec, n, lambda msg: status.update(msg + "…"))
@@ -87,7 +142,7 @@ def try_(
     if as_json:
         from dataclasses import asdict
 
-        out.print_json(data={"rows": [asdict(r) for r in rows], "summary": summary})
+        out.print_json(data={"rows": [asdict(r) for r in rows], "summary": summary, "episodes": played})
         return
     out.print("the first prompt, as the model sees it (format prompt + chat template):", style="bold")
     out.print(summary["first_prompt"], markup=False, highlight=False)

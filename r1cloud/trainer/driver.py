@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from .. import rewards
-from ..agents.episodes import STATS, BadRow, last_turn
+from ..agents.episodes import STATS, BadRow, last_turn, with_environment
 from ..agents.tools import tool_schemas
 from ..checkpoint.write import Bucket, Checkpoints, DamagedCheckpoint, read_state, write_hf_files
 from ..data import Loader, PromptSet, check_sets, chunk_evenly, load_tokenizer, total_steps
@@ -201,14 +201,11 @@ class Trainer:
             for p, t, n in zip(sources, texts, lengths, strict=True)
         ]
         scores, errors = self.reward(inputs)
-        keys = sorted({k for x in scores for k in x})  # a sample that failed scores 0 for every key
-        table = {k: torch.tensor([x.get(k, 0.0) for x in scores], dtype=torch.float64) for k in keys}
         if (env := batch.episode.get("env_reward")) is not None:  # added to the function's (as TRL)
             errors += int(env.isnan().sum())  # get_reward() raised: scored 0
-            table["environment"] = env.nan_to_num(0.0)
-            table["overall"] = (
-                table.get("overall", torch.zeros(len(env), dtype=torch.float64)) + table["environment"]
-            )
+            scores = [with_environment(x, r) for x, r in zip(scores, env.tolist(), strict=True)]
+        keys = sorted({k for x in scores for k in x})  # a sample that failed scores 0 for every key
+        table = {k: torch.tensor([x.get(k, 0.0) for x in scores], dtype=torch.float64) for k in keys}
         return batch.with_(scores=table), errors
 
     def experience(self, batch: Batch, method: str, cfg, **kwargs) -> torch.Tensor:

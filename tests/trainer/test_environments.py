@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from tinyrun import ROOT, run_trainer
+from tinyrun import ROOT, r1, run_trainer
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,7 @@ def metrics(run) -> list[dict]:
     return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_a_trl_environment_rewards_episodes_beside_the_reward_function(make_run, tmp_path):
+def test_a_trl_environment_rewards_episodes_beside_the_reward_function(make_run, tmp_path, tiny_model):
     data = rows(tmp_path / "count.jsonl", [{"target": 0}, {"target": 2}] * 2)
     run = make_run(
         "worker.rollout.multi_turn.enable=true",
@@ -51,6 +51,13 @@ def test_a_trl_environment_rewards_episodes_beside_the_reward_function(make_run,
     assert val["val/environment_reward"] == pytest.approx(0.5)
     shown = [json.loads(x) for x in (run / "generations.jsonl").read_text().splitlines()]
     assert all("bring the counter from 0 to" in g["prompt"] for g in shown)  # reset's text, in place
+    # `eval` plays the same episodes as the trainer's validation: the base model, greedy, the same figures
+    r = r1("eval", tiny_model, "--blueprint", run / "spec.yaml", "--engine", "hf", "--out", tmp_path / "e")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    (summary,) = json.loads((tmp_path / "e" / "summary.json").read_text())["targets"]
+    assert summary["all"]["reward/environment"][0] == pytest.approx(val["val/environment_reward"])
+    assert summary["all"]["reward/overall"][0] == pytest.approx(val["val/overall_reward"])
+    assert summary["all"]["turns"][0] >= 1 and "tool_error_rate" in summary["all"]
 
 
 def test_a_gym_environment_steps_every_turn_and_a_failing_reset_names_its_row(make_run, tmp_path):

@@ -65,3 +65,40 @@ def test_a_reward_that_fails_everywhere_or_hangs_ends_try_in_exit_2(tmp_path, ti
                "worker.reward.timeout=1", "--n", "6")  # fmt: skip
         assert r.returncode == 2 and said in r.stderr and why in r.stderr, (name, r.stderr[-2000:])
         assert "Traceback" not in r.stderr and time.monotonic() - tick < 60, name
+
+
+def test_try_plays_episodes_of_an_environment_with_the_base_model(tmp_path, tiny_model, digits_reward):
+    bp = tmp_path / "bp.yaml"
+    bp.write_text(tiny_blueprint(tiny_model, digits_reward))
+    data = tmp_path / "count.jsonl"
+    data.write_text(
+        "".join(json.dumps({"problem": "Go.", "answer": "", "target": t}) + "\n" for t in (0, 2, 5, 0))
+    )
+    env = [
+        "worker.rollout.multi_turn.enable=true",
+        f"worker.rollout.multi_turn.environment={ROOT}/envs/counter.py:Counter",
+        "worker.reward.reward_function=null",  # the environment's get_reward() alone
+        f"data.train_files={data}",
+        "data.format_prompt=null",
+        "data.max_prompt_length=160",
+    ]
+    r = r1("try", bp, *env, "--episodes", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    played = json.loads(r.stdout)["episodes"]
+    assert len(played) == 2 and [e["scores"]["environment"] for e in played] == [1.0, 0.0]  # 0 needs no call
+    assert played[0]["prompt"].endswith(
+        "Go. Use the tool to bring the counter from 0 to 0.<|im_end|>\n<|im_start|>assistant\n"
+    )
+    r = r1("try", bp, *env)  # two by default, printed
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("episode ") == 2 and "reward: environment 1.000, overall 1.000" in r.stdout
+    assert "turns 1, tool calls 0 (0 failed)" in r.stdout
+    # a row the environment's reset cannot take: one line naming it, exit 2
+    data.write_text(
+        "".join(json.dumps({"problem": "Go.", "answer": "", "target": t}) + "\n" for t in ("1", "many") * 2)
+    )
+    r = r1("try", bp, *env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"reset failed on {data}: row 1: ValueError: invalid literal for int()" in r.stderr
+    r = r1("try", bp, "--episodes", "2")
+    assert r.returncode == 2 and "--episodes is for multi-turn runs" in r.stderr
