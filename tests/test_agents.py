@@ -114,6 +114,13 @@ def test_the_sandbox_turns_errors_hangs_and_floods_into_observations(tool_file):
         assert texts[3] == "Error: hang did not finish in 2 s" and not ok[3]
         assert texts[4].startswith("Error: TypeError") and not ok[4]  # a missing argument
         assert box.run([("call", 3, ("add", {"a": 1, "b": 1}))])[0][:2] == (True, "2")  # it lives on
+        # results come back as each process answers: a hanging call holds up only its own episode
+        box.submit(
+            [("call", 0, ("hang", {"x": 1})), ("call", 1, ("add", {"a": 1, "b": 2}))], ["slow", "fast"]
+        )
+        first = box.collect(wait=True)
+        assert [tag for tag, _ in first] == ["fast"] and box.pending()
+        assert box.collect(wait=True) == [("slow", (False, "Error: hang did not finish in 2 s", 2.0))]
     finally:
         box.close()
 

@@ -20,13 +20,22 @@ EXAMPLE = [
 ]
 
 
-def rows(rng: random.Random, n: int) -> list[dict]:
+# The control (blueprints/tools_calculator_control.yaml): the same questions, no calculator, one
+# worked example of a direct answer.
+DIRECT = [
+    {"role": "system", "content": "Answer with the number."},
+    {"role": "user", "content": "What is 12 times 34?"},
+    {"role": "assistant", "content": "The answer is 408."},
+]
+
+
+def rows(rng: random.Random, n: int, example: list[dict]) -> list[dict]:
     out = []
     for _ in range(n):
         a, b = rng.randint(100, 999), rng.randint(11, 99)
         out.append(
             {
-                "problem": [*EXAMPLE, {"role": "user", "content": f"What is {a} times {b}?"}],
+                "problem": [*example, {"role": "user", "content": f"What is {a} times {b}?"}],
                 "answer": str(a * b),
             }
         )
@@ -35,8 +44,9 @@ def rows(rng: random.Random, n: int) -> list[dict]:
 
 if __name__ == "__main__":
     here = Path(__file__).parent
-    rng = random.Random(1)
-    for split, n in (("train", 1000), ("test", 64)):
-        with open(here / f"{split}.jsonl", "w") as f:
-            for row in rows(rng, n):
-                f.write(json.dumps(row) + "\n")
+    for prefix, example in (("", EXAMPLE), ("control_", DIRECT)):
+        rng = random.Random(1)  # the same questions in both
+        for split, n in (("train", 1000), ("test", 64)):
+            with open(here / f"{prefix}{split}.jsonl", "w") as f:
+                for row in rows(rng, n, example):
+                    f.write(json.dumps(row) + "\n")

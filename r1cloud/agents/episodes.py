@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..rollout import Request, Sample, Sampling
+from ..rollout import Request, Sample, Sampling, request_seed
 from . import calls
 from .tools import ENV
 
@@ -120,15 +120,15 @@ class Episode:
 
 
 def run(engine, prompts: list[Request], s: Sampling, agent: Agent) -> list[Sample]:
-    """`s.n` episodes per prompt, in prompt order."""
+    """`s.n` episodes per prompt, in prompt order. An engine that can (vLLM's `stream`) takes each
+    episode's next turn as soon as its observation is in; another plays turn by turn (`rounds`)."""
     order = [i for i in range(len(prompts)) for _ in range(s.n)]
     episodes = [Episode(k, i, list(prompts[i].ids)) for k, i in enumerate(order)]
     try:
         if agent.shape:
             _reset(episodes, prompts, agent)
-        for turn in range(agent.max_turns):
-            if not _turn([e for e in episodes if not e.done], engine, s, agent, turn):
-                break
+        play = Play(episodes, agent, s)
+        (engine.stream if hasattr(engine, "stream") else lambda p: rounds(engine, p))(play)
         if agent.shape == "trl" and agent.env_reward:
             got = agent.sandbox.run([("reward", e.key, None) for e in episodes])
             for e, (ok, value, _) in zip(episodes, got, strict=True):
@@ -164,81 +164,117 @@ def _reset(episodes: list[Episode], prompts: list[Request], agent: Agent) -> Non
             e.ids = list(e.prompt_ids)
 
 
-def _turn(live: list[Episode], engine, s: Sampling, agent: Agent, turn: int) -> bool:
-    """One turn of every live episode; False when none was live."""
-    if not live:
-        return False
-    room = [s.max_tokens - len(e.response) for e in live]
-    turn_s = replace(s, n=1, max_tokens=max(room), seed=s.seed + turn * 104_729)
-    outputs = engine.generate([Request(e.ids) for e in live], turn_s)
-    last = turn == agent.max_turns - 1
-    pending: list[tuple[Episode, object, str]] = []
-    for e, out, limit in zip(live, outputs, room, strict=True):
+@dataclass
+class Turn:
+    """One turn to generate: the episode's ids so far, its own budget and seed."""
+
+    episode: Episode
+    request: Request
+    max_tokens: int
+    seed: int
+
+
+class Play:
+    """The episodes of one `run`: a finished turn is taken (`took`), its tool calls or gym step go to
+    the sandbox, and the episode's next turn is handed out (`ready`) once its observation is in."""
+
+    def __init__(self, episodes: list[Episode], agent: Agent, s: Sampling):
+        self.episodes, self.agent, self.s = episodes, agent, s
+        self.waiting: dict[int, dict] = {}  # episode key → its calls' results so far
+        self.next: list[Turn] = []
+
+    def first(self) -> list[Turn]:
+        return [self._turn(e) for e in self.episodes]
+
+    def _turn(self, e: Episode) -> Turn:
+        turn = int(e.stats["turns"])
+        seed = request_seed(self.s.seed + turn * 104_729, e.key, 0)
+        return Turn(e, Request(e.ids), self.s.max_tokens - len(e.response), seed)
+
+    def busy(self) -> bool:
+        return bool(self.waiting or self.next)
+
+    def took(self, turn: Turn, out: Sample) -> None:
+        e, agent, limit = turn.episode, self.agent, turn.max_tokens
         cut = len(out.response) > limit
         e.add(out.response[:limit], 1, out.logprobs[:limit])
         e.stats["turns"] += 1
+        last = e.stats["turns"] >= agent.max_turns
         text = agent.tokenizer.decode(out.response[:limit], skip_special_tokens=True)
         if cut or not out.finished:  # out of budget: the episode ends here
             e.done = True
             e.stats["cut_mid_call"] = float(calls.cut_mid_call(text))
-            continue
-        eos_text = agent.tokenizer.decode(out.response[-1:])
+            return
+        wait = {"eos": agent.tokenizer.decode(out.response[-1:]), "last": last}
         if agent.shape == "gym":  # the whole turn is the action, the last one too (its reward)
-            pending.append((e, text, eos_text))
-            continue
-        found = calls.parse(text, agent.tool_call_format)
-        if not found or last:
-            e.done, e.finished = True, True
-            continue
-        pending.append((e, found, eos_text))
-    (_step if agent.shape == "gym" else _observe)(pending, agent, s.max_tokens, last)
-    return True
+            wait["results"], ops = [None], [("step", e.key, text)]
+        else:
+            found = calls.parse(text, agent.tool_call_format)
+            if not found or last:  # the answer (a last turn's calls are not run, as in TRL)
+                e.done, e.finished = True, True
+                return
+            wait["results"] = [self._known(c) for c in found]
+            ops = [("call", e.key, c) for c, r in zip(found, wait["results"], strict=True) if r is None]
+        self.waiting[e.key] = wait
+        if not ops:  # nothing to run: every call unreadable or unknown
+            return self._observe(e)
+        tags = [(e.key, k) for k, r in enumerate(wait["results"]) if r is None]
+        agent.sandbox.submit(ops, tags)
 
+    def _known(self, call) -> tuple | None:
+        """An unreadable or unknown call's result, given here; None for one the sandbox runs."""
+        if isinstance(call, str):
+            return False, call, 0.0
+        if call[0] not in self.agent.tool_names:
+            known = ", ".join(sorted(self.agent.tool_names))
+            return False, f"Error: there is no tool {call[0]!r} (the tools are {known})", 0.0
+        return None
 
-def _observe(pending: list[tuple[Episode, list, str]], agent: Agent, budget: int, _last: bool) -> None:
-    """Every pending call of the turn run at once; each episode's observations appended, or the
-    episode ended where they do not fit in the response budget."""
-    wanted = [
-        ("call", e.key, c)
-        for e, found, _ in pending
-        for c in found
-        if not isinstance(c, str) and c[0] in agent.tool_names
-    ]
-    results = iter(agent.sandbox.run(wanted) if wanted else [])
-    known = ", ".join(sorted(agent.tool_names))
-    for e, found, eos_text in pending:
-        contents = []
-        for c in found:
-            if isinstance(c, str):  # a call that could not be read
-                text, ok, seconds = c, False, 0.0
-            elif c[0] not in agent.tool_names:
-                text, ok, seconds = f"Error: there is no tool {c[0]!r} (the tools are {known})", False, 0.0
-            else:
-                ok, text, seconds = next(results)
-            contents.append(text)
+    def ready(self, block: bool = False, everything: bool = False) -> list[Turn]:
+        """The next turns whose observations are in: what has come back, waiting for one batch
+        (`block`) or for all (`everything`)."""
+        while True:
+            for (key, k), result in self.agent.sandbox.collect(wait=block or everything):
+                wait = self.waiting[key]
+                wait["results"][k] = result
+                if all(r is not None for r in wait["results"]):
+                    self._observe(self.episodes[key])
+            if not (everything and self.agent.sandbox.pending()):
+                break
+        turns, self.next = sorted(self.next, key=lambda t: t.episode.key), []  # as the episodes go
+        return turns
+
+    def _observe(self, e: Episode) -> None:
+        wait = self.waiting.pop(e.key)
+        for ok, _, seconds in wait["results"]:
             e.count(not ok, seconds)
-        _append(e, agent.observations.ids(contents, eos_text), budget)
+        if self.agent.shape == "gym":
+            ok, value, _ = wait["results"][0]
+            observation, reward, done = value if ok else (value, 0.0, False)
+            e.reward += reward
+            if done or observation is None or wait["last"]:
+                e.done, e.finished = True, True
+                return
+            ids = self.agent.observations.ids([observation], wait["eos"])
+        else:
+            ids = self.agent.observations.ids([text for _, text, _ in wait["results"]], wait["eos"])
+        if len(e.response) + len(ids) >= self.s.max_tokens:  # no room left for an answer after it
+            e.done = True
+            return
+        e.add(ids, 0)
+        self.next.append(self._turn(e))
 
 
-def _step(pending: list[tuple[Episode, str, str]], agent: Agent, budget: int, last: bool) -> None:
-    """A gym-shaped environment's step on every pending action; its observation appended as the
-    next user turn, unless the episode is done."""
-    got = agent.sandbox.run([("step", e.key, action) for e, action, _ in pending])
-    for (e, _, eos_text), (ok, value, seconds) in zip(pending, got, strict=True):
-        e.count(not ok, seconds)
-        observation, reward, done = value if ok else (value, 0.0, False)
-        e.reward += reward
-        if done or observation is None or last:
-            e.done, e.finished = True, True
-            continue
-        _append(e, agent.observations.ids([observation], eos_text), budget)
-
-
-def _append(e: Episode, ids: list[int], budget: int) -> None:
-    if len(e.response) + len(ids) >= budget:  # no room left for an answer after it
-        e.done = True
-        return
-    e.add(ids, 0)
+def rounds(engine, play: Play) -> None:
+    """Turn by turn, for an engine that only generates batches (transformers'): every live
+    episode's turn at once, then every observation, under the longest budget among them (each
+    episode's own is applied when its turn is taken)."""
+    turns = play.first()
+    while turns:
+        s = replace(play.s, n=1, max_tokens=max(t.max_tokens for t in turns), seed=turns[0].seed)
+        for t, out in zip(turns, engine.generate([t.request for t in turns], s), strict=True):
+            play.took(t, out)
+        turns = play.ready(everything=True)
 
 
 def with_environment(scores: dict, reward: float | None) -> dict:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 
 from ..prompts import TooSlow, deadline
 from .tools import environment_class, is_gym, load
@@ -101,13 +101,16 @@ def _serve(conn, env, tools, names, limit: int, timeout: float) -> None:
 
 
 class Sandbox:
-    """The processes. `run` takes (operation, episode, argument) items and returns, for each,
-    (ok, value or error text, seconds), every process working at once."""
+    """The processes. `submit` sends (operation, episode, argument) items, each with a tag, and
+    returns at once; `collect` gives back (tag, (ok, value or error text, seconds)) as processes
+    answer, so episodes whose tools are slow do not hold up the others. `run` does both."""
 
     def __init__(self, env: str | None, tools: str | None, names, workers: int, timeout: float, limit: int):
         self.args = (env, tools, names, limit, timeout)
         self.timeout = timeout
         self.procs = [self._start() for _ in range(max(1, workers))]
+        self.sent: list[deque] = [deque() for _ in self.procs]  # per process: its batches' tags, in order
+        self.since = [0.0] * len(self.procs)  # when each process's oldest batch was due to start
 
     def _start(self):
         ctx = multiprocessing.get_context("spawn")  # never fork a Ray worker
@@ -124,26 +127,57 @@ class Sandbox:
             raise ValueError(message)
         return proc, conn
 
-    def run(self, items: list[tuple[str, int, object]]) -> list[tuple[bool, object, float]]:
+    def submit(self, items: list[tuple[str, int, object]], tags: list) -> None:
         by_proc = defaultdict(list)
-        for k, (_, episode, _) in enumerate(items):
-            by_proc[episode % len(self.procs)].append(k)
-        for w, ks in by_proc.items():
-            self.procs[w][1].send([items[k] for k in ks])
+        for item, tag in zip(items, tags, strict=True):
+            by_proc[item[1] % len(self.procs)].append((item, tag))
+        now = time.monotonic()
+        for w, batch in by_proc.items():
+            self.procs[w][1].send([item for item, _ in batch])
+            if not self.sent[w]:
+                self.since[w] = now
+            self.sent[w].append([tag for _, tag in batch])
+
+    def pending(self) -> bool:
+        return any(self.sent)
+
+    def collect(self, wait: bool = False) -> list[tuple[object, tuple[bool, object, float]]]:
+        """What has come back; with `wait`, at least one batch's results (if any is out)."""
+        from multiprocessing.connection import wait as ready
+
+        out: list = []
+        while True:
+            for w, queue in enumerate(self.sent):
+                proc, conn = self.procs[w]
+                while queue:
+                    overdue = time.monotonic() > self.since[w] + self.timeout * len(queue[0]) + 30
+                    try:
+                        if not conn.poll(0):
+                            if overdue:  # stuck where the signal cannot reach
+                                raise EOFError
+                            break
+                        results = conn.recv()
+                    except EOFError:  # or dead (a crash in native code, killed for memory)
+                        proc.kill()
+                        proc.join()
+                        self.procs[w] = self._start()
+                        for tags in queue:
+                            out += [(tag, (False, f"Error: {LOST}", self.timeout)) for tag in tags]
+                        queue.clear()
+                        break
+                    out += zip(queue.popleft(), results, strict=True)
+                    self.since[w] = time.monotonic()
+            if out or not wait or not self.pending():
+                return out
+            ready([self.procs[w][1] for w, q in enumerate(self.sent) if q], timeout=1.0)
+
+    def run(self, items: list[tuple[str, int, object]]) -> list[tuple[bool, object, float]]:
+        """Each item's result, in order, once all are in."""
+        self.submit(items, list(range(len(items))))
         out: list = [None] * len(items)
-        for w, ks in by_proc.items():
-            proc, conn = self.procs[w]
-            try:
-                results = conn.recv() if conn.poll(self.timeout * len(ks) + 30) else None
-            except EOFError:  # the process died (a crash in native code, killed for memory)
-                results = None
-            if results is None:
-                proc.kill()
-                proc.join()
-                self.procs[w] = self._start()
-                results = [(False, f"Error: {LOST}", self.timeout)] * len(ks)
-            for k, r in zip(ks, results, strict=True):
-                out[k] = r
+        while self.pending():
+            for k, result in self.collect(wait=True):
+                out[k] = result
         return out
 
     def close(self) -> None:

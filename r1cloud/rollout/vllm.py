@@ -11,6 +11,7 @@ run may sync its adapters only (`load_adapter`, a LoRA-enabled engine) instead o
 from __future__ import annotations
 
 import atexit
+import itertools
 import json
 import os
 import shutil
@@ -54,6 +55,7 @@ class VLLMEngine:
         from vllm import LLM
 
         self.cuda = torch.cuda.is_available()
+        self.requests = itertools.count()  # stream()'s request ids
         max_len = cfg.max_model_len or cfg.prompt_length + cfg.response_length
         self.llm = LLM(
             model=model_path,
@@ -124,38 +126,69 @@ class VLLMEngine:
         if self.forbidden:
             self.llm.llm_engine.reset_encoder_cache()
 
-    def generate(self, prompts: list[Request], s: Sampling) -> list[Sample]:
+    def _params(self, s: Sampling, max_tokens: int, seed: int):
         from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
 
+        return SamplingParams(
+            n=1,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k if s.top_k > 0 else 0,
+            max_tokens=max_tokens,
+            seed=seed,
+            ignore_eos=s.ignore_eos,
+            logprobs=0,
+            detokenize=False,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+            **s.extra,
+        )
+
+    def _sample(self, prompt: int, out, s: Sampling) -> Sample:
+        o = out.outputs[0]
+        logprobs = [d[t].logprob for t, d in zip(o.token_ids, o.logprobs or [], strict=False)]
+        resp, lp, done = cut_at_eos(
+            list(o.token_ids), logprobs, set() if s.ignore_eos else self.eos, self.forbidden
+        )
+        return Sample(prompt, resp, lp, done)
+
+    def generate(self, prompts: list[Request], s: Sampling) -> list[Sample]:
         self.wake(["weights", "kv_cache"])
         params = [
-            SamplingParams(
-                n=1,
-                temperature=s.temperature,
-                top_p=s.top_p,
-                top_k=s.top_k if s.top_k > 0 else 0,
-                max_tokens=s.max_tokens,
-                seed=request_seed(s.seed, i, j),
-                ignore_eos=s.ignore_eos,
-                logprobs=0,
-                detokenize=False,
-                **s.extra,
-            )
+            self._params(s, s.max_tokens, request_seed(s.seed, i, j))
             for i in range(len(prompts))
             for j in range(s.n)
         ]
         inputs = [_input(p) for p in prompts for _ in range(s.n)]
         outputs = self.llm.generate(inputs, params, use_tqdm=False, lora_request=self.adapter)
-        samples = []
-        for k, out in enumerate(outputs):
-            o = out.outputs[0]
-            logprobs = [d[t].logprob for t, d in zip(o.token_ids, o.logprobs or [], strict=False)]
-            resp, lp, done = cut_at_eos(
-                list(o.token_ids), logprobs, set() if s.ignore_eos else self.eos, self.forbidden
-            )
-            samples.append(Sample(k // s.n, resp, lp, done))
+        samples = [self._sample(k // s.n, out, s) for k, out in enumerate(outputs)]
         self.sleep()
         return samples
+
+    def stream(self, play) -> None:
+        """Multi-turn episodes (agents.episodes.Play) with no barrier between turns: an episode's
+        next turn joins the running batch as soon as its observation is in, each turn under its
+        own budget and seed; the engine steps while tools run."""
+        self.wake(["weights", "kv_cache"])
+        engine, turns = self.llm.llm_engine, {}
+
+        def add(batch) -> None:
+            for t in batch:
+                key = f"turn-{next(self.requests)}"
+                params = self._params(play.s, t.max_tokens, t.seed)
+                engine.add_request(key, _input(t.request), params, lora_request=self.adapter)
+                turns[key] = t  # outputs carry this id (the engine's own gets a suffix)
+
+        add(play.first())
+        while turns or play.busy():
+            if turns:
+                for out in engine.step():
+                    if out.finished:
+                        play.took(turns.pop(out.request_id), self._sample(0, out, play.s))
+                add(play.ready())
+            else:  # every live episode waits on its tools
+                add(play.ready(block=True))
+        self.sleep()
 
 
 def _refresh_tied_output_layer(worker) -> None:
