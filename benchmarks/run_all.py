@@ -4,7 +4,7 @@ Each benchmark runs in its own process, one after another (they would disturb ea
 timings); their printed reports go into RESULTS.md with the date, the machine and the versions,
 and the trainer comparison's numbers into results.json as well.
 
-Usage: python benchmarks/run_all.py [--only cli,rewards,merge,scale,serve,lora,rank0-init,eval,trainer] [--quick]
+Usage: python benchmarks/run_all.py [--only cli,rewards,merge,scale,serve,lora,rank0-init,eval,agents,trainer] [--quick]
   --only: run these; the other sections of RESULTS.md and results.json are kept from the last run,
           each under the date it was measured. `trainer` is its four runs, each also a section of
           its own: trainer-tiny-fp32, trainer-smollm2-fp32, trainer-smollm2-bf16, trainer-smolvlm-fp32
@@ -48,6 +48,7 @@ def benchmarks(quick: bool, trainer_json: dict[str, Path]) -> dict[str, list[str
         "lora": [*py, str(HERE / "lora.py"), "--steps", "4" if quick else "16"],
         "rank0-init": [*py, str(HERE / "rank0_init.py")],
         "eval": [*py, str(HERE / "eval_speed.py"), "--n", "4" if quick else "8"],
+        "agents": [*py, str(HERE / "agents_vs_trl.py"), "--steps", "2" if quick else "4"],
     }
     for run, path in trainer_json.items():
         model, precision = run.split("-")

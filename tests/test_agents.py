@@ -333,6 +333,10 @@ def test_validate_reads_an_environment_says_the_reward_rule_and_refuses_what_can
     assert f"multi_turn.environment: {plain} has no class 'Nope'" in out
     out = refused(f"worker.rollout.multi_turn.environment={plain}")
     assert "names no class: give file.py:Class" in out
+    out = refused(
+        f"worker.rollout.multi_turn.environment={trl}", "worker.rollout.multi_turn.tool_names=[add]"
+    )
+    assert "multi_turn.tool_names: picks functions of tools, which is not set" in out
 
 
 def test_a_conversation_as_the_prompt_reaches_the_template_whole(tmp_path):

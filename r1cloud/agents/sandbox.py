@@ -43,7 +43,7 @@ class _Objects:
 
     def __init__(self, env: str | None, tools: str | None, names: list[str] | None, limit: int):
         self.cls = environment_class(env) if env else None
-        self.tools = load(tools, names) if tools else {}
+        self.tools = load(tools, names, described=False) if tools else {}
         self.limit = limit
         self.live: dict[int, object] = {}
 
@@ -172,12 +172,15 @@ class Sandbox:
             ready([self.procs[w][1] for w, q in enumerate(self.sent) if q], timeout=1.0)
 
     def run(self, items: list[tuple[str, int, object]]) -> list[tuple[bool, object, float]]:
-        """Each item's result, in order, once all are in."""
-        self.submit(items, list(range(len(items))))
+        """Each item's result, in order, once all are in (results of earlier `submit`s still out,
+        after a failure, are dropped)."""
+        mine = object()
+        self.submit(items, [(mine, k) for k in range(len(items))])
         out: list = [None] * len(items)
         while self.pending():
-            for k, result in self.collect(wait=True):
-                out[k] = result
+            for tag, result in self.collect(wait=True):
+                if isinstance(tag, tuple) and tag[0] is mine:
+                    out[tag[1]] = result
         return out
 
     def close(self) -> None:

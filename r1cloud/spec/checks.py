@@ -375,6 +375,8 @@ def check_multi_turn(spec: Spec, problem: Report) -> None:
             "multi-turn episodes need tools or an environment: give tools: file.py (or file.py:add,mul), "
             "or environment: file.py:Class",
         )
+    if mt.enable and mt.tool_names and not mt.tools:
+        problem(f"{at}.tool_names", "picks functions of tools, which is not set: give tools: file.py:a,b")
     if mt.environment and ":" not in mt.environment:
         problem(f"{at}.environment", f"{mt.environment} names no class: give file.py:Class")
     if not mt.enable:

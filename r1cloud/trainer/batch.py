@@ -177,6 +177,35 @@ def unpacked(flat: torch.Tensor, lengths: torch.Tensor, width: int) -> torch.Ten
     return torch.nn.functional.pad(rows, (0, width - rows.shape[1]))
 
 
+def decode(tokenizer, flat: torch.Tensor, lengths: list[int], skip: bool) -> list[str]:
+    """Each response's text, as `tokenizer.decode` gives it. A fast tokenizer without clean-up
+    (Qwen's, Llama 3's, SmolLM's) decodes the whole batch in one call of its Rust tokenizer:
+    transformers' per-sequence decode spends more time checking the ids than decoding them."""
+    rows = [r.tolist() for r in torch.split(flat, lengths)]
+    fast = getattr(tokenizer, "_tokenizer", None)
+    if fast is not None and not getattr(tokenizer, "clean_up_tokenization_spaces", True):
+        return fast.decode_batch(rows, skip_special_tokens=skip)
+    return tokenizer.batch_decode(rows, skip_special_tokens=skip)
+
+
+def episode_fields(results: list[dict], lengths: torch.Tensor, width: int, stats: tuple[str, ...]) -> dict:
+    """What multi-turn workers' results add to a batch: the loss mask, each episode's counts (and
+    environment reward), and each episode's own prompt when its environment's reset added to it."""
+    out = {
+        "loss_mask": unpacked(torch.cat([r["mask"] for r in results]), lengths, width),
+        "episode": {
+            k: torch.cat([r["episode"][:, j] for r in results]).double() for j, k in enumerate(stats)
+        },
+    }
+    if "env_reward" in results[0]:
+        out["episode"]["env_reward"] = torch.cat([r["env_reward"] for r in results])
+    if "prompt_ids" in results[0]:
+        out["prompt_len"] = torch.cat([r["prompt_len"] for r in results])
+        ids = torch.cat([r["prompt_ids"] for r in results])
+        out["prompt_ids"] = unpacked(ids, out["prompt_len"], int(out["prompt_len"].max()))
+    return out
+
+
 def ragged(rows: list[list], dtype: torch.dtype, width: int | None = None) -> torch.Tensor:
     """Right-padded (len(rows), width) tensor of lists."""
     width = max((len(r) for r in rows), default=0) if width is None else width

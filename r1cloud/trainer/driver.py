@@ -33,6 +33,8 @@ from .batch import (
     RunError,
     Sizes,
     advantages,
+    decode,
+    episode_fields,
     localize,
     micro_batches,
     packed,
@@ -158,16 +160,10 @@ class Trainer:
         pictures = {i: k for k, i in enumerate(inputs)}
         lengths = torch.cat([r["length"] for r in results])
         width = int(lengths.max()) if len(lengths) else 0
-        multi = "mask" in results[0]
-        if "prompt_ids" in results[0]:  # episodes whose environment's reset added to the prompt
-            prompt_len = torch.cat([r["prompt_len"] for r in results])
-            prompt_ids = unpacked(
-                torch.cat([r["prompt_ids"] for r in results]), prompt_len, int(prompt_len.max())
-            )
+        extra = episode_fields(results, lengths, width, STATS) if "mask" in results[0] else {}
+        if "prompt_ids" in extra:  # episodes whose environment's reset added to the prompt
+            prompt_ids, prompt_len = extra.pop("prompt_ids"), extra.pop("prompt_len")
             at = torch.arange(len(rows))
-        episode = {k: torch.cat([r["episode"][:, j] for r in results]).double() for j, k in enumerate(STATS)}
-        if "env_reward" in results[0]:
-            episode["env_reward"] = torch.cat([r["env_reward"] for r in results])
         return Batch(
             uid=[uids[i] for i in rows],
             index=torch.tensor(rows, dtype=torch.long),
@@ -177,8 +173,7 @@ class Trainer:
             response_len=lengths,
             finished=torch.cat([r["finished"] for r in results]),
             rollout_logp=unpacked(torch.cat([r["logprobs"] for r in results]), lengths, width),
-            loss_mask=unpacked(torch.cat([r["mask"] for r in results]), lengths, width) if multi else None,
-            episode=episode if multi else {},
+            **extra,
             image_inputs=[inputs[i] for i in pictures],
             image_of=torch.tensor([pictures.get(i, -1) for i in rows]) if inputs else None,
         )
@@ -555,17 +550,6 @@ class Trainer:
                 with contextlib.suppress(Exception):
                     ray.timeline(filename=self.spec.trainer.ray_timeline)
             ray.shutdown()
-
-
-def decode(tokenizer, flat: torch.Tensor, lengths: list[int], skip: bool) -> list[str]:
-    """Each response's text, as `tokenizer.decode` gives it. A fast tokenizer without clean-up
-    (Qwen's, Llama 3's, SmolLM's) decodes the whole batch in one call of its Rust tokenizer:
-    transformers' per-sequence decode spends more time checking the ids than decoding them."""
-    rows = [r.tolist() for r in torch.split(flat, lengths)]
-    fast = getattr(tokenizer, "_tokenizer", None)
-    if fast is not None and not getattr(tokenizer, "clean_up_tokenization_spaces", True):
-        return fast.decode_batch(rows, skip_special_tokens=skip)
-    return tokenizer.batch_decode(rows, skip_special_tokens=skip)
 
 
 def _error(text, code: int) -> int:
