@@ -43,9 +43,11 @@ def test_library_blueprint_validates(path, cli, monkeypatch, tmp_path):
     spec = load_spec(path).spec
     assert spec.name == path.stem.replace("_", "-")
     mt = spec.worker.rollout.multi_turn
-    # a conversational data set (tools_calculator) brings its own instructions: no format prompt
-    shown = spec.data.format_prompt if not mt.enable else mt.tools
-    for f in (shown, spec.worker.reward.reward_function):
+    # a conversational data set (tools_calculator and its control) brings its own instructions:
+    # no format prompt there
+    shown = [f for f in (spec.data.format_prompt, mt.tools) if f]
+    assert shown or spec.name.startswith("tools-calculator")
+    for f in (*shown, spec.worker.reward.reward_function):
         assert Path(f).is_file(), f
 
 

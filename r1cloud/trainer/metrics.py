@@ -77,7 +77,7 @@ def rollout_metrics(
         m["rollout/logp_diff_max"] = float(diff.max()) if len(diff) else 0.0
         m["rollout/logp_diff_mean"] = float(diff.mean()) if len(diff) else 0.0
     for key, v in sorted(seen.episode.items()):  # multi-turn: per episode, over all generated
-        m[f"agent/{key}"] = float(v.double().mean())
+        m[f"agent/{key}"] = float(v.double().nanmean())  # env_reward: NaN where get_reward() raised
     if batch.advantages is not None:
         on = batch.response_mask.bool()
         # one value per sample from the outcome estimators (spread over its tokens), else per token
