@@ -34,7 +34,17 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trainer_vs_trl import ROOT, PeakRSS, launch, report, resolve_model, summarize, versions  # noqa: E402
+from trainer_vs_trl import (  # noqa: E402
+    ROOT,
+    PeakRSS,
+    launch,
+    report,
+    resolve_model,
+    summarize,
+    timed,
+    trl_config,
+    versions,
+)
 
 SETTINGS = {"prompts_per_step": 4, "group": 8, "max_new_tokens": 64, "lr": 1e-5, "seed": 1, "threads": 2}
 EXAMPLE_CALL = '<tool_call>\n{"name": "multiply", "arguments": {"a": 12, "b": 34}}\n</tool_call>'
@@ -167,8 +177,8 @@ def trl_worker(model: str, data: str, steps: int, out: str) -> None:
 
     import torch
     from datasets import Dataset
-    from transformers import AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
 
     s = SETTINGS
     torch.set_num_threads(s["threads"])
@@ -197,33 +207,18 @@ def trl_worker(model: str, data: str, steps: int, out: str) -> None:
         )
         return scores
 
-    config = GRPOConfig(
-        output_dir=str(Path(out).parent / "trl-agents-out"),
-        use_cpu=True,
+    config = trl_config(
+        Path(out).parent / "trl-agents-out",
+        steps,
+        s,
         bf16=False,
         gradient_checkpointing=False,
-        report_to=[],
-        save_strategy="no",
-        logging_steps=1,
-        max_steps=steps,
         # the step's 32 episodes generated at once, trained in 4 micro-batches of 8: one batch of 32
         # took TRL past 23 GiB (killed for memory in its second step, full-vocabulary fp32 logits)
         per_device_train_batch_size=s["prompts_per_step"] * s["group"] // 4,
         gradient_accumulation_steps=4,
-        num_generations=s["group"],
-        max_completion_length=s["max_new_tokens"],
         max_tool_calling_iterations=1,
-        learning_rate=s["lr"],
-        weight_decay=0.0,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        beta=0.0,
-        loss_type="dapo",
-        epsilon=0.2,
-        epsilon_high=0.28,
         temperature=1.0,
-        seed=s["seed"],
-        dataloader_num_workers=0,
     )
     trainer = GRPOTrainer(
         model=model,
@@ -233,26 +228,7 @@ def trl_worker(model: str, data: str, steps: int, out: str) -> None:
         processing_class=AutoTokenizer.from_pretrained(model),
         tools=[calculator.multiply],
     )
-    generate = trainer._generate
-
-    def timed_generate(*args, **kwargs):
-        t = time.perf_counter()
-        try:
-            return generate(*args, **kwargs)
-        finally:
-            current["gen_s"] = current.get("gen_s", 0.0) + time.perf_counter() - t
-
-    trainer._generate = timed_generate
-
-    class Steps(TrainerCallback):
-        def on_step_begin(self, *a, **k):
-            current.clear()
-            current["t0"] = time.perf_counter()
-
-        def on_step_end(self, *a, **k):
-            record.append({**current, "step_s": time.perf_counter() - current.pop("t0")})
-
-    trainer.add_callback(Steps())
+    timed(trainer, "_generate", current, record)
     trainer.train()
     tok = trainer.processing_class  # prompt + response tokens per step, the tools' schemas shown
     prompt = statistics.mean(

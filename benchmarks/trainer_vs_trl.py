@@ -292,6 +292,62 @@ def run_trl(model: Path, steps: int, work: Path, jemalloc: bool = False) -> dict
     return {**summarize(json.loads(out.read_text())), "peak_rss": peak}
 
 
+def trl_config(out_dir: Path, steps: int, s: dict, **own):
+    """The GRPOConfig both TRL comparisons share (token-mean loss, clip 0.2/0.28, no KL, constant
+    lr, on the CPU), with each one's `own` settings."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(out_dir),
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        max_steps=steps,
+        num_generations=s["group"],
+        max_completion_length=s["max_new_tokens"],
+        learning_rate=s["lr"],
+        weight_decay=0.0,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        beta=0.0,
+        loss_type="dapo",
+        epsilon=0.2,
+        epsilon_high=0.28,
+        seed=s["seed"],
+        dataloader_num_workers=0,
+        **own,
+    )
+
+
+def timed(trainer, generate_method: str, current: dict, record: list[dict]) -> None:
+    """TRL's generation time summed into `current["gen_s"]` (its method `generate_method`
+    wrapped), and each step's `current` with its `step_s` appended to `record`."""
+    from transformers import TrainerCallback
+
+    generate = getattr(trainer, generate_method)
+
+    def timed_generate(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            current["gen_s"] = current.get("gen_s", 0.0) + time.perf_counter() - t
+
+    setattr(trainer, generate_method, timed_generate)
+
+    class Steps(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            current.clear()
+            current["t0"] = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            step_s = time.perf_counter() - current.pop("t0")
+            record.append({**current, "step_s": step_s})
+
+    trainer.add_callback(Steps())
+
+
 def trl_worker(model: str, steps: int, out: str) -> None:
     import importlib.util
 
@@ -299,8 +355,8 @@ def trl_worker(model: str, steps: int, out: str) -> None:
     import torch
     from datasets import Dataset
     from PIL import Image
-    from transformers import AutoProcessor, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers import AutoProcessor, AutoTokenizer
+    from trl import GRPOTrainer
     from trl.data_utils import prepare_multimodal_messages
 
     s, task = SETTINGS, task_of(model)
@@ -344,53 +400,18 @@ def trl_worker(model: str, steps: int, out: str) -> None:
         current["reward"] = sum(scores) / len(scores)
         return scores
 
-    config = GRPOConfig(
-        output_dir=str(Path(out).parent / "trl-out"),
-        use_cpu=True,
+    config = trl_config(
+        Path(out).parent / "trl-out",
+        steps,
+        s,
         bf16=s["precision"] == "bf16",
-        report_to=[],
-        save_strategy="no",
-        logging_steps=1,
-        max_steps=steps,
         per_device_train_batch_size=s["prompts_per_step"] * s["group"],
-        num_generations=s["group"],
-        max_completion_length=s["max_new_tokens"],
-        learning_rate=s["lr"],
-        weight_decay=0.0,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        beta=0.0,
-        loss_type="dapo",
-        epsilon=0.2,
-        epsilon_high=0.28,
         temperature=s["temperature"],
-        seed=s["seed"],
-        dataloader_num_workers=0,
     )
     trainer = GRPOTrainer(
         model=model, reward_funcs=reward, args=config, train_dataset=data, processing_class=processing
     )
-    generate = trainer._generate_single_turn
-
-    def timed_generate(*args, **kwargs):
-        t = time.perf_counter()
-        try:
-            return generate(*args, **kwargs)
-        finally:
-            current["gen_s"] = current.get("gen_s", 0.0) + time.perf_counter() - t
-
-    trainer._generate_single_turn = timed_generate
-
-    class Steps(TrainerCallback):
-        def on_step_begin(self, *a, **k):
-            current.clear()
-            current["t0"] = time.perf_counter()
-
-        def on_step_end(self, *a, **k):
-            step_s = time.perf_counter() - current.pop("t0")
-            record.append({**current, "step_s": step_s})
-
-    trainer.add_callback(Steps())
+    timed(trainer, "_generate_single_turn", current, record)
     trainer.train()
 
     # prompt + response tokens per step: the prompts' token counts (image tokens expanded) from the
