@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ENV = "worker.rollout.multi_turn.environment"
+TOOLS = "worker.rollout.multi_turn.tools"
 NOT_TOOLS = {"reset", "get_reward"}  # TRL's: every other public method of the class is a tool
 
 
@@ -37,7 +38,7 @@ def load(path: str, names: list[str] | None = None, described: bool = True) -> d
     from ..rewards import load_module
 
     if not Path(path).is_file():
-        raise ValueError(f"worker.rollout.multi_turn.tools: {path} is not a file")
+        raise ValueError(f"{TOOLS}: {path} is not a file")
     module = load_module(path)
     if names is None:
         names = [
@@ -46,19 +47,19 @@ def load(path: str, names: list[str] | None = None, described: bool = True) -> d
             if inspect.isfunction(f) and not n.startswith("_") and f.__module__ == module.__name__
         ]
         if not names:
-            raise ValueError(f"worker.rollout.multi_turn.tools: {path} defines no public function")
+            raise ValueError(f"{TOOLS}: {path} defines no public function")
     tools = {}
     for name in names:
         fn = getattr(module, name, None)
         if not callable(fn):
-            raise ValueError(f"worker.rollout.multi_turn.tools: {path} has no function {name!r}")
+            raise ValueError(f"{TOOLS}: {path} has no function {name!r}")
         if described:
             schema(fn, path)  # describable, or an error now
         tools[name] = fn
     return tools
 
 
-def schema(fn: Callable, where: str = "", at: str = "worker.rollout.multi_turn.tools") -> dict:
+def schema(fn: Callable, where: str = "", at: str = TOOLS) -> dict:
     """The OpenAI function schema of `fn`, from its signature and docstring (transformers)."""
     from transformers.utils import get_json_schema
 
@@ -135,7 +136,7 @@ def _check(env: str | None, tools: str | None, names: tuple[str, ...] | None, _s
         "try:\n    print(json.dumps(describe(*json.loads(sys.argv[1]))))\n"
         "except ValueError as e:\n    print(e, file=sys.stderr); sys.exit(2)\n"
     )
-    what = f"{ENV}: {env}" if env else f"worker.rollout.multi_turn.tools: {tools}"
+    what = f"{ENV}: {env}" if env else f"{TOOLS}: {tools}"
     try:
         r = subprocess.run(
             [sys.executable, "-c", code, json.dumps([env, tools, list(names) if names else None])],

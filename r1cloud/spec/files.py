@@ -14,13 +14,12 @@ import difflib
 import re
 from pathlib import Path
 
+from ..agents.tools import ENV, TOOLS
 from ..agents.tools import check as check_tools
 from .load import Origins, expand, origin_of
 from .models import Spec, _is_url
 from .problems import Problem
 
-TOOLS = "worker.rollout.multi_turn.tools"
-ENV = "worker.rollout.multi_turn.environment"
 DATA_EXTENSIONS = (".json", ".jsonl", ".parquet", ".csv", ".arrow", ".txt", ".tsv")
 # the Hub: 96 characters a part at most
 HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
