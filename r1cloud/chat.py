@@ -74,14 +74,19 @@ def remote(url: str, api_key: str | None) -> Endpoint:
 
 
 @contextlib.contextmanager
-def open_endpoint(target: str, api_key: str | None, engine: str, merge_fn, cache: Path) -> Iterator[Endpoint]:
-    """An endpoint for `target`: a URL as it is, anything else served privately for the duration."""
+def open_endpoint(
+    target: str, api_key: str | None, engine: str, merge_fn, cache: Path, tools: str | None = None
+) -> Iterator[Endpoint]:
+    """An endpoint for `target`: a URL as it is, anything else served privately for the duration
+    (reading `tools`-format tool calls when the engine is vLLM)."""
     if target.startswith(("http://", "https://")):
         yield remote(target, api_key)
         return
     model = sv.resolve(target, merge_fn, cache)
     key, port = secrets.token_hex(16), _free_port()
-    cmd = sv.command(sv.pick_engine(engine), model, "127.0.0.1", port, model.name, None, [])
+    engine = sv.pick_engine(engine)
+    flags = sv.tool_flags(tools) if engine == "vllm" else []
+    cmd = sv.command(engine, model, "127.0.0.1", port, model.name, None, flags)
     with tempfile.NamedTemporaryFile("w+b", prefix="r1cloud-chat-", suffix=".log") as log:
         proc = subprocess.Popen(
             cmd,
@@ -106,17 +111,20 @@ def open_endpoint(target: str, api_key: str | None, engine: str, merge_fn, cache
                 proc.wait()
 
 
-def job_format_prompt(target: str) -> str | None:
-    """The format prompt of the job `target` names (from its resolved spec), if it is a job."""
-    from .checkpoint.store import parse_ref
-    from .jobs.store import JobStore
+def lead_in(spec) -> list[dict]:
+    """The messages a conversational run's prompts hold before the question (a system message,
+    worked examples), from its first training row: in training the model always saw them first."""
+    from .data import load_rows
+    from .spec.data_check import conversation
 
-    store, name = JobStore(), parse_ref(target)[0]
-    if "://" in target or not store.has(name) or not (spec_file := store.path(name) / "spec.yaml").is_file():
-        return None
-    from .spec import load_resolved
-
-    return load_resolved(spec_file).data.format_prompt
+    files = spec.data.train_files if isinstance(spec.data.train_files, str) else spec.data.train_files[0]
+    if not Path(files.rpartition("@")[0] or files).exists():  # a Hub data set: not fetched for this
+        return []
+    try:
+        value = load_rows(files)[0][spec.data.prompt_key]
+        return conversation(value, files)[0]
+    except (ValueError, OSError, KeyError, IndexError):  # a text prompt, or rows not readable here
+        return []
 
 
 def render(template_file: str | None, text: str) -> str:
@@ -165,4 +173,87 @@ def ask(endpoint: Endpoint, messages: list[dict], max_tokens: int, temperature: 
         if piece:
             text += piece
             on_piece(piece)
+    return text
+
+
+@dataclass
+class Toolbox:
+    """A run's tools in `chat`: their schemas (sent as `tools=`, as the prompt showed them in
+    training), the format the model writes calls in, and the sandbox the trainer runs them in.
+    A TRL-shaped environment gets one object per conversation, `reset(prompt=messages)`."""
+
+    schemas: list[dict]
+    fmt: str
+    max_turns: int
+    sandbox: object
+    environment: bool
+    conversations: int = 0
+
+    @classmethod
+    def of(cls, spec) -> Toolbox | None:
+        mt = spec.worker.rollout.multi_turn
+        if not mt.enable:
+            return None
+        from .agents.sandbox import Sandbox
+        from .agents.tools import check
+
+        try:
+            info = check(mt.environment, mt.tools, mt.tool_names)
+        except (ValueError, OSError) as e:
+            raise sv.ServeError(f"error: the run's tools cannot be read: {e}", []) from None
+        if info["shape"] == "gym":
+            raise sv.ServeError(
+                "error: a gym-shaped environment writes the user's turns itself: there is no chat with it",
+                ["play episodes with: r1cloud try --episodes K, or r1cloud eval"],
+            )
+        sandbox = Sandbox(
+            mt.environment, mt.tools, mt.tool_names, 1, mt.tool_timeout, mt.max_tool_response_length
+        )
+        return cls(info["tools"], mt.tool_call_format, mt.max_turns, sandbox, bool(mt.environment))
+
+    def start(self, messages: list[dict]) -> int:
+        """A new conversation's number; with an environment, its object reset on the first
+        message (a text reset returns is appended to it, as in training)."""
+        self.conversations += 1
+        if self.environment:
+            ok, text, _ = self.sandbox.run([("reset", self.conversations, {"prompt": list(messages)})])[0]
+            if not ok:
+                raise sv.ServeError(f"error: the environment's reset(prompt=...) failed: {text}", [])
+            if text and isinstance(messages[-1]["content"], str):
+                messages[-1]["content"] += text
+        return self.conversations
+
+
+def ask_with_tools(endpoint: Endpoint, messages: list[dict], box: Toolbox, conversation: int,
+                   max_tokens: int, temperature: float, show) -> str:  # fmt: skip
+    """Turns until the model answers without a call (or `max_turns`): each reply's calls (the
+    server's `tool_calls`, or read from the text when the server has no tool parser) run in the
+    sandbox and come back as tool messages. `show(kind, text)` sees each turn and each call."""
+    import json
+
+    from .agents import calls
+
+    client, text = endpoint.client(), ""
+    for turn in range(box.max_turns):
+        reply = client.chat.completions.create(
+            model=endpoint.model, messages=messages, tools=box.schemas, max_tokens=max_tokens, temperature=temperature
+        ).choices[0].message  # fmt: skip
+        if reply.tool_calls:  # the text the model wrote, as training saw it (not the parsed form)
+            found = [(c.function.name, json.loads(c.function.arguments or "{}")) for c in reply.tool_calls]
+            text = (reply.content or "") + "".join(calls.render(c, box.fmt) for c in found)
+        else:
+            text = reply.content or ""
+            found = calls.parse(text, box.fmt)
+        messages.append({"role": "assistant", "content": text})
+        show("assistant", text)
+        if not found or turn == box.max_turns - 1:  # the answer (a last turn's calls are not run)
+            break
+        names = {t["function"]["name"] for t in box.schemas}
+        runnable = [c for c in found if calls.refused(c, names) is None]
+        results = iter(box.sandbox.run([("call", conversation, c) for c in runnable]))
+        for k, call in enumerate(found):
+            observation = calls.refused(call, names) or next(results)[1]
+            what = "a call it cannot read" if isinstance(call, str) else calls.render(call, "python")
+            show("tool", f"{what.removeprefix(calls.OPEN).removesuffix(calls.CLOSE)} → {observation}")
+            messages.append({"role": "tool", "content": observation, "tool_call_id": f"call_{turn}_{k}"})
     return text

@@ -45,13 +45,16 @@ class Engine:
         self.max_len = max_model_len or getattr(self.model.config, "max_position_embeddings", 2048)
         self.lock = threading.Lock()  # one generation at a time: the model is not re-entrant
 
-    def chat_inputs(self, messages: list[dict]) -> tuple[list[int], dict]:
-        """Prompt ids and, with images, the generate kwargs that carry them."""
+    def chat_inputs(self, messages: list[dict], tools: list[dict] | None = None) -> tuple[list[int], dict]:
+        """Prompt ids and, with images, the generate kwargs that carry them. `tools` reach the chat
+        template (calls come back as the text the model writes: this server has no tool parser)."""
         if self.processor is None:
             if any(isinstance(m.get("content"), list) and any(p.get("type") == "image_url" for p in m["content"])
                    for m in messages):  # fmt: skip
                 raise ValueError("this is a text model: it takes no images")
-            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            ids = self.tokenizer.apply_chat_template(
+                messages, tools=tools or None, add_generation_prompt=True, tokenize=True
+            )
             return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "input_ids") else ids), {}
         messages, images = vision.split_chat(messages)
         enc = self.processor.encode(self.processor.apply_template(messages), images)
@@ -204,7 +207,7 @@ def build_app(engine: Engine, name: str, api_key: str | None) -> FastAPI:
         if not isinstance(messages, list) or not messages:
             return _error(400, "messages must be a non-empty list")
         try:
-            ids, extra = engine.chat_inputs(messages)
+            ids, extra = engine.chat_inputs(messages, body.get("tools"))
         except (ValueError, OSError) as e:  # an image that cannot be read, or a text model given one
             return _error(400, f"cannot use an image of the request: {e}")
         return run(body, ids, chat=True, extra=extra)

@@ -187,6 +187,51 @@ def pick_engine(requested: str) -> str:
     return requested
 
 
+def job_spec(target: str):
+    """The resolved spec of the job `target` names (JOB or JOB:step-N), or None for anything else."""
+    from .checkpoint.store import parse_ref
+    from .jobs.store import JobStore
+
+    store, name = JobStore(), parse_ref(target)[0]
+    if "://" in target or not store.has(name) or not (spec_file := store.path(name) / "spec.yaml").is_file():
+        return None
+    from .spec import load_resolved
+
+    return load_resolved(spec_file)
+
+
+TOOL_FORMATS = ("auto", "hermes", "python", "none")
+
+
+def tool_format(requested: str, target: str) -> str | None:
+    """The tool-call format the server reads: the one asked for, or (`auto`) the job's own when its
+    run called tools; None for none."""
+    if requested not in TOOL_FORMATS:
+        raise ServeError("error: bad --tool-call-format", [f"{requested!r}: use {', '.join(TOOL_FORMATS)}"])
+    if requested != "auto":
+        return None if requested == "none" else requested
+    spec = job_spec(target)
+    if spec is None or not spec.worker.rollout.multi_turn.enable:
+        return None
+    from .agents.tools import tool_schemas
+
+    try:
+        return spec.worker.rollout.multi_turn.tool_call_format if tool_schemas(spec) else None
+    except (ValueError, OSError) as e:  # its tools file moved or broke since the run
+        raise ServeError(f"error: the job's tools cannot be read: {e}", ["pass --tool-call-format"]) from None
+
+
+def tool_flags(fmt: str | None) -> list[str]:
+    """vLLM's server arguments for OpenAI tool calling in `fmt`: its own Hermes parser, or
+    r1cloud's plugin for the `python` format (agents/vllm_tools.py)."""
+    if fmt is None:
+        return []
+    if fmt == "hermes":
+        return ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+    plugin = ["--tool-parser-plugin", "r1cloud.agents.vllm_tools", "--tool-call-parser", "r1cloud_python"]
+    return ["--enable-auto-tool-choice", *plugin]
+
+
 def command(
     engine: str, model: Model, host: str, port: int, name: str, max_model_len: int | None, extra: list[str]
 ) -> list[str]:

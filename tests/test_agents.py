@@ -235,6 +235,21 @@ def test_call_formats():
         assert calls.parse(f"<tool_call>{bad}</tool_call>", "python")[0].startswith("Error:")
     assert calls.parse("no call here", "python") == []
     assert calls.cut_mid_call("<tool_call>add(a=1") and not calls.cut_mid_call("<tool_call>x</tool_call>")
+    # `render` (chat writes a served model's parsed `tool_calls` back as the model wrote them) is
+    # what `parse` reads back, in either format
+    for call in [
+        ("add", {"a": 1, "b": -2.5}),
+        ("say", {"text": 'it\'s "quoted"\n', "items": [1, [2]]}),
+        ("f", {}),
+    ]:
+        for fmt in ("hermes", "python"):
+            assert calls.parse(calls.render(call, fmt), fmt) == [call]
+    assert calls.render(("mul", {"a": 2, "b": 3}), "python") == "<tool_call>mul(a=2, b=3)</tool_call>"
+    assert calls.refused(("add", {}), {"add"}) is None
+    assert (
+        calls.refused(("sub", {}), {"add", "mul"}) == "Error: there is no tool 'sub' (the tools are add, mul)"
+    )
+    assert calls.refused("Error: unreadable", {"add"}) == "Error: unreadable"
 
 
 def test_observations_are_the_templates_tool_turn_as_a_delta(tmp_path):

@@ -406,7 +406,9 @@ def test_skyserve_task_from_a_bucket_validates(tmp_path, sky_home):
         "L4:1",
         "2",
         False,
+        extra=["--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
     )
+    assert "--enable-auto-tool-choice --tool-call-parser hermes" in config["run"]
     assert config["file_mounts"] == {
         "/r1cloud-model": {
             "source": "s3://ckpts/job/checkpoints/global_step_9/huggingface",

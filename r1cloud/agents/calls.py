@@ -29,6 +29,25 @@ def parse(text: str, fmt: str) -> list[tuple[str, dict] | str]:
     return [(_hermes if fmt == "hermes" else _python)(body.strip()) for body in _CALL.findall(text)]
 
 
+def refused(call: tuple[str, dict] | str, names: set[str]) -> str | None:
+    """The error observation for a call that is not run (unreadable, or no such tool), else None."""
+    if isinstance(call, str):
+        return call
+    if call[0] not in names:
+        return f"Error: there is no tool {call[0]!r} (the tools are {', '.join(sorted(names))})"
+    return None
+
+
+def render(call: tuple[str, dict], fmt: str) -> str:
+    """A call as the model writes it in `fmt` (what `parse` reads back)."""
+    name, arguments = call
+    if fmt == "hermes":
+        body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+    else:
+        body = f"{name}({', '.join(f'{k}={v!r}' for k, v in arguments.items())})"
+    return f"{OPEN}{body}{CLOSE}"
+
+
 def cut_mid_call(text: str) -> bool:
     """A turn cut off inside a tool call (an open tag with no close after it)."""
     return text.rfind(OPEN) > text.rfind(CLOSE)

@@ -223,12 +223,8 @@ class Play:
 
     def _known(self, call) -> tuple | None:
         """An unreadable or unknown call's result, given here; None for one the sandbox runs."""
-        if isinstance(call, str):
-            return False, call, 0.0
-        if call[0] not in self.agent.tool_names:
-            known = ", ".join(sorted(self.agent.tool_names))
-            return False, f"Error: there is no tool {call[0]!r} (the tools are {known})", 0.0
-        return None
+        error = calls.refused(call, self.agent.tool_names)
+        return None if error is None else (False, error, 0.0)
 
     def ready(self, block: bool = False, everything: bool = False) -> list[Turn]:
         """The next turns whose observations are in: what has come back, waiting for one batch

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from .common import app, err, fail, job_store, load_blueprint, not_nan, out, report_end
 
@@ -102,6 +103,15 @@ def serve(
             help="Seconds to wait for /v1/models to answer.",
         ),
     ] = 900.0,
+    tool_call_format: Annotated[
+        str,
+        typer.Option(
+            "--tool-call-format",
+            help="OpenAI tool calling (`tools=` in, `tool_calls` out) through vLLM's tool parser:"
+            " hermes, python (r1cloud's <tool_call>f(a=1)</tool_call>), none, or auto (the job's own"
+            " format when its run called tools).",
+        ),
+    ] = "auto",
     adapter: Annotated[
         bool,
         typer.Option(
@@ -122,8 +132,14 @@ def serve(
     from ..jobs.local import stop as stop_local
     from ..jobs.store import ACTIVE, Job
 
+    try:
+        tools = sv.tool_format(tool_call_format, checkpoint)
+    except sv.ServeError as e:
+        fail(e.args[0], e.args[1])
     if infra != "local":
-        _serve_in_cloud(checkpoint, infra, gpu, replicas, api_key, served_model_name, max_model_len, name)
+        _serve_in_cloud(
+            checkpoint, infra, gpu, replicas, api_key, served_model_name, max_model_len, name, tools
+        )
         return
     if replicas != "1":
         fail(f"error: --replicas {replicas} needs a cloud --infra", ["locally, one server runs"])
@@ -143,6 +159,15 @@ def serve(
     except sv.ServeError as e:
         fail(e.args[0], e.args[1])
     served = served_model_name or model.name
+    extra = list(ctx.args)
+    if tools and chosen_engine != "vllm":
+        err.print(
+            f"note: the transformers engine has no tool parser: {tools} tool calls come back as text"
+            " in `content` (serve with --engine vllm for `tool_calls`)",
+            markup=False,
+        )
+    elif "--tool-call-parser" not in extra:
+        extra = [*sv.tool_flags(tools), *extra]
     url = sv.base_url(host, port)
     store = job_store()
     job = store.create_unique(
@@ -151,14 +176,17 @@ def serve(
             kind="serve",
             accelerators=chosen_engine,
             blueprint=checkpoint,
-            command=sv.command(chosen_engine, model, host, port, served, max_model_len, list(ctx.args)),
+            command=sv.command(chosen_engine, model, host, port, served, max_model_len, extra),
             url=url,
             model=f"{served} ← {model.origin}",
         )
     )
     env = sv.kv_cache_env(model.path, max_model_len, list(ctx.args)) if chosen_engine == "vllm" else {}
     job = launch(store, job, sv.key_env(api_key), env)
-    out.print(f"serving {model.origin} as {served!r} with {chosen_engine} · job {job.name}", markup=False)
+    calling = f" · tool calls: {tools}" if tools and chosen_engine == "vllm" else ""
+    out.print(
+        f"serving {model.origin} as {served!r} with {chosen_engine}{calling} · job {job.name}", markup=False
+    )
     if host in ("0.0.0.0", "::") and not api_key:
         err.print(
             "warning: listening on every interface with no --api-key: anyone who can reach it can use it"
@@ -198,18 +226,32 @@ def serve(
     raise typer.Exit(report_end(record))
 
 
-def _serve_in_cloud(checkpoint, infra, gpu, replicas, api_key, served_model_name, max_model_len, name):
+def _serve_in_cloud(checkpoint, infra, gpu, replicas, api_key, served_model_name, max_model_len, name, tools):
     from .. import serve as sv
     from ..jobs.cloud import CloudError, serve_up
     from ..jobs.sky_task import TaskError, service_config
     from ..jobs.store import Job
 
     try:
+        if tools == "python":
+            raise sv.ServeError(
+                "error: the python tool-call format is read by r1cloud's vLLM plugin, which SkyServe"
+                " replicas do not install yet",
+                ["serve it locally, or pass --tool-call-format none (calls come back as text)"],
+            )
         model = sv.resolve_for_cloud(checkpoint)
         served = served_model_name or model.name
         service = name or f"serve-{served}".replace("/", "-").lower()
         config = service_config(
-            service, model.path, served, infra, gpu, replicas, bool(api_key), max_model_len
+            service,
+            model.path,
+            served,
+            infra,
+            gpu,
+            replicas,
+            bool(api_key),
+            max_model_len,
+            sv.tool_flags(tools),
         )
         err.print(f"starting SkyServe service {service} on {infra} ({replicas} × {gpu})…", markup=False)
         endpoint = serve_up(config, {"R1CLOUD_API_KEY": api_key} if api_key else {}, service)
@@ -269,7 +311,7 @@ def chat(
         ),
     ] = None,
     raw: Annotated[
-        bool, typer.Option("--raw", help="Send the text as it is, with no format prompt.")
+        bool, typer.Option("--raw", help="Send the text as it is: no format prompt, no lead-in messages.")
     ] = False,
     show_prompt: Annotated[bool, typer.Option("--show-prompt", help="Print the message as sent.")] = False,
     image: Annotated[
@@ -300,24 +342,32 @@ def chat(
     ] = "transformers",
 ) -> None:
     """Ask a served endpoint or a checkpoint, with the blueprint's format prompt applied; --compare
-    shows a second model's answer beside it (the before/after view)."""
+    shows a second model's answer beside it (the before/after view). A run with tools plays
+    episodes: the model's tool calls run in the training sandbox between turns, each one shown."""
     from .. import chat as ch
     from .. import serve as sv
     from ..jobs.store import home
 
-    template = None
-    if not raw:
-        if format_prompt:
-            if not format_prompt.is_file():
-                fail(
-                    f"error: --format-prompt {format_prompt}: no such file",
-                    ["give a Jinja template over `content`"],
-                )
-            template = str(format_prompt)
-        elif blueprint:
-            template = load_blueprint(blueprint, [], {}, str(blueprint)).data.format_prompt
-        else:
-            template = ch.job_format_prompt(target)
+    spec = load_blueprint(blueprint, [], {}, str(blueprint)) if blueprint else sv.job_spec(target)
+    template = spec.data.format_prompt if spec is not None and not raw else None
+    if format_prompt and not raw:
+        if not format_prompt.is_file():
+            fail(
+                f"error: --format-prompt {format_prompt}: no such file",
+                ["give a Jinja template over `content`"],
+            )
+        template = str(format_prompt)
+    try:
+        box = ch.Toolbox.of(spec) if spec is not None else None
+    except sv.ServeError as e:
+        fail(e.args[0], e.args[1])
+    lead = ch.lead_in(spec) if spec is not None and not raw else []
+    if lead:
+        err.print(
+            f"each conversation starts as the run's prompts do: {len(lead)} messages before the question"
+            " (--raw for none)",
+            markup=False,
+        )
     images = [str(p) for p in image or []]
     for path in images:
         if not Path(path).is_file():
@@ -330,7 +380,9 @@ def chat(
         try:
             sides = [
                 stack.enter_context(
-                    ch.open_endpoint(t, api_key, engine, _merge_for_serving, home() / "models")
+                    ch.open_endpoint(
+                        t, api_key, engine, _merge_for_serving, home() / "models", box and box.fmt
+                    )
                 )
                 for t in ([compare, target] if compare else [target])
             ]
@@ -338,33 +390,50 @@ def chat(
             fail(e.args[0], e.args[1])
         if compare:
             sides[0].label, sides[1].label = f"{compare} ({sides[0].model})", f"{target} ({sides[1].model})"
-        histories: list[list[dict]] = [[] for _ in sides]
+        if box is not None:
+            stack.callback(box.sandbox.close)
+        histories: list[list[dict]] = [list(lead) for _ in sides]
+        conversations: list[int] = [0 for _ in sides]
 
         def turn(text: str) -> None:
             message = ch.render(template, text)
             if show_prompt:
                 err.print(f"[dim]sent:[/] {message}", highlight=False)
             answers = []
-            pictures = images if not histories[0] else []  # the pictures go with the first question
-            for side, history in zip(sides, histories, strict=True):
+            pictures = images if len(histories[0]) == len(lead) else []  # with the first question
+            for k, (side, history) in enumerate(zip(sides, histories, strict=True)):
                 history.append({"role": "user", "content": ch.content(message, pictures)})
-                stream = None if compare else (lambda piece: out.print(piece, end="", markup=False))
-                answer = ch.ask(side, history, max_tokens, temperature, stream)
-                history.append({"role": "assistant", "content": answer})
-                answers.append(answer)
+                if box is None:
+                    stream = None if compare else (lambda piece: out.print(piece, end="", markup=False))
+                    answer = ch.ask(side, history, max_tokens, temperature, stream)
+                    history.append({"role": "assistant", "content": answer})
+                    answers.append(answer)
+                    continue
+                if len(history) == len(lead) + 1:
+                    conversations[k] = box.start(history)
+                transcript: list[str] = []
+
+                def show(kind: str, text: str, transcript: list[str] = transcript) -> None:
+                    transcript.append(f"[tool] {text}" if kind == "tool" else text)
+                    if not compare:  # each turn as it comes
+                        out.print(transcript[-1], style="dim" if kind == "tool" else None, markup=False)
+
+                ch.ask_with_tools(side, history, box, conversations[k], max_tokens, temperature, show)
+                answers.append("\n".join(transcript))
             if not compare:
-                out.print()
+                if box is None:
+                    out.print()
                 return
             table = Table(title=text, title_justify="left", expand=sys.stdout.isatty())
             for side in sides:
                 table.add_column(side.label, ratio=1, overflow="fold")
-            table.add_row(*answers)
+            table.add_row(*map(Text, answers))  # as written: brackets are not markup
             out.print(table)
 
         if prompt is not None or prompts is not None:
             for text in [prompt] if prompt is not None else prompts:
                 if prompts is not None:
-                    histories = [[] for _ in sides]  # each stdin line is its own question
+                    histories = [list(lead) for _ in sides]  # each stdin line is its own question
                 turn(text)
             return
         err.print(

@@ -299,6 +299,7 @@ def service_config(
     replicas: str,
     api_key: bool,
     max_model_len: int | None = None,
+    extra: list[str] = (),
 ) -> dict:
     """A SkyServe service running vLLM's OpenAI server on the model (a Hub id, or a bucket URL
     mounted on each replica). Ready once /v1/models answers (/health when a key guards /v1: the
@@ -324,6 +325,7 @@ def service_config(
     ]
     run += ['--api-key "$R1CLOUD_API_KEY"'] if api_key else []
     run += [f"--max-model-len {max_model_len}"] if max_model_len else []
+    run += [" ".join(extra)] if extra else []
     config = {
         "name": name,
         "resources": {"infra": infra, "accelerators": accelerators, "ports": SERVE_PORT},

@@ -183,6 +183,8 @@ def test_serve_ctrl_c_stops_the_server(job):
         (["-c", "tiny", "--engine", "tgi"], "use auto, vllm or transformers"),
         (["-c", "tiny", "--infra", "aws"], "where a cloud replica cannot read it"),
         (["-c", "tiny", "--replicas", "2"], "needs a cloud --infra"),
+        (["-c", "tiny", "--tool-call-format", "json"], "use auto, hermes, python, none"),
+        (["-c", "tiny", "--infra", "aws", "--tool-call-format", "python"], "replicas do not install"),
     ],
 )
 def test_serve_bad_input_is_one_clear_line(job, args, message):
@@ -239,3 +241,57 @@ def test_an_engine_that_cannot_start_is_told_by_its_cause():
         ["Model architectures ['Foo'] are not supported for now."]
     )
     assert failure_cause(["RuntimeError: something else"]) is None
+
+
+def test_serve_reads_tool_calls_and_chat_runs_the_tools(smollm2, tmp_path, monkeypatch):
+    """OpenAI tool calling as a user gets it: SmolLM2 served by vLLM with r1cloud's `python` call
+    format (its tool-parser plugin), asked with `tools=` by the official client in the tool
+    quickstart's conversation, answers with `tool_calls` (and streams them); a tool message
+    continues the conversation. `r1cloud chat --blueprint` then runs the calculator in the sandbox
+    between turns and shows each call, against vLLM (`tool_calls`) and, side by side, the
+    transformers engine (the call read from the text, as the trainer reads it)."""
+    pytest.importorskip("vllm")
+    from r1cloud.agents.tools import check
+
+    monkeypatch.setenv("R1CLOUD_HOME", str(tmp_path / "home"))
+    port, blueprint = free_port(), ROOT / "blueprints" / "tools_calculator.yaml"
+    r = r1(
+        "serve", "-c", smollm2, "--port", port, "--tool-call-format", "python", "--max-model-len", "1024",
+        "--name", "tools", "--detach", "--", "--enforce-eager", env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "tool calls: python" in r.stdout
+    url, name = f"http://127.0.0.1:{port}/v1", Path(smollm2).name
+    try:
+        client = OpenAI(base_url=url, api_key="none", max_retries=0)
+        row = json.loads((ROOT / "data/multiply/test.jsonl").read_text().splitlines()[0])
+        tools = check(None, str(ROOT / "tools/calculator.py"), None)["tools"]
+        ask = dict(model=name, messages=row["problem"], tools=tools, max_tokens=40, temperature=0)
+        message = client.chat.completions.create(**ask).choices[0].message
+        question = row["problem"][-1]["content"]  # "What is A times B?"
+        a, b = (int(w.rstrip("?")) for w in question.split() if w.rstrip("?").isdigit())
+        assert [(c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls] == [
+            ("multiply", {"a": a, "b": b})
+        ], message
+        deltas = [c.choices[0].delta for c in client.chat.completions.create(**ask, stream=True) if c.choices]
+        streamed = [t for d in deltas for t in d.tool_calls or []]
+        assert streamed[0].function.name == "multiply"
+        assert json.loads("".join(t.function.arguments or "" for t in streamed)) == {"a": a, "b": b}
+        answered = [
+            *row["problem"],
+            {"role": "assistant", "content": f"<tool_call>multiply(a={a}, b={b})</tool_call>"},
+            {"role": "tool", "content": str(a * b), "tool_call_id": message.tool_calls[0].id},
+        ]
+        final = client.chat.completions.create(**{**ask, "messages": answered}).choices[0].message
+        assert not final.tool_calls and str(a * b) in final.content, final
+
+        chat = r1("chat", url, "What is 237 times 83?", "--blueprint", blueprint, "--max-tokens", "40",
+                  "--compare", smollm2)  # fmt: skip
+        assert chat.returncode == 0, chat.stdout + chat.stderr
+        assert "5 messages before the question" in chat.stderr  # the rows' lead-in
+        assert chat.stdout.count("[tool] multiply(a=237, b=83) → 19671") == 2, chat.stdout
+        assert chat.stdout.count("The answer is 19671") == 2, chat.stdout
+        plain = r1("chat", url, "What is 237 times 83?", "--raw", "--max-tokens", "20")
+        assert plain.returncode == 0 and "[tool]" not in plain.stdout  # no blueprint: no tools
+    finally:
+        r1("stop", "tools")
