@@ -71,7 +71,7 @@ class VLLMEngine:
             # on CPU, chunked prefill cannot rewind a seeded request's generator when a chunk's
             # token is discarded ("CPU Generator does not use offset"): whole prompts only there
             # (the driver refuses enable_chunked_prefill: true on CPU)
-            enable_chunked_prefill=(cfg.enable_chunked_prefill or None) if self.cuda else False,
+            enable_chunked_prefill=bool(cfg.enable_chunked_prefill and self.cuda),  # false is false (EasyR1)
             enable_sleep_mode=self.cuda,
             logprobs_mode="processed_logprobs",
             trust_remote_code=cfg.trust_remote_code,

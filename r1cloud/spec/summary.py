@@ -80,9 +80,8 @@ def extras(spec: Spec) -> list[tuple[str, str]]:
             )
         )
     if a.adv_estimator == "gae":
-        warm = (
-            f", actor frozen for {spec.trainer.critic_warmup} step(s)" if spec.trainer.critic_warmup else ""
-        )
+        frozen = max(spec.trainer.critic_warmup - 1, 0)  # the actor updates from step critic_warmup on
+        warm = f", actor frozen for {frozen} step(s)" if frozen else ""
         rows.append(
             (
                 "critic",
@@ -154,6 +153,24 @@ def _episodes(mt, info: dict, function: bool) -> list[tuple[str, str]]:
     return rows
 
 
+def _rollout(spec: Spec) -> str:
+    """The engine that will run and its tensor parallelism: the hf engine runs unsharded (TP 1)
+    whatever tensor_parallel_size says; `auto` is vLLM in the cloud, and here when installed."""
+    import importlib.util
+
+    r = spec.worker.rollout
+    engine = r.name
+    if engine == "auto":
+        local = spec.resources.infra == "local"
+        engine = "vllm" if not local or importlib.util.find_spec("vllm") else "hf"
+        engine = f"auto → {engine}" + ("" if engine == "vllm" else " (no vLLM here)")
+    sampling = f"temperature {r.temperature:g}, top_p {r.top_p:g}"
+    if engine.endswith("vllm"):
+        return f"{engine}, {sampling}, TP {r.tensor_parallel_size}"
+    unused = f" (tensor_parallel_size {r.tensor_parallel_size} is vLLM's)" if r.tensor_parallel_size > 1 else ""
+    return f"{engine}, {sampling}, TP 1{unused}"
+
+
 def summarize(spec: Spec) -> list[tuple[str, str]]:
     d, a, w = spec.data, spec.algorithm, spec.worker
     steps, how = total_steps(spec)
@@ -184,10 +201,7 @@ def summarize(spec: Spec) -> list[tuple[str, str]]:
         ),
         ("lengths", f"prompt ≤ {d.max_prompt_length}, response ≤ {d.max_response_length} tokens"),
         ("steps", f"{steps} ({how})" if steps is not None else how),
-        (
-            "rollout",
-            f"{w.rollout.name}, temperature {w.rollout.temperature:g}, top_p {w.rollout.top_p:g}, TP {w.rollout.tensor_parallel_size}",
-        ),
+        ("rollout", _rollout(spec)),
         ("resources", resources_line(spec)),
     ]
     if spec.secrets:

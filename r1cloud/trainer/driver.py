@@ -305,7 +305,7 @@ class Trainer:
             if a.adv_estimator == "gae":
                 with timer("update_critic"):
                     metrics |= self.update_critic(batch)
-            if step > s.trainer.critic_warmup:
+            if step >= s.trainer.critic_warmup:  # as EasyR1's ray_trainer.py: warmup <= global_step
                 with timer("update_actor"):
                     metrics |= self.update(batch, n_mini, keep_old=not on_policy or actor.rollout_is)
                 with timer("sync"):

@@ -566,13 +566,15 @@ def _state_options(model):
 
 
 def _lr_factor(o, total_steps: int):
-    """EasyR1's schedule: linear warm-up, then constant or cosine down to `min_lr_ratio`."""
+    """EasyR1's schedule (verl/utils/torch_functional.py, get_constant_ and get_cosine_schedule_
+    with_warmup), by update: k / warmup for the k-th update in the warm-up (the first at 0, as
+    there), then constant or cosine down to `min_lr_ratio`."""
     warmup = o.lr_warmup_steps if o.lr_warmup_steps is not None else int(o.lr_warmup_ratio * total_steps)
     floor = o.min_lr_ratio or 0.0
 
     def factor(step: int) -> float:
         if step < warmup:
-            return (step + 1) / (warmup + 1)
+            return step / warmup
         if o.lr_scheduler_type == "cosine":
             progress = (step - warmup) / max(total_steps - warmup, 1)
             return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))

@@ -556,3 +556,35 @@ def test_hf_engine_applies_the_extra_sampling_fields(tiny_model):
     assert answer() == [eos] and len(answer(min_tokens=5)) >= 5  # the response keeps its end token
     assert hf_lacks(["n", "temperature", "min_p", "repetition_penalty", "min_tokens"]) == []
     assert hf_lacks(["presence_penalty", "frequency_penalty"]) == ["frequency_penalty", "presence_penalty"]
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_chunked_prefill_on_a_gpu_reaches_vllm_as_written(make_run, monkeypatch, asked):
+    """EasyR1 passes `enable_chunked_prefill=config.enable_chunked_prefill` to vLLM as it is
+    (EasyR1 b44b311, verl/workers/rollout/vllm_rollout_spmd.py:142; default false, config.py:35):
+    `false` must not become vLLM's default (on). No GPU here, so the two things that cannot exist
+    are faked at their boundary: torch says a device is there, and vLLM's `LLM` records what it
+    is given instead of starting."""
+    import torch
+    import vllm
+
+    from r1cloud.rollout.vllm import VLLMEngine
+    from r1cloud.spec import load_resolved
+
+    given = {}
+
+    class Recorder:
+        def __init__(self, **kwargs):
+            given.update(kwargs)
+
+        def sleep(self, level: int) -> None:
+            pass
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(vllm, "LLM", Recorder)
+    spec = load_resolved(
+        make_run(f"worker.rollout.enable_chunked_prefill={str(asked).lower()}") / "spec.yaml"
+    )
+    path = spec.worker.actor.model.model_path
+    VLLMEngine(path, path, spec.worker.rollout, {0}, 1)
+    assert given["enable_chunked_prefill"] is asked

@@ -425,8 +425,10 @@ def test_algorithm_blueprints_run_on_the_tiny_model(make_run, tiny_model, name):
 
 
 def test_ppo_with_a_critic_warms_up_trains_and_resumes(make_run, tiny_model):
-    """GAE: the critic (a value head on the tiny model) learns from step 1, the actor only after
-    `critic_warmup`; a stopped run resumes the critic from its checkpoint."""
+    """GAE: the critic (a value head on the tiny model) learns from step 1, the actor from step
+    `critic_warmup` on (EasyR1 b44b311 verl/trainer/ray_trainer.py:659, `critic_warmup <=
+    global_step`, global_step from 1: warm-up 2 leaves step 1 to the critic alone); a stopped run
+    resumes the critic from its checkpoint."""
     overrides = (
         "algorithm.adv_estimator=gae",
         "algorithm.use_kl_loss=false",
@@ -438,7 +440,7 @@ def test_ppo_with_a_critic_warms_up_trains_and_resumes(make_run, tiny_model):
         "worker.critic.fsdp.torch_dtype=fp32",
         "worker.critic.fsdp.mp_param_dtype=fp32",
         "worker.critic.optim.lr=1e-3",
-        "trainer.critic_warmup=1",
+        "trainer.critic_warmup=2",
         "trainer.max_steps=3",
         "trainer.save_freq=2",
     )
