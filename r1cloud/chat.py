@@ -252,8 +252,27 @@ def ask_with_tools(endpoint: Endpoint, messages: list[dict], box: Toolbox, conve
         runnable = [c for c in found if calls.refused(c, names) is None]
         results = iter(box.sandbox.run([("call", conversation, c) for c in runnable]))
         for k, call in enumerate(found):
-            observation = calls.refused(call, names) or next(results)[1]
+            observation = _parts(calls.refused(call, names) or next(results)[1])
             what = "a call it cannot read" if isinstance(call, str) else calls.render(call, "python")
-            show("tool", f"{what.removeprefix(calls.OPEN).removesuffix(calls.CLOSE)} → {observation}")
+            said = observation if isinstance(observation, str) else " ".join(
+                p.get("text", "[a picture]") for p in observation
+            )  # fmt: skip
+            show("tool", f"{what.removeprefix(calls.OPEN).removesuffix(calls.CLOSE)} → {said}")
             messages.append({"role": "tool", "content": observation, "tool_call_id": f"call_{turn}_{k}"})
     return text
+
+
+def _parts(observation):
+    """A tool's answer as a message's content: its text, or (TRL's content blocks, pictures as
+    PNG bytes from the sandbox) OpenAI's parts with each picture as a data URL."""
+    if isinstance(observation, str):
+        return observation
+    import base64
+
+    def part(block: dict) -> dict:
+        if block["type"] == "text":
+            return block
+        url = "data:image/png;base64," + base64.b64encode(block["image"]).decode()
+        return {"type": "image_url", "image_url": {"url": url}}
+
+    return [part(b) for b in observation]

@@ -209,7 +209,9 @@ class PromptSet:
                     raw if imgs else None,
                     imgs or [],
                     history,
-                    self.reset_input(row, f"{source}: row {i}", content, history) if environment else None,
+                    self.reset_input(row, f"{source}: row {i}", content, history, bool(imgs))
+                    if environment
+                    else None,
                 )
             )
         self.columns = sorted(columns - {data_cfg.image_key, data_cfg.video_key})
@@ -274,11 +276,11 @@ class PromptSet:
             tools=self.tools,
         )
 
-    def reset_input(self, row: dict, where: str, content: str, history: list) -> dict:
+    def reset_input(self, row: dict, where: str, content: str, history: list, images: bool = False) -> dict:
         """An environment's reset takes the whole row (TRL passes its prompt too); the text it
         returns goes at the end of the last message, between `around`'s two halves."""
         cut = "\x00reset\x00"
-        head, _, tail = self.render(content, history=history, after=cut).partition(cut)
+        head, _, tail = self.render(content, images, history=history, after=cut).partition(cut)
         keep = {k: v for k, v in row.items() if k not in (self.cfg.image_key, self.cfg.video_key)}
         return {"row": keep, "around": (head, tail), "where": where}
 

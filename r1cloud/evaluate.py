@@ -211,7 +211,7 @@ def _engine(spec, job: dict, sampling):
         tools=tool_schemas(spec),
         environment=bool(r.multi_turn.enable and r.multi_turn.environment),
     )
-    agent = Agent.of(spec, tokenizer) if r.multi_turn.enable else None
+    agent = Agent.of(spec, tokenizer, processor) if r.multi_turn.enable else None
     eos = eos_ids(m.model_path, tokenizer)
     if job["engine"] == "vllm":
         from .rollout.vllm import VLLMEngine

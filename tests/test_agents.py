@@ -125,6 +125,54 @@ def test_the_sandbox_turns_errors_hangs_and_floods_into_observations(tool_file):
         box.close()
 
 
+PICTURE_TOOL = '''
+from PIL import Image
+
+
+def look(size: int) -> list:
+    """Look at a square.
+
+    Args:
+        size: Its side in pixels.
+    """
+    return [{"type": "text", "text": "here:"}, {"type": "image", "image": Image.new("RGB", (size, size), (9, 8, 7))}]
+
+
+def bad() -> list:
+    """Answer with something that is no content block."""
+    return [{"type": "image", "image": Image.new("RGB", (2, 2))}, {"type": "audio"}]
+'''
+
+
+def test_a_tool_may_answer_with_a_picture(tmp_path):
+    """TRL's multimodal tool answers (content blocks): the picture leaves the sandbox as PNG bytes
+    (plain data, not a pickled object); a text model is told it cannot see it; chat sends it to
+    an endpoint as an OpenAI image part."""
+    from transformers import AutoTokenizer
+
+    from r1cloud.chat import _parts
+    from r1cloud.testing import make_tokenizer
+
+    (tmp_path / "look.py").write_text(PICTURE_TOOL)
+    box = Sandbox(None, str(tmp_path / "look.py"), None, workers=1, timeout=5.0, limit=50)
+    try:
+        (ok, blocks, _), (bad_ok, error, _) = box.run(
+            [("call", 0, ("look", {"size": 4})), ("call", 0, ("bad", {}))]
+        )
+    finally:
+        box.close()
+    assert ok and blocks[0] == {"type": "text", "text": "here:"} and blocks[1]["type"] == "image"
+    assert blocks[1]["image"].startswith(b"\x89PNG")
+    assert not bad_ok and "content blocks are" in error
+    make_tokenizer(tmp_path / "tok")
+    tok = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    tok.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</s>{% endfor %}"
+    enc = calls.Observations(tok).encode([blocks], "</s>")
+    assert "here: (a picture, which this model cannot see)" in tok.decode(enc.ids) and not enc.images
+    parts = _parts(blocks)
+    assert parts[0] == blocks[0] and parts[1]["image_url"]["url"].startswith("data:image/png;base64,iVBOR")
+
+
 TRL_ENV = '''
 import os
 

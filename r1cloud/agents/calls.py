@@ -81,22 +81,29 @@ def _python(body: str) -> tuple[str, dict] | str:
 
 class Observations:
     """Observations as token ids in the chat template's tool turn (or user turn: a gym-shaped
-    environment's)."""
+    environment's). With a vision-language model's processor (vision.ImageProcessor), an
+    observation may hold pictures (TRL's content blocks, each image as PNG bytes from the
+    sandbox): the template renders their placeholders and the processor expands them, as it
+    does a prompt's; `pixels` (min, max) resizes them as the data's images are."""
 
     BASE = ({"role": "user", "content": "\x01"}, {"role": "assistant", "content": "\x01"})
 
-    def __init__(self, tokenizer, role: str = "tool"):
-        self.tokenizer, self.role = tokenizer, role
-        self.before = tokenizer.apply_chat_template(list(self.BASE), tokenize=False)
+    def __init__(self, tokenizer, role: str = "tool", processor=None, pixels: tuple = (None, None)):
+        self.tokenizer, self.role, self.processor, self.pixels = tokenizer, role, processor, pixels
+        self.before = self._render(list(self.BASE), False)
         self.end_of_turn = self.before[self.before.rindex("\x01") + 1 :]  # e.g. "<|im_end|>\n"
         self.text(["\x02"])  # a template that cannot append a tool turn fails now, not mid-run
 
-    def text(self, contents: list[str]) -> str:
+    def _render(self, messages: list[dict], generation: bool) -> str:
+        source = self.processor.processor if self.processor is not None else self.tokenizer
+        if not getattr(source, "chat_template", None):
+            source = self.tokenizer
+        return source.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation)
+
+    def text(self, contents: list) -> str:
         """What the template adds after an assistant turn's end: the tool turns, the next header."""
         tools = [{"role": self.role, "content": c} for c in contents]
-        after = self.tokenizer.apply_chat_template(
-            [*self.BASE, *tools], tokenize=False, add_generation_prompt=True
-        )
+        after = self._render([*self.BASE, *tools], True)
         if not after.startswith(self.before):
             raise ValueError(
                 f"the chat template does not extend a conversation by appending a {self.role} turn; give "
@@ -104,8 +111,34 @@ class Observations:
             )
         return after[len(self.before) :]
 
-    def ids(self, contents: list[str], eos_text: str) -> list[int]:
+    def encode(self, contents: list, eos_text: str):
         """The tokens after an assistant turn that ended on `eos_text` (the EOS the model sampled):
-        the rest of the template's end of turn, the tool turns of `contents`, the next header."""
+        the rest of the template's end of turn, the tool turns of `contents`, the next header — as
+        vision.Encoded: expanded ids, ids with one placeholder per picture (vLLM's), the pictures
+        and their processor tensors."""
+        from ..vision import Encoded
+
         rest = self.end_of_turn.removeprefix(eos_text)
-        return self.tokenizer(rest + self.text(contents), add_special_tokens=False)["input_ids"]
+        parts, images = [], []
+        for c in contents:
+            if isinstance(c, str):
+                parts.append(c)
+            elif self.processor is None:  # a text model: the words only
+                words = "".join(b["text"] for b in c if b["type"] == "text")
+                parts.append(words + " (a picture, which this model cannot see)")
+            else:
+                parts.append([{"type": "image"} if b["type"] == "image" else b for b in c])
+                images += [self._image(b["image"]) for b in c if b["type"] == "image"]
+        text = rest + self.text(parts)
+        if not images:
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            return Encoded(ids, ids, [], {})
+        return self.processor.encode(text, images)
+
+    def _image(self, png: bytes):
+        from ..vision import open_image, resize
+
+        return resize(open_image(png), *self.pixels)
+
+    def ids(self, contents: list[str], eos_text: str) -> list[int]:
+        return self.encode(contents, eos_text).ids

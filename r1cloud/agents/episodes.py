@@ -43,12 +43,15 @@ class Agent:
     tokenizer: object
     observations: calls.Observations
     max_prompt_length: int
+    processor: object = None  # a vision-language model's vision.ImageProcessor
 
     @classmethod
-    def of(cls, spec, tokenizer) -> Agent:
+    def of(cls, spec, tokenizer, processor=None) -> Agent:
         mt = spec.worker.rollout.multi_turn
         return cls.build(
             tokenizer,
+            processor=processor,
+            pixels=(spec.data.min_pixels, spec.data.max_pixels),
             environment=mt.environment,
             tools=mt.tools,
             tool_names=mt.tool_names,
@@ -74,6 +77,8 @@ class Agent:
         timeout: float = 10.0,
         limit: int = 1024,
         max_prompt_length: int = 1024,
+        processor=None,
+        pixels: tuple = (None, None),
     ) -> Agent:
         from .sandbox import Sandbox
         from .tools import check
@@ -88,8 +93,9 @@ class Agent:
             info["shape"],
             bool(info.get("reward")),
             tokenizer,
-            calls.Observations(tokenizer, "user" if info["shape"] == "gym" else "tool"),
+            calls.Observations(tokenizer, "user" if info["shape"] == "gym" else "tool", processor, pixels),
             max_prompt_length,
+            processor,
         )
 
 
@@ -99,6 +105,10 @@ class Episode:
     prompt: int
     ids: list[int]  # the next turn's input: the prompt and the response so far
     prompt_ids: list[int] | None = None  # its own prompt, when the environment's reset added to it
+    raw: list[int] | None = None  # with pictures: `ids` with one placeholder per picture (vLLM's)
+    images: list = field(default_factory=list)  # PIL: the prompt's, then the observations'
+    inputs: list = field(default_factory=list)  # their processor tensors, one dict per encoding
+    seen: int = 0  # how many of `inputs` are the prompt's (the rest came in observations)
     response: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -107,7 +117,38 @@ class Episode:
     reward: float = 0.0  # the environment's
     stats: dict = field(default_factory=lambda: dict.fromkeys(STATS, 0.0))
 
-    def add(self, ids: list[int], mask: int, logprobs: list[float] | None = None) -> None:
+    @classmethod
+    def of(cls, key: int, prompt: int, r: Request) -> Episode:
+        pictures = bool(r.images)
+        inputs = [r.image_inputs] if pictures else []
+        return cls(key, prompt, list(r.ids), raw=list(r.raw_ids) if pictures else None,
+                   images=list(r.images), inputs=inputs, seen=len(inputs))  # fmt: skip
+
+    def request(self) -> Request:
+        """The next turn's input: with pictures, the placeholder ids and pictures for vLLM and the
+        expanded ids with their tensors for transformers."""
+        if not self.images:
+            return Request(self.ids)
+        from ..vision import merge
+
+        return Request(self.ids, self.raw, self.images, merge(self.inputs))
+
+    def observed(self, enc, budget: int) -> bool:
+        """An observation (vision.Encoded) appended, mask 0, if it fits in `budget` tokens."""
+        if len(self.response) + len(enc.ids) >= budget:
+            return False
+        if enc.images and self.raw is None:  # the first pictures of a text prompt's episode
+            self.raw = list(self.ids)
+        if self.raw is not None:
+            self.raw += enc.raw_ids
+        self.images += enc.images
+        self.inputs += [enc.image_inputs] if enc.images else []
+        self.add(enc.ids, 0, own=False)
+        return True
+
+    def add(self, ids: list[int], mask: int, logprobs: list[float] | None = None, own: bool = True) -> None:
+        if own and self.raw is not None:  # the model's tokens are the same in both layouts
+            self.raw += ids
         self.ids += ids
         self.response += ids
         self.mask += [mask] * len(ids)
@@ -123,7 +164,7 @@ def run(engine, prompts: list[Request], s: Sampling, agent: Agent) -> list[Sampl
     """`s.n` episodes per prompt, in prompt order. An engine that can (vLLM's `stream`) takes each
     episode's next turn as soon as its observation is in; another plays turn by turn (`rounds`)."""
     order = [i for i in range(len(prompts)) for _ in range(s.n)]
-    episodes = [Episode(k, i, list(prompts[i].ids)) for k, i in enumerate(order)]
+    episodes = [Episode.of(k, i, prompts[i]) for k, i in enumerate(order)]
     try:
         if agent.shape:
             _reset(episodes, prompts, agent)
@@ -146,6 +187,7 @@ def run(engine, prompts: list[Request], s: Sampling, agent: Agent) -> list[Sampl
             stats=e.stats,
             prompt_ids=e.prompt_ids,
             reward=e.reward if agent.env_reward else None,
+            images=e.inputs[e.seen :] or None,
         )
         for e in episodes
     ]
@@ -159,8 +201,12 @@ def _reset(episodes: list[Episode], prompts: list[Request], agent: Agent) -> Non
             raise BadRow(f"{ENV}: reset failed on {r['where']}: {text.removeprefix('Error: ')}")
         if text:  # appended to the last message, as TRL does (no separator)
             head, tail = r["around"]
-            ids = agent.tokenizer(head + text + tail, add_special_tokens=False)["input_ids"]
-            e.prompt_ids = ids[: agent.max_prompt_length]
+            if e.images:  # a prompt with pictures: encoded whole again, never cut
+                enc = agent.processor.encode(head + text + tail, e.images)
+                e.prompt_ids, e.raw, e.inputs = enc.ids, list(enc.raw_ids), [enc.image_inputs]
+            else:
+                ids = agent.tokenizer(head + text + tail, add_special_tokens=False)["input_ids"]
+                e.prompt_ids = ids[: agent.max_prompt_length]
             e.ids = list(e.prompt_ids)
 
 
@@ -189,7 +235,7 @@ class Play:
     def _turn(self, e: Episode) -> Turn:
         turn = int(e.stats["turns"])
         seed = request_seed(self.s.seed + turn * 104_729, e.key, 0)
-        return Turn(e, Request(e.ids), self.s.max_tokens - len(e.response), seed)
+        return Turn(e, e.request(), self.s.max_tokens - len(e.response), seed)
 
     def busy(self) -> bool:
         return bool(self.waiting or self.next)
@@ -251,13 +297,12 @@ class Play:
             if done or observation is None or wait["last"]:
                 e.done, e.finished = True, True
                 return
-            ids = self.agent.observations.ids([observation], wait["eos"])
+            enc = self.agent.observations.encode([observation], wait["eos"])
         else:
-            ids = self.agent.observations.ids([text for _, text, _ in wait["results"]], wait["eos"])
-        if len(e.response) + len(ids) >= self.s.max_tokens:  # no room left for an answer after it
+            enc = self.agent.observations.encode([text for _, text, _ in wait["results"]], wait["eos"])
+        if not e.observed(enc, self.s.max_tokens):  # no room left for an answer after it
             e.done = True
             return
-        e.add(ids, 0)
         self.next.append(self._turn(e))
 
 

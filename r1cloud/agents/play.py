@@ -20,19 +20,25 @@ def play(spec, k: int, progress=lambda msg: None) -> list[dict]:
 
     d, m, mt = spec.data, spec.worker.actor.model, spec.worker.rollout.multi_turn
     progress("loading the tokenizer")
-    tokenizer, _ = load_tokenizer(m, d)
-    prompts = PromptSet(
-        d.train_files, tokenizer, d, limit=k, tools=tool_schemas(spec), environment=bool(mt.environment)
-    ).prompts
+    tokenizer, processor = load_tokenizer(m, d)
+    rows = PromptSet(
+        d.train_files, tokenizer, d, processor=processor, limit=k, tools=tool_schemas(spec),
+        environment=bool(mt.environment),
+    )  # fmt: skip
+    prompts = rows.prompts
     progress(f"loading {m.model_path}")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch_dtype(spec.worker.rollout.dtype) if device == "cuda" else torch.float32
     engine = HFEngine(m.model_path, eos_ids(m.model_path, tokenizer), tokenizer.pad_token_id, dtype, device)
-    agent = episodes.Agent.of(spec, tokenizer)
+    agent = episodes.Agent.of(spec, tokenizer, processor)
     progress(f"playing {len(prompts)} episode(s)")
+    requests = [
+        Request(p.prompt_ids, p.raw_ids, p.images, rows.image_inputs(i), p.reset)
+        for i, p in enumerate(prompts)
+    ]
     try:
         s = Sampling(**{**sampling(spec, 0), "n": 1})
-        samples = episodes.run(engine, [Request(p.prompt_ids, reset=p.reset) for p in prompts], s, agent)
+        samples = episodes.run(engine, requests, s, agent)
     finally:
         agent.sandbox.close()
     progress("scoring the last turns")

@@ -3,7 +3,7 @@ environment objects of its episodes (episode k lives in process k % workers, for
 
 Every operation runs under `tool_timeout` (a signal timer inside the process, so the objects'
 state survives a time-out) and its text is cut to `max_tool_response_length` characters before it
-leaves the process. An exception becomes an error observation; a process that stops answering
+leaves the process (pictures in TRL's content blocks leave it as PNG bytes). An exception becomes an error observation; a process that stops answering
 (stuck where the signal cannot reach) is killed and started again, and the episodes it held end.
 None of them ends the run. Files from elsewhere run only here, never in the trainer's process.
 
@@ -25,8 +25,30 @@ from .tools import environment_class, is_gym, load
 LOST = "the episode's environment was lost (its process stopped answering and was started again)"
 
 
-def _text(value, limit: int) -> str:
+def _text(value, limit: int) -> str | list[dict]:
+    """An output as an observation: its text, cut to `limit` characters; or, for TRL's multimodal
+    content blocks (a list of {"type": "text", "text"} and {"type": "image", "image": PIL}), the
+    blocks with their texts cut and each picture as PNG bytes (plain data across the pipe)."""
+    if isinstance(value, list) and any(isinstance(b, dict) and b.get("type") == "image" for b in value):
+        return [_block(b, limit) for b in value]
     return (value if isinstance(value, str) else str(value))[:limit]
+
+
+def _block(block, limit: int) -> dict:
+    import io
+
+    if not isinstance(block, dict) or block.get("type") not in ("text", "image"):
+        raise TypeError('content blocks are {"type": "text", "text": ...} or {"type": "image", "image": ...}')
+    if block["type"] == "text":
+        return {"type": "text", "text": str(block.get("text", ""))[:limit]}
+    image = block.get("image")
+    if not hasattr(image, "save"):  # a numpy array, say
+        from PIL import Image
+
+        image = Image.fromarray(image)
+    buffer = io.BytesIO()
+    image.convert("RGB").save(buffer, format="PNG")
+    return {"type": "image", "image": buffer.getvalue()}
 
 
 def _transition(out, limit: int) -> tuple[str | None, float, bool]:

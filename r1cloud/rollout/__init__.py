@@ -61,6 +61,7 @@ class Sample:
     stats: dict | None = None  # a multi-turn episode's counts (agents/episodes.py STATS)
     prompt_ids: list[int] | None = None  # an episode's own prompt (its environment's reset added to it)
     reward: float | None = None  # an episode's environment reward
+    images: list[dict] | None = None  # an episode's observations' pictures: processor tensors, in order
 
 
 def cut_at_eos(

@@ -43,13 +43,10 @@ class VLLMEngine:
         self.forbidden: set[int] = set()
         if is_vision_config(config):
             vision_compat.prepare_vllm(config.architectures or [])
-            # images as the data allow (EasyR1: limit_images > 0 caps them); never videos
-            mm = {
-                "limit_mm_per_prompt": {
-                    "video": 0,
-                    **({"image": cfg.limit_images} if cfg.limit_images else {}),
-                }
-            }
+            # images as the data allow (EasyR1: limit_images > 0 caps a prompt's; an episode's
+            # observations add their own, so there vLLM's own limit applies); never videos
+            cap = cfg.limit_images if not cfg.multi_turn.enable else 0
+            mm = {"limit_mm_per_prompt": {"video": 0, **({"image": cap} if cap else {})}}
             # an image token sampled into a response would have no image behind it (cut_at_eos)
             self.forbidden = {config.image_token_id}
         from vllm import LLM

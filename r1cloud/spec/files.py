@@ -119,12 +119,6 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
                 at = f"worker.{role}.model.{key}"
                 setattr(model, key, _resolve_local_or_hub(at, value, bases(at), problem, "model"))
     config = model_config(spec.worker.actor.model.model_path)
-    if mt.enable and config is not None and "vision_config" in config:
-        problem(
-            "worker.rollout.multi_turn.enable",
-            "multi-turn episodes run on text models only for now (pictures in tool turns come next): "
-            "train a text model, or set enable: false",
-        )
     for at, message in [*check_data(d, text_model=config is not None and "vision_config" not in config),
                         *check_model(spec, config)]:  # fmt: skip
         problem(at, message)

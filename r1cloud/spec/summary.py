@@ -167,7 +167,9 @@ def _rollout(spec: Spec) -> str:
     sampling = f"temperature {r.temperature:g}, top_p {r.top_p:g}"
     if engine.endswith("vllm"):
         return f"{engine}, {sampling}, TP {r.tensor_parallel_size}"
-    unused = f" (tensor_parallel_size {r.tensor_parallel_size} is vLLM's)" if r.tensor_parallel_size > 1 else ""
+    unused = (
+        f" (tensor_parallel_size {r.tensor_parallel_size} is vLLM's)" if r.tensor_parallel_size > 1 else ""
+    )
     return f"{engine}, {sampling}, TP 1{unused}"
 
 

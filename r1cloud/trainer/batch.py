@@ -44,6 +44,7 @@ class Batch:
         default_factory=list
     )  # each prompt's processor tensors
     image_of: torch.Tensor | None = None  # (B,) index into image_inputs, -1 for none
+    tool_images: list[dict[str, torch.Tensor]] | None = None  # (B,) each episode's observations' pictures
 
     def __len__(self) -> int:
         return len(self.uid)
@@ -68,7 +69,7 @@ class Batch:
         out = {}
         for f in fields(self):
             x = getattr(self, f.name)
-            if f.name == "uid":
+            if f.name in ("uid", "tool_images") and x is not None:
                 out[f.name] = [x[i] for i in idx.tolist()]
             elif f.name in ("image_inputs", "image_of"):
                 continue
@@ -97,9 +98,12 @@ class Batch:
         out = []
         for i in idx:
             seq = (self.prompt_ids[i, : plen[i]].tolist(), self.response_ids[i, : rlen[i]].tolist())
+            mm = {}
             if self.image_of is not None and self.image_of[i] >= 0:
-                seq += ({"key": self.uid[i], **self.image_inputs[int(self.image_of[i])]},)
-            out.append(seq)
+                mm = {"key": self.uid[i], **self.image_inputs[int(self.image_of[i])]}
+            if self.tool_images is not None and self.tool_images[i]:  # pictures inside the response
+                mm = {"key": self.uid[i], **mm, "after": self.tool_images[i]}
+            out.append((*seq, mm) if mm else seq)
         return out
 
     @classmethod
@@ -111,6 +115,11 @@ class Batch:
         for f in fields(cls):
             xs = [getattr(b, f.name) for b in parts]
             if f.name in ("uid", "image_inputs", "image_of"):
+                continue
+            if f.name == "tool_images":
+                out[f.name] = None if all(x is None for x in xs) else [
+                    t for x, b in zip(xs, parts, strict=True) for t in (x or [{}] * len(b))
+                ]  # fmt: skip
                 continue
             if f.name in ("scores", "episode"):
                 keys = sorted({k for x in xs for k in x})
@@ -204,6 +213,13 @@ def episode_fields(results: list[dict], lengths: torch.Tensor, width: int, stats
         ids = torch.cat([r["prompt_ids"] for r in results])
         out["prompt_ids"] = unpacked(ids, out["prompt_len"], int(out["prompt_len"].max()))
     return out
+
+
+def tool_images(results: list[dict]) -> list[dict] | None:
+    """Each episode's observations' picture tensors ({} for none), when any episode has some."""
+    if not any("tool_images" in r for r in results):
+        return None
+    return [t for r in results for t in r.get("tool_images", [{}] * len(r["length"]))]
 
 
 def ragged(rows: list[list], dtype: torch.dtype, width: int | None = None) -> torch.Tensor:

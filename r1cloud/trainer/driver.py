@@ -41,6 +41,7 @@ from .batch import (
     ragged,
     split_ranks,
     token_rewards,
+    tool_images,
     unpacked,
 )
 from .group import gather, launch, start_failure, worker_lost
@@ -176,6 +177,7 @@ class Trainer:
             **extra,
             image_inputs=[inputs[i] for i in pictures],
             image_of=torch.tensor([pictures.get(i, -1) for i in rows]) if inputs else None,
+            tool_images=tool_images(results),
         )
 
     def score(self, batch: Batch, prompt_set: PromptSet) -> tuple[Batch, int]:

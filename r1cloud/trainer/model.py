@@ -57,7 +57,9 @@ def pack(
 ) -> Packed:
     """One padding-free row. `rope(prompt_ids, images) -> ((3, P) positions, delta)` gives a
     Qwen-VL prompt's mRoPE positions; its response tokens then continue at text position + delta
-    on all three axes (what get_rope_index gives a text token after the last image)."""
+    on all three axes (what get_rope_index gives a text token after the last image). An episode
+    whose observations hold pictures (inputs["after"]) has them laid out after its prompt's, in
+    token order, and its response's positions from the whole sequence."""
     families: dict[tuple, list[int]] = {}  # one laid-out prompt → the sequences that follow it
     for i, s in enumerate(seqs):
         key = (tuple(s[0]), _images(s).get("key")) if share_prompts else (i,)
@@ -70,7 +72,8 @@ def pack(
     keep: list[list[int]] = [[] for _ in seqs]
     for members in families.values():
         prompt, mm = seqs[members[0]][0], _images(seqs[members[0]])
-        images.append({k: v for k, v in mm.items() if k != "key"})
+        prompt_images = {k: v for k, v in mm.items() if k not in ("key", "after")}
+        images.append(prompt_images)
         start = len(ids)
         shared = list(range(start, start + len(prompt)))
         ids += prompt
@@ -81,12 +84,17 @@ def pack(
         if len(members) > 1:
             segments.append((shared, []))
         for i in members:
-            response = seqs[i][1]
+            response, later = seqs[i][1], _images(seqs[i]).get("after")
             own = list(range(len(ids), len(ids) + len(response)))
             keep[i] = [shared[-1], *own[:-1]][: len(response)]  # the token before each response token
             ids += response
             pos += range(len(prompt), len(prompt) + len(response))
-            if rope is not None:
+            if later:
+                images.append(later)
+            if rope is not None and later:  # pictures in the response: positions of the whole episode
+                whole = vision.merge([prompt_images, later])
+                mrope.append(rope(prompt + response, whole)[0][:, len(prompt) :])
+            elif rope is not None:
                 after = torch.arange(len(prompt), len(prompt) + len(response)) + delta
                 mrope.append(after.expand(3, -1))
             segments.append((own, shared) if len(members) > 1 else (shared + own, []))

@@ -15,7 +15,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from .. import onednn
+from .. import onednn, vision
 from ..agents import episodes
 from ..checkpoint.dcp import storage
 from ..rollout import Request, Sampling, eos_ids, vllm_max_rank
@@ -216,10 +216,11 @@ class HybridWorker:
         m, r = self.spec.worker.actor.model, self.spec.worker.rollout
         tok = AutoTokenizer.from_pretrained(m.tokenizer_path)
         eos = eos_ids(m.model_path, tok)
-        if r.multi_turn.enable:
+        if r.multi_turn.enable:  # observations in the prompts' own template (override included)
             from ..agents.episodes import Agent
+            from ..data import load_tokenizer
 
-            self.agent = Agent.of(self.spec, tok)
+            self.agent = Agent.of(self.spec, *load_tokenizer(m, self.spec.data))
         if engine == "vllm":
             from ..rollout.vllm import VLLMEngine
 
@@ -297,6 +298,8 @@ class HybridWorker:
             out["episode"] = torch.tensor([[s.stats[k] for k in episodes.STATS] for s in samples])
             if self.agent.env_reward:
                 out["env_reward"] = torch.tensor([s.reward for s in samples], dtype=torch.float64)
+            if any(s.images for s in samples):  # pictures in observations: their tensors, per episode
+                out["tool_images"] = [vision.merge(s.images or []) for s in samples]
             if self.agent.shape:  # each episode's own prompt (its environment's reset added to it)
                 ids = [s.prompt_ids or prompts[s.prompt].ids for s in samples]
                 out["prompt_ids"] = torch.tensor([t for x in ids for t in x], dtype=torch.int32)

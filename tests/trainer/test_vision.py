@@ -18,7 +18,7 @@ from r1cloud.trainer import algorithms as alg
 from r1cloud.trainer.driver import Trainer
 from r1cloud.trainer.model import attention_for, packed_log_probs, pad
 from r1cloud.vision import auto_class
-from tinyrun import r1, tiny_vl_blueprint
+from tinyrun import r1, run_trainer, tiny_vl_blueprint
 
 
 def pictures():
@@ -423,3 +423,135 @@ def test_a_format_prompt_may_place_the_picture(cli, blueprint, shapes, tmp_path)
     )
     r = cli("validate", blueprint(), *local)
     assert r.exit_code == 2 and "row 0 has 0 <image> placeholder(s)" in r.stderr
+
+
+ZOOM = '''from PIL import Image
+
+
+class Zoom:
+    """Gym-shaped: every turn is answered with a text and a picture (TRL's content blocks)."""
+
+    def reset(self, **row):
+        self.turn = 0
+
+    def step(self, action):
+        self.turn += 1
+        picture = Image.new("RGB", (56, 56 + 28 * self.turn), (60 * self.turn, 120, 30))
+        blocks = [{"type": "text", "text": f"zoom {self.turn}:"}, {"type": "image", "image": picture}]
+        return blocks, 0.25, self.turn >= 3
+'''
+
+
+@pytest.mark.parametrize("arch", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "idefics3"])
+def test_pictures_in_observations_reach_the_next_turn_and_the_trainer(tmp_path, arch):
+    """An environment answers each turn with a picture: it enters the next turn as the template's
+    image tokens (the processor's expansion; one placeholder each in the ids vLLM takes), every
+    turn continues from the exact ids so far, and the trainer's forward over the whole episode —
+    the prompt's picture and the observations', mRoPE positions over all of them — gives the
+    log-probs the engine sampled with (≤ 1e-4), on a text prompt and on a prompt with a picture."""
+    from r1cloud.agents.episodes import Agent, run
+    from r1cloud.rollout import Request, Sampling
+    from r1cloud.rollout.hf import HFEngine
+
+    (tmp_path / "zoom.py").write_text(ZOOM)
+    tiny_vlm = make_tiny_vlm(tmp_path / arch, arch)
+    processor = vision.ImageProcessor(vision.load_processor(str(tiny_vlm)))
+    tok, pad_id = processor.tokenizer, processor.image_token_id
+    enc = processor.encode(processor.render("<image>How many?", True), pictures()[:1])
+    text = processor.encode(processor.render("How many?", False), [])
+    reset = {"row": {}, "around": ("", ""), "where": "row 0"}
+    requests = [
+        Request(text.ids, reset=reset),
+        Request(enc.ids, enc.raw_ids, enc.images, enc.image_inputs, reset),
+    ]
+    # a third of the vocabulary ends a turn, so the random model's turns are short
+    ends = {tok.eos_token_id, *range(50, 170)} - {pad_id}
+    given = []
+
+    class Recorder(HFEngine):
+        def generate(self, prompts, sampling):
+            given.append([(list(p.ids), list(p.raw_ids or p.ids), len(p.images)) for p in prompts])
+            return super().generate(prompts, sampling)
+
+    engine = Recorder(str(tiny_vlm), ends, 0, torch.float32, "cpu")
+    agent = Agent.build(tok, environment=f"{tmp_path / 'zoom.py'}:Zoom", max_turns=3, processor=processor)
+    try:
+        samples = run(engine, requests, Sampling(n=2, temperature=0.9, max_tokens=200, seed=4), agent)
+    finally:
+        agent.sandbox.close()
+    seen = [s for s in samples if s.images]
+    assert len(seen) >= 3, [s.stats for s in samples]
+    for s in samples:  # an observation picture's tokens, expanded, only where one came in
+        assert (s.response.count(pad_id) > 0) == bool(s.images)
+        assert all(t != pad_id for t, m in zip(s.response, s.mask, strict=True) if m)  # none trained
+    # the turns: each episode's request is its prompt and its response so far, its pictures with it
+    k = samples.index(seen[0])
+    s, at = samples[k], 0
+    for t, turn in enumerate(given):
+        live = [j for j, x in enumerate(samples) if x.stats["turns"] > t]
+        if k not in live:
+            break
+        ids, raw, n_images = turn[live.index(k)]
+        assert ids == requests[s.prompt].ids + s.response[:at]
+        assert raw.count(pad_id) == n_images == len(requests[s.prompt].images) + t  # one picture a turn
+        at = len(ids) - len(requests[s.prompt].ids)
+        while at < len(s.response) and s.mask[at] == 1:
+            at += 1
+        while at < len(s.response) and s.mask[at] == 0:
+            at += 1
+    # the trainer's forward over the whole episodes
+    seqs = []
+    for s in samples:
+        mm = {"key": str(s.prompt), **requests[s.prompt].image_inputs} if requests[s.prompt].images else {}
+        if s.images:
+            mm = {"key": str(s.prompt), **mm, "after": vision.merge(s.images)}
+        seqs.append((requests[s.prompt].ids, s.response, mm) if mm else (requests[s.prompt].ids, s.response))
+    with torch.no_grad():
+        scored = packed_log_probs(engine.model, seqs, 0.9)
+    worst = max(
+        (torch.tensor(s.logprobs) - lp)[torch.tensor(s.mask, dtype=torch.bool)].abs().max().item()
+        for s, lp in zip(samples, scored, strict=True)
+    )
+    assert worst <= 1e-4, worst
+
+
+@pytest.mark.parametrize("engine", ["hf", "vllm"])
+def test_a_run_whose_environment_answers_with_pictures_trains_on_them(
+    make_vl_run, tiny_vlm, tmp_path, engine
+):
+    """Through the trainer (Ray, two FSDP workers, either engine; vLLM takes each turn's ids with
+    one placeholder per picture and the pictures beside them): episodes whose observations hold
+    pictures go from the workers to the driver and back into every forward with their pixels; the
+    old log-probs recomputed by FSDP equal the engine's over whole episodes (≤ 1e-4). The tiny
+    model's generation config lists many end tokens (as Llama 3's lists several), so its random
+    turns end and the environment answers."""
+    import shutil
+
+    model = tmp_path / "short-turns"
+    shutil.copytree(tiny_vlm, model)
+    gen = json.loads((model / "generation_config.json").read_text())
+    pad_id = json.loads((model / "config.json").read_text())["image_token_id"]
+    gen["eos_token_id"] = [gen["eos_token_id"], *[t for t in range(50, 170) if t != pad_id]]
+    (model / "generation_config.json").write_text(json.dumps(gen))
+    (tmp_path / "zoom.py").write_text(ZOOM)
+    run = make_vl_run(
+        f"worker.actor.model.model_path={model}",
+        "data.max_response_length=64",
+        "worker.actor.global_batch_size=2",  # two updates a step: old log-probs recomputed
+        "worker.rollout.multi_turn.enable=true",
+        f"worker.rollout.multi_turn.environment={tmp_path / 'zoom.py'}:Zoom",
+        "worker.rollout.multi_turn.max_turns=3",
+        "trainer.max_steps=1",
+        "trainer.val_before_train=false",
+        "trainer.val_freq=-1",
+        "trainer.save_freq=-1",
+        engine=engine,
+    )
+    if engine == "vllm":
+        pytest.importorskip("vllm")
+    r = run_trainer(run)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    (m,) = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    print({k: m[k] for k in ("agent/turns", "agent/env_reward", "rollout/logp_diff_max")})
+    assert m["agent/turns"] > 1.5 and m["agent/env_reward"] > 0, m
+    assert m["rollout/logp_diff_max"] <= 1e-4, m["rollout/logp_diff_max"]
