@@ -1,16 +1,19 @@
 """r1cloud's multi-turn episodes against TRL's tool-calling GRPOTrainer on the same work, in one run.
 
 The task of blueprints/tools_calculator.yaml: SmolLM2-135M-Instruct multiplies a 3-digit by a
-2-digit number with a `multiply` tool (tools/calculator.py, the same file in both), one worked
-example in each prompt, the reward the last turn's number (reward_functions/arithmetic.py). Both
+2-digit number with a `multiply` tool (tools/calculator.py, the same file in both), two worked
+examples in each prompt, the reward the last turn's number (reward_functions/arithmetic.py). Both
 tools see the same prompt: TRL 1.16 parses tool calls only for chat templates it knows, so the
 model's tokenizer gets TRL's own Qwen2.5 template (trl.chat_template_utils.qwen2_5_chat_template)
 in a copy of the model folder, and both use Hermes calls (`<tool_call>{"name": ..., "arguments":
-...}</tool_call>`, r1cloud's `tool_call_format: hermes`). Same group size, prompts per step,
-budget (64 tokens for a whole episode, tool answers included: r1cloud's max_response_length,
+...}</tool_call>`, r1cloud's `tool_call_format: hermes`). Calibrated so the base model scores:
+with one example it never called the tool; with two and a system message that shows the call, it
+calls in half its episodes and answers those right (`r1cloud try`, 16 episodes: reward 0.5), given
+128 tokens (the Hermes JSON and Qwen's tool turn overran 64). Same group size, prompts per step,
+budget (128 tokens for a whole episode, tool answers included: r1cloud's max_response_length,
 TRL's max_completion_length), one tool round (r1cloud's max_turns 2, TRL's
-max_tool_calling_iterations 1), learning rate, loss (token-mean, clip 0.2/0.28, no KL), same 2
-cores. r1cloud with 2 worker processes and vLLM (episodes without a barrier) or transformers'
+max_tool_calling_iterations 1), learning rate, loss (token-mean, clip 0.2/0.28, no KL), update
+micro-batches of 8 episodes (one group: r1cloud lays its prompt out once), same 2 cores. r1cloud with 2 worker processes and vLLM (episodes without a barrier) or transformers'
 generate; TRL in one process with 2 threads and transformers' generate. Runs alternate; the first
 step of each is warm-up and left out of the rates.
 
@@ -46,8 +49,23 @@ from trainer_vs_trl import (  # noqa: E402
     versions,
 )
 
-SETTINGS = {"prompts_per_step": 4, "group": 8, "max_new_tokens": 64, "lr": 1e-5, "seed": 1, "threads": 2}
-EXAMPLE_CALL = '<tool_call>\n{"name": "multiply", "arguments": {"a": 12, "b": 34}}\n</tool_call>'
+SETTINGS = {"prompts_per_step": 4, "group": 8, "max_new_tokens": 128, "lr": 1e-5, "seed": 1, "threads": 2}
+SYSTEM = (
+    "You can call a calculator. To multiply, write exactly <tool_call>\n"
+    '{"name": "multiply", "arguments": {"a": X, "b": Y}}\n</tool_call> and stop; the result comes '
+    "back, then answer with the number."
+)
+
+
+def example(a: int, b: int) -> list[dict]:
+    arguments = json.dumps({"name": "multiply", "arguments": {"a": a, "b": b}})
+    call = f"<tool_call>\n{arguments}\n</tool_call>"
+    return [
+        {"role": "user", "content": f"What is {a} times {b}?"},
+        {"role": "assistant", "content": call},
+        {"role": "tool", "content": str(a * b)},
+        {"role": "assistant", "content": f"The answer is {a * b}."},
+    ]
 
 
 def prepare(work: Path) -> tuple[Path, Path]:
@@ -61,21 +79,12 @@ def prepare(work: Path) -> tuple[Path, Path]:
     (model / "tokenizer_config.json").write_text(
         json.dumps({**config, "chat_template": qwen2_5_chat_template})
     )
-    example = [
-        {
-            "role": "system",
-            "content": "You can call a calculator: call multiply, then answer with the number.",
-        },
-        {"role": "user", "content": "What is 12 times 34?"},
-        {"role": "assistant", "content": EXAMPLE_CALL},
-        {"role": "tool", "content": "408"},
-        {"role": "assistant", "content": "The answer is 408."},
-    ]
+    lead = [{"role": "system", "content": SYSTEM}, *example(12, 34), *example(251, 17)]
     data = work / "train.jsonl"
     with open(data, "w") as f:
         for line in (ROOT / "data/multiply/train.jsonl").read_text().splitlines():
             row = json.loads(line)
-            f.write(json.dumps({"problem": [*example, row["problem"][-1]], "answer": row["answer"]}) + "\n")
+            f.write(json.dumps({"problem": [*lead, row["problem"][-1]], "answer": row["answer"]}) + "\n")
     return model, data
 
 
@@ -87,7 +96,7 @@ data:
   train_files: {data}
   prompt_key: problem
   answer_key: answer
-  max_prompt_length: 512
+  max_prompt_length: 640
   max_response_length: {s["max_new_tokens"]}
   rollout_batch_size: {s["prompts_per_step"]}
   seed: {s["seed"]}
@@ -95,6 +104,7 @@ algorithm: {{adv_estimator: grpo, disable_kl: true}}
 worker:
   actor:
     global_batch_size: {s["prompts_per_step"]}
+    micro_batch_size_per_device_for_update: {s["group"]}  # TRL's micro-batch too; a group's prompt once
     micro_batch_size_per_device_for_experience: {s["prompts_per_step"] * s["group"] // 2}
     clip_ratio_low: 0.2
     clip_ratio_high: 0.28
