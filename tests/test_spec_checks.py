@@ -511,3 +511,14 @@ def test_val_override_config_takes_vllms_sampling_fields_in_range(blueprint, cli
     assert r.exit_code == (0 if ok else 2), r.stderr
     if not ok:
         assert "worker.rollout.val_override_config." in r.stderr and "is not valid: must be a" in r.stderr
+
+
+def test_an_adaptive_kl_beside_a_kl_loss_is_said_to_have_no_effect(blueprint, cli):
+    """EasyR1 (b44b311) verl/trainer/ray_trainer.py:635 applies its KL controller only when
+    use_kl_loss is false: an adaptive controller beside a KL loss changes nothing, so validate says
+    so (a warning: the run is still valid), and says nothing with the KL in the reward."""
+    r = cli("validate", blueprint(), "algorithm.kl_type=adaptive", "algorithm.use_kl_loss=true")
+    assert r.exit_code == 0, r.stderr
+    assert "warning: algorithm.kl_type: 'adaptive' has no effect with use_kl_loss: true" in r.stderr
+    r = cli("validate", blueprint(), "algorithm.kl_type=adaptive", "algorithm.use_kl_loss=false")
+    assert r.exit_code == 0 and "algorithm.kl_type" not in r.stderr, r.stderr

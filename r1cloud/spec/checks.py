@@ -212,6 +212,14 @@ def check_algorithm(spec: Spec, problem: Report) -> None:
             "algorithm.disable_kl",
             warning=True,
         )
+    if a.kl_type == "adaptive" and a.use_kl_loss and not a.disable_kl:  # EasyR1's ray_trainer.py:635
+        problem(
+            "algorithm.kl_type",
+            "'adaptive' has no effect with use_kl_loss: true: the controller adapts the KL penalty in the "
+            "reward, and the loss uses kl_coef as it is (as in EasyR1); set use_kl_loss: false to adapt it",
+            "algorithm.use_kl_loss",
+            warning=True,
+        )
 
 
 def check_rollout(spec: Spec, problem: Report) -> None:
