@@ -211,6 +211,10 @@ class Toolbox:
         )
         return cls(info["tools"], mt.tool_call_format, mt.max_turns, sandbox, bool(mt.environment))
 
+    @property
+    def names(self) -> set[str]:
+        return {t["function"]["name"] for t in self.schemas}
+
     def start(self, messages: list[dict]) -> int:
         """A new conversation's number; with an environment, its object reset on the first
         message (a text reset returns is appended to it, as in training)."""
@@ -248,11 +252,14 @@ def ask_with_tools(endpoint: Endpoint, messages: list[dict], box: Toolbox, conve
         show("assistant", text)
         if not found or turn == box.max_turns - 1:  # the answer (a last turn's calls are not run)
             break
-        names = {t["function"]["name"] for t in box.schemas}
-        runnable = [c for c in found if calls.refused(c, names) is None]
-        results = iter(box.sandbox.run([("call", conversation, c) for c in runnable]))
-        for k, call in enumerate(found):
-            observation = _parts(calls.refused(call, names) or next(results)[1])
+        errors = [calls.refused(c, box.names) for c in found]
+        ran = iter(
+            box.sandbox.run(
+                [("call", conversation, c) for c, e in zip(found, errors, strict=True) if e is None]
+            )
+        )
+        for k, (call, error) in enumerate(zip(found, errors, strict=True)):
+            observation = _parts(error or next(ran)[1])
             what = "a call it cannot read" if isinstance(call, str) else calls.render(call, "python")
             said = observation if isinstance(observation, str) else " ".join(
                 p.get("text", "[a picture]") for p in observation

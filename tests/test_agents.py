@@ -312,7 +312,7 @@ def test_observations_are_the_templates_tool_turn_as_a_delta(tmp_path):
     )
     head = tok.apply_chat_template([turn[0]], tokenize=False, add_generation_prompt=True) + "call" + eos
     # what the model sampled (ending on its EOS) + the observation's ids = the whole conversation
-    assert tok.decode(tok(head, add_special_tokens=False)["input_ids"] + obs.ids(["42"], eos)) == full
+    assert tok.decode(tok(head, add_special_tokens=False)["input_ids"] + obs.encode(["42"], eos).ids) == full
 
 
 def test_validate_prints_the_tools_and_refuses_what_cannot_work(blueprint, cli, tool_file):

@@ -139,6 +139,3 @@ class Observations:
         from ..vision import open_image, resize
 
         return resize(open_image(png), *self.pixels)
-
-    def ids(self, contents: list[str], eos_text: str) -> list[int]:
-        return self.encode(contents, eos_text).ids

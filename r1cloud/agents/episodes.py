@@ -43,7 +43,6 @@ class Agent:
     tokenizer: object
     observations: calls.Observations
     max_prompt_length: int
-    processor: object = None  # a vision-language model's vision.ImageProcessor
 
     @classmethod
     def of(cls, spec, tokenizer, processor=None) -> Agent:
@@ -95,7 +94,6 @@ class Agent:
             tokenizer,
             calls.Observations(tokenizer, "user" if info["shape"] == "gym" else "tool", processor, pixels),
             max_prompt_length,
-            processor,
         )
 
 
@@ -202,7 +200,7 @@ def _reset(episodes: list[Episode], prompts: list[Request], agent: Agent) -> Non
         if text:  # appended to the last message, as TRL does (no separator)
             head, tail = r["around"]
             if e.images:  # a prompt with pictures: encoded whole again, never cut
-                enc = agent.processor.encode(head + text + tail, e.images)
+                enc = agent.observations.processor.encode(head + text + tail, e.images)
                 e.prompt_ids, e.raw, e.inputs = enc.ids, list(enc.raw_ids), [enc.image_inputs]
             else:
                 ids = agent.tokenizer(head + text + tail, add_special_tokens=False)["input_ids"]

@@ -3,8 +3,9 @@ environment objects of its episodes (episode k lives in process k % workers, for
 
 Every operation runs under `tool_timeout` (a signal timer inside the process, so the objects'
 state survives a time-out) and its text is cut to `max_tool_response_length` characters before it
-leaves the process (pictures in TRL's content blocks leave it as PNG bytes). An exception becomes an error observation; a process that stops answering
-(stuck where the signal cannot reach) is killed and started again, and the episodes it held end.
+leaves the process (pictures in TRL's content blocks leave it as PNG bytes). An exception becomes
+an error observation; a process that stops answering (stuck where the signal cannot reach) is
+killed and started again, and the episodes it held end.
 None of them ends the run. Files from elsewhere run only here, never in the trainer's process.
 
 Operations: `reset` (a new object per episode, `reset(**row)`), `call` (a tool: an environment's
