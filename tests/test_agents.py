@@ -350,6 +350,11 @@ def test_validate_prints_the_tools_and_refuses_what_cannot_work(blueprint, cli, 
         "validate", str(bp), "worker.rollout.multi_turn.enable=true", f"worker.rollout.multi_turn.tools={bad}"
     )
     assert r.exit_code == 2 and "undocumented.py: add cannot be shown to the model" in (r.stdout + r.stderr)
+    bad.write_text('def add(a: int, b: int) -> int:\n    """Add."""\n    import sympy_zz\n    return a + b\n')
+    r = cli(
+        "validate", str(bp), "worker.rollout.multi_turn.enable=true", f"worker.rollout.multi_turn.tools={bad}"
+    )
+    assert r.exit_code == 2 and "undocumented.py:3 imports sympy_zz, which is not installed here" in r.stderr
 
 
 def test_validate_reads_an_environment_says_the_reward_rule_and_refuses_what_cannot_work(

@@ -50,6 +50,7 @@ def test_easyr1_example_script_validates_unchanged(script, cli, monkeypatch):
     experiment = _set_in(EASYR1 / script, "trainer.experiment_name")
     if experiment and "$" not in experiment:
         assert spec["name"] == normalise_name(experiment)
+        assert spec["trainer"]["experiment_name"] == experiment  # the trackers' run name, as written
     # every key=value the command line sets reaches the spec (spot-checked where it is a plain scalar)
     for key in ("data.train_files", "worker.rollout.tensor_parallel_size", "trainer.n_gpus_per_node"):
         written = _set_in(EASYR1 / script, key)

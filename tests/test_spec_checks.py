@@ -1,11 +1,19 @@
 """Every pre-flight check: its message names the key, the value and the fix; exit code 2."""
 
+import os
+from pathlib import Path
+
 import pytest
 
 from spec_helpers import MINIMAL
 
 # (overrides applied to the minimal valid blueprint, substrings the one error line must contain)
 CHECKS = [
+    pytest.param(  # never a silent single node: local nodes need a Ray cluster to spread over
+        ["trainer.nnodes=2"],
+        ["trainer.nnodes", "2 nodes on local infra need a Ray cluster", "set RAY_ADDRESS=HEAD:6379"],
+        id="local-nodes-without-a-cluster",
+    ),
     pytest.param(
         ["worker.rollout.temprature=0.5"],
         ["worker.rollout.temprature", "unknown key", "did you mean worker.rollout.temperature?"],
@@ -350,13 +358,64 @@ def test_reward_function_file_checks(blueprint, cli, source, fn, kwargs, expecte
     assert expected in r.stderr, r.stderr
 
 
-def test_reward_function_is_not_executed(blueprint, cli, tmp_path):
+def test_reward_function_is_imported_in_a_child_process_only(blueprint, cli, tmp_path):
+    """validate imports the reward file as the trainer would, but never in its own process."""
     path = blueprint(
-        files={"reward.py": f"open({str(tmp_path / 'ran')!r}, 'w')\ndef main(xs):\n    return []\n"}
-    )
+        files={"reward.py": f"import os\nopen({str(tmp_path / 'ran')!r}, 'w').write(str(os.getpid()))\n"
+               "def main(xs):\n    return []\n"}
+    )  # fmt: skip
     r = cli("validate", path, "worker.reward.reward_function=./reward.py")
     assert r.exit_code == 0, r.stderr
-    assert not (tmp_path / "ran").exists()
+    assert int((tmp_path / "ran").read_text()) != os.getpid()
+
+
+@pytest.mark.parametrize(
+    "code, said",
+    [
+        # EasyR1's reward_function/math.py imports mathruler at the top; a reward may import lazily
+        ("from mathruler_zz.grader import grade_answer\ndef main(xs):\n    return []\n",
+         "reward.py:1 imports mathruler_zz, which is not installed here: pip install the package that provides it"),
+        ("def main(xs):\n    import r1_scorer_zz\n    return []\n",
+         "reward.py:2 imports r1_scorer_zz, which is not installed here"),
+        ("import json\nraise RuntimeError('no API key')\ndef main(xs):\n    return []\n",
+         "reward.py:2: importing it failed: RuntimeError: no API key"),
+        ("import os\nprint('Traceback (most recent call last):')\nos._exit(3)\ndef main(xs):\n    return []\n",
+         "reward.py: importing it failed: exit code 3"),
+        ("import time\ntime.sleep(60)\ndef main(xs):\n    return []\n",
+         "reward.py: importing it took over 2 s: move slow work at its top level into a function"),
+    ],
+)  # fmt: skip
+def test_a_reward_function_that_would_not_import_on_the_job_is_one_line(
+    blueprint, cli, monkeypatch, code, said
+):
+    from r1cloud.spec import imports
+
+    monkeypatch.setattr(imports, "TIME_LIMIT", 2)
+    path = blueprint(files={"reward.py": code})
+    r = cli("validate", path, "worker.reward.reward_function=./reward.py")
+    assert r.exit_code == 2 and "Traceback" not in r.stderr, r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if "worker.reward.reward_function" in x]
+    assert said in line, line
+
+
+def test_a_cloud_job_needs_its_reward_packages_in_requirements_txt(blueprint, cli, tmp_path):
+    """EasyR1's own math.py imports mathruler, installed here but not by r1cloud[train]: a cloud
+    node would not have it, so validate says where to list it; listed, the blueprint is valid."""
+    easyr1 = Path(__file__).parent / "fixtures/easyr1/examples/reward_function/math.py"
+    (tmp_path / "math.py").write_text(easyr1.read_text())
+    text = MINIMAL + "resources: {infra: aws, accelerators: H100:2, bucket: s3://ckpts}\n"
+    path = blueprint(text)
+    args = ("validate", path, "worker.reward.reward_function=./math.py:compute_score")
+    assert cli(*args, "resources.infra=local").exit_code == 0  # installed here
+    r = cli(*args)
+    assert r.exit_code == 2, r.stderr
+    assert (
+        f"math.py:3 imports mathruler, which a cloud node does not install (it installs r1cloud[train] and the "
+        f"job folder's requirements.txt): add mathruler to {tmp_path / 'requirements.txt'}"
+    ) in r.stderr
+    (tmp_path / "requirements.txt").write_text("# graders\nmathruler==0.1.0  # EasyR1's\n")
+    r = cli(*args)
+    assert r.exit_code == 0, r.stderr
 
 
 def test_reward_function_kwargs_and_star_kwargs_accepted(blueprint, cli):
@@ -522,3 +581,61 @@ def test_an_adaptive_kl_beside_a_kl_loss_is_said_to_have_no_effect(blueprint, cl
     assert "warning: algorithm.kl_type: 'adaptive' has no effect with use_kl_loss: true" in r.stderr
     r = cli("validate", blueprint(), "algorithm.kl_type=adaptive", "algorithm.use_kl_loss=false")
     assert r.exit_code == 0 and "algorithm.kl_type" not in r.stderr, r.stderr
+
+
+def test_a_critic_tokenizer_that_maps_tokens_otherwise_is_refused(blueprint, cli, tmp_path):
+    """worker.critic.model.tokenizer_path: the critic scores the actor's token ids, so its own
+    tokenizer must map tokens as the actor's does (EasyR1 loads it for the critic's config and
+    checkpoint, fsdp_workers.py:167-184, and never checks)."""
+    import json
+
+    def folder(name: str, vocab: dict) -> Path:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps({"max_position_embeddings": 4096}))
+        tok = {"model": {"type": "BPE", "vocab": vocab}, "added_tokens": [{"id": 3, "content": "<eos>"}]}
+        (tmp_path / name / "tokenizer.json").write_text(json.dumps(tok))
+        return tmp_path / name
+
+    actor = folder("actor", {"a": 0, "b": 1, "c": 2})
+    same, other = folder("same", {"a": 0, "b": 1, "c": 2}), folder("other", {"a": 0, "c": 1, "b": 2})
+    args = ("validate", blueprint(), f"worker.actor.model.model_path={actor}", "algorithm.adv_estimator=gae",
+            f"worker.critic.model.model_path={actor}", "worker.critic.global_batch_size=8")  # fmt: skip
+    assert cli(*args, f"worker.critic.model.tokenizer_path={same}").exit_code == 0
+    r = cli(*args, f"worker.critic.model.tokenizer_path={other}")
+    assert (
+        r.exit_code == 2
+        and (
+            f"worker.critic.model.tokenizer_path: {other} maps tokens to ids unlike the actor's tokenizer (4 vs 4 "
+            "tokens): the critic scores the actor's token ids; give it the actor's tokenizer"
+        )
+        in r.stderr
+    ), r.stderr
+
+
+def test_local_nodes_with_a_ray_cluster_validate(blueprint, cli, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # group.py then spreads one bundle per node
+    r = cli("validate", blueprint(), "trainer.nnodes=2")
+    assert r.exit_code == 0, r.stderr
+    assert "× 2 nodes" in r.stdout
+
+
+def test_a_tracker_not_installed_here_says_how_to_validate_without_it(blueprint, cli, monkeypatch):
+    """EasyR1's examples log to wandb; without it installed, the refusal gives the install line and
+    the override that validates (and runs) the example without it. wandb is installed for the
+    tests, so its absence is faked at the one lookup validate makes."""
+    import importlib.util
+
+    from r1cloud.spec import checks
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        checks.importlib.util, "find_spec", lambda n, *a: None if n == "wandb" else real(n, *a)
+    )
+    path = blueprint()
+    r = cli("validate", path, "trainer.logger=['console','wandb']", env={"WANDB_MODE": "offline"})
+    assert r.exit_code == 2
+    assert (
+        "trainer.logger: names wandb, which is not installed here: pip install wandb, or run without it: "
+        "trainer.logger=['console']"
+    ) in r.stderr, r.stderr
+    assert cli("validate", path, "trainer.logger=['console']").exit_code == 0

@@ -177,10 +177,17 @@ def test_accelerators_set_the_trainer_and_back(blueprint):
     path = blueprint(MINIMAL.replace("  n_gpus_per_node: 2\n", ""))
     spec = load_spec(
         path,
-        ["resources.accelerators=A100-80GB:4", "resources.num_nodes=2", "worker.actor.global_batch_size=16"],
+        [
+            "resources.accelerators=A100-80GB:4",
+            "resources.num_nodes=2",
+            "worker.actor.global_batch_size=16",
+            "resources.infra=aws",
+        ],
     ).spec
     assert spec.trainer.n_gpus_per_node == 4 and spec.trainer.nnodes == 2
-    spec = load_spec(path, ["trainer.nnodes=3", "worker.actor.global_batch_size=16"]).spec
+    spec = load_spec(
+        path, ["trainer.nnodes=3", "worker.actor.global_batch_size=16", "resources.infra=gcp"]
+    ).spec
     assert spec.resources.num_nodes == 3
     spec = load_spec(path, ["resources.accelerators={H100: 2, A100-80GB: 2}"]).spec
     assert spec.trainer.n_gpus_per_node == 2

@@ -121,6 +121,24 @@ def test_good_data_in_every_format_passes_and_counts_its_rows(cli, tmp_path, mon
     assert r.exit_code == 2 and "vl.jsonl: row 0 has images, and the model is text-only" in r.stderr, r.stderr
     r = cli("validate", _blueprint(tmp_path), *vl, f"worker.actor.model.model_path={tmp_path / 'vlm'}")
     assert "data.train_files" not in r.stderr, r.stderr  # its images found and read
+    two = {**rows[3], "problem": "<image><image>" + rows[3]["problem"], "images": [image.name] * 2}
+    _jsonl(tmp_path, [{**r, "problem": "<image>" + r["problem"], "images": [image.name]} for r in rows[:3]] + [two], "vl2.jsonl")  # fmt: skip
+    vl2 = [
+        f"data.train_files={tmp_path / 'vl2.jsonl'}",
+        f"data.image_dir={tmp_path}",
+        "data.rollout_batch_size=4",
+    ]
+    vlm = f"worker.actor.model.model_path={tmp_path / 'vlm'}"
+    r = cli("validate", _blueprint(tmp_path), *vl2, vlm, "worker.rollout.limit_images=1")
+    assert (
+        r.exit_code == 2
+        and (
+            "vl2.jsonl: row 3 has 2 images, more than worker.rollout.limit_images (1): raise it, or 0 for the engine"
+        )
+        in r.stderr
+    ), r.stderr
+    r = cli("validate", _blueprint(tmp_path), *vl2, vlm, "worker.rollout.limit_images=2")
+    assert "data.train_files" not in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 
 from ..spec import Spec
+from ..spec.files import local_paths
 from ..spec.models import accelerator_options
 
 SPEC_ON_NODE = "~/.r1cloud/spec.yaml"
@@ -35,25 +36,9 @@ class TaskError(ValueError):
     """A spec that cannot become a cloud task; the message names the field and the fix."""
 
 
-def local_paths(value, found: list[str] | None = None) -> list[str]:
-    """Every absolute path in the resolved spec that exists on this machine (files the blueprint
-    names: data, prompts, reward functions, local models)."""
-    found = [] if found is None else found
-    if isinstance(value, dict):
-        for v in value.values():
-            local_paths(v, found)
-    elif isinstance(value, list):
-        for v in value:
-            local_paths(v, found)
-    elif isinstance(value, str) and value.startswith("/") and os.path.exists(value):
-        found.append(value)
-    return found
-
-
 def workdir_for(spec_data: dict, blueprint: Path) -> Path:
     """The folder to upload: the blueprint's folder, widened to hold every local file it names."""
-    paths = [str(blueprint.resolve().parent), *local_paths(spec_data)]
-    root = Path(os.path.commonpath(paths))
+    root = Path(os.path.commonpath([str(blueprint.resolve().parent), *local_paths(spec_data)]))
     if (
         Path.home().is_relative_to(root)
         or root == Path("/")

@@ -312,6 +312,19 @@ TRACKER_KEYS = {
 }
 
 
+def check_nodes(spec: Spec, problem: Report) -> None:
+    """Several nodes on local infra need a Ray cluster to spread over (group.py), never one node
+    running them all: RAY_ADDRESS names it, as `ray start` prints."""
+    t = spec.trainer
+    if t.nnodes > 1 and spec.resources.infra == "local" and not os.environ.get("RAY_ADDRESS"):
+        problem(
+            "trainer.nnodes",
+            f"{t.nnodes} nodes on local infra need a Ray cluster: run `ray start --head` here and `ray start "
+            "--address=HEAD:6379` on the others, set RAY_ADDRESS=HEAD:6379 (save_checkpoint_path on storage "
+            "every node sees), or use a cloud infra (--infra), or trainer.nnodes=1",
+        )
+
+
 def check_trackers(spec: Spec, problem: Report) -> None:
     local = spec.resources.infra == "local"
 
@@ -324,7 +337,12 @@ def check_trackers(spec: Spec, problem: Report) -> None:
         if name in ("console", "file"):
             continue
         if local and importlib.util.find_spec(name) is None:
-            problem("trainer.logger", f"names {name}, which is not installed here: pip install {name}")
+            others = ",".join(f"'{x}'" for x in spec.trainer.logger if x != name) or "'console'"
+            problem(
+                "trainer.logger",
+                f"names {name}, which is not installed here: pip install {name}, or run without it: "
+                f"trainer.logger=[{others}]",
+            )
         if name in TRACKER_KEYS:
             key, mode, offline = TRACKER_KEYS[name]
             if not given(key) and (given(mode) or "").lower() not in offline and not _logged_in(name, local):
@@ -467,6 +485,7 @@ def check_lora(spec: Spec, problem: Report) -> None:
 
 CHECKS = [
     check_required,
+    check_nodes,
     check_lora,
     check_freezing,
     check_batches,

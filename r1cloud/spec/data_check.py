@@ -230,11 +230,13 @@ def _row_problem(row: dict, d, at: str, where: str, kinds: dict[str, tuple[str, 
     return None
 
 
-def check_file(path: Path, d, added: int = 0, text_model: bool = False) -> tuple[list[str], str | None]:
+def check_file(
+    path: Path, d, added: int = 0, text_model: bool = False, limit_images: int = 0
+) -> tuple[list[str], str | None]:
     """One pass over a local data file: its first ROWS rows checked whole (columns, types, the first
     IMAGES images opened), and its first PLACED rows' images against their `<image>` placeholders
-    (the prompt's, plus `added` by the format prompt), for videos, text-only rows among image rows,
-    and images for a text-only model. Returns the problem (one line naming the file and row) and
+    (the prompt's, plus `added` by the format prompt) and `limit_images`, for videos, text-only
+    rows among image rows, and images for a text-only model. Returns the problem (one line naming the file and row) and
     the first row's prompt (to render the format prompt over)."""
     first: str | None = None
     images = bare = with_images = 0
@@ -263,6 +265,11 @@ def check_file(path: Path, d, added: int = 0, text_model: bool = False) -> tuple
             wanted = str(row.get(d.prompt_key, "")).count("<image>") + added
             if wanted != len(found):
                 return [placeholder_mismatch(path.name, i, wanted, len(found), d)], first
+            if limit_images and len(found) > limit_images:
+                return [
+                    f"{path.name}: row {i} has {len(found)} images, more than worker.rollout.limit_images "
+                    f"({limit_images}): raise it, or 0 for the engine's own limit"
+                ], first
             if found and text_model:
                 return [
                     f"{path.name}: row {i} has images, and the model is text-only (its config has no "

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import ast
 import difflib
+import os
 import re
 from pathlib import Path
 
 from ..agents.tools import ENV, TOOLS
 from ..agents.tools import check as check_tools
+from . import imports
 from .load import Origins, expand, origin_of
 from .models import Spec, _is_url
 from .problems import Problem
@@ -93,13 +95,12 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
         )
         if found:
             w.reward.reward_function = str(found)
-            for msg in reward_function_problems(
+            bad = reward_function_problems(
                 found, w.reward.reward_function_name or "main", w.reward.reward_function_kwargs
-            ):
+            )
+            for msg in bad:
                 problem("worker.reward.reward_function", msg)
-    mt = w.rollout.multi_turn
-    if mt.enable:
-        check_agent(spec, find, problem)
+            rf = None if bad else found  # imported below, once every file is found
     if t.load_checkpoint_path and not _is_url(t.load_checkpoint_path):
         found = find("trainer.load_checkpoint_path", t.load_checkpoint_path, "folder")
         if found:
@@ -118,16 +119,25 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
             if value:
                 at = f"worker.{role}.model.{key}"
                 setattr(model, key, _resolve_local_or_hub(at, value, bases(at), problem, "model"))
+    # the user's Python files imported in a child process, as the job's machines would import them
+    folder = None if spec.resources.infra == "local" else job_folder(spec, source)
+    extras = ("train", *(x for x in ("wandb", "swanlab", "mlflow") if x in t.logger))
+    if isinstance(rf, Path) and (msg := imports.problem(rf, folder, extras)):
+        problem("worker.reward.reward_function", msg)
+    if w.rollout.multi_turn.enable:
+        check_agent(spec, find, problem, lambda file: imports.problem(file, folder, extras))
     config = model_config(spec.worker.actor.model.model_path)
-    for at, message in [*check_data(d, text_model=config is not None and "vision_config" not in config),
+    text_model = config is not None and "vision_config" not in config
+    for at, message in [*check_data(d, text_model, limit_images=w.rollout.limit_images),
                         *check_model(spec, config)]:  # fmt: skip
         problem(at, message)
     return problems
 
 
-def check_agent(spec: Spec, find, problem) -> None:
-    """The tools and environment files found, imported in a child process, and what cannot work
-    with the environment's shape; the reward rule (summary.py prints it)."""
+def check_agent(spec: Spec, find, problem, importable) -> None:
+    """The tools and environment files found, imported in a child process (`importable(file)`:
+    why one would not import where the job runs), and what cannot work with the environment's
+    shape; the reward rule (summary.py prints it)."""
     mt, rf = spec.worker.rollout.multi_turn, spec.worker.reward.reward_function
     tools = mt.tools and find(TOOLS, mt.tools, "file")
     env, cls = None, None
@@ -137,6 +147,10 @@ def check_agent(spec: Spec, find, problem) -> None:
     if (mt.tools and not tools) or (mt.environment and not env):
         return  # not found: said already
     mt.tools, mt.environment = str(tools) if tools else None, env
+    for at, file in ((TOOLS, tools), (ENV, env and env.rpartition(":")[0])):
+        if file and (msg := importable(file)):
+            problem(at, msg)
+            return
     try:
         info = check_tools(env, mt.tools, mt.tool_names)
     except ValueError as e:
@@ -160,6 +174,29 @@ def check_agent(spec: Spec, find, problem) -> None:
         )
 
 
+def local_paths(value, found: list[str] | None = None) -> list[str]:
+    """Every absolute path in the resolved spec that exists on this machine (files the blueprint
+    names: data, prompts, reward functions, local models)."""
+    found = [] if found is None else found
+    if isinstance(value, dict):
+        for v in value.values():
+            local_paths(v, found)
+    elif isinstance(value, list):
+        for v in value:
+            local_paths(v, found)
+    elif isinstance(value, str) and value.startswith("/") and os.path.exists(value):
+        found.append(value)
+    return found
+
+
+def job_folder(spec: Spec, blueprint: Path) -> Path:
+    """The folder a cloud job uploads (its workdir): the blueprint's, widened to hold every local
+    file it names (sky_task.workdir_for also refuses one too wide)."""
+    return Path(
+        os.path.commonpath([str(blueprint.resolve().parent), *local_paths(spec.model_dump(mode="json"))])
+    )
+
+
 def model_config(path: str | None) -> dict | None:
     """A local model folder's config.json, or None (a Hub id, or not readable: check_model says why)."""
     from ..records import load_object
@@ -167,6 +204,22 @@ def model_config(path: str | None) -> dict | None:
     try:
         return load_object(Path(path) / "config.json") if path else None
     except (OSError, ValueError):
+        return None
+
+
+def vocabulary(folder: str | None) -> dict | None:
+    """A local tokenizer's token -> id map (tokenizer.json's model vocabulary and added tokens),
+    or None where there is none to read (a Hub id, a slow tokenizer without one)."""
+    from ..records import load_object
+
+    try:
+        tok = load_object(Path(folder) / "tokenizer.json") if folder else None
+        if tok is None:
+            return None
+        vocab = tok["model"]["vocab"]
+        vocab = dict(vocab) if isinstance(vocab, dict) else {p: i for i, (p, _) in enumerate(vocab)}
+        return vocab | {t["content"]: t["id"] for t in tok.get("added_tokens") or []}
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
@@ -212,6 +265,17 @@ def check_model(spec: Spec, config: dict | None) -> list[tuple[str, str]]:
                 f"in {path}/config.json): lower them to fit",
             )
         )
+    critic, actor = spec.worker.critic.model, spec.worker.actor.model
+    if spec.algorithm.adv_estimator == "gae" and critic.tokenizer_path not in (None, actor.tokenizer_path):
+        mine, theirs = vocabulary(critic.tokenizer_path), vocabulary(actor.tokenizer_path or path)
+        if mine is not None and theirs is not None and mine != theirs:
+            found.append(
+                (
+                    "worker.critic.model.tokenizer_path",
+                    f"{critic.tokenizer_path} maps tokens to ids unlike the actor's tokenizer ({len(mine)} vs "
+                    f"{len(theirs)} tokens): the critic scores the actor's token ids; give it the actor's tokenizer",
+                )
+            )
     if spec.worker.actor.model.freeze_language_model and "vision_config" not in config:
         found.append(
             (
@@ -331,7 +395,9 @@ def _check_template(path: Path, origin: str | None) -> list[Problem]:
     return []
 
 
-def check_data(d, text_model: bool = False, keys=("train_files", "val_files")) -> list[tuple[str, str]]:
+def check_data(
+    d, text_model: bool = False, keys=("train_files", "val_files"), limit_images: int = 0
+) -> list[tuple[str, str]]:
     """(key, message) for each local data file's problems (data_check.py), the format prompt
     rendered over the first real row, and a train set smaller than one rollout batch."""
     from .. import prompts
@@ -354,7 +420,7 @@ def check_data(d, text_model: bool = False, keys=("train_files", "val_files")) -
                 found.append((f"data.{key}", str(e)))
                 continue
             for file in files:
-                messages, prompt = data_check.check_file(file, d, added, text_model)
+                messages, prompt = data_check.check_file(file, d, added, text_model, limit_images)
                 first = prompt if first is None else first
                 found += [(f"data.{key}", m) for m in messages]
     sample = first if first is not None else "What is 1 + 1?"

@@ -54,10 +54,15 @@ KEYS: dict[str, tuple[str, str]] = {
         HONOURED,
         "FSDP2's CPUOffloadPolicy: shards, gradients and the optimizer step in host memory (trainer/offload.py)",
     ),
-    "worker.*.fsdp.fsdp_size": (
+    "worker.ref.fsdp.fsdp_size": (
         REFUSED,
-        "hybrid sharding (FSDP inside groups of fsdp_size, replicas across them) is not supported yet: "
-        "every model is sharded across all devices; set -1",
+        "the reference model lives on the actor's device mesh, as in EasyR1 (fsdp_workers.py:118-127): "
+        "set worker.actor.fsdp.fsdp_size instead, and -1 here",
+    ),
+    "worker.*.fsdp.fsdp_size": (
+        HONOURED,
+        "hybrid sharding: FSDP2 over a 2-D mesh, shards inside groups of fsdp_size devices and replicas "
+        "across them; -1 or the device count: one group (trainer/workers.py)",
     ),
     "worker.*.fsdp.*": (HONOURED, "FSDP2's sharding and mixed precision (trainer/workers.py)"),
     "worker.*.offload.*": (

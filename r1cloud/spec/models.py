@@ -366,7 +366,7 @@ class TrainerConfig(Model):
     total_epochs: int = Field(15, ge=1)
     max_steps: int | None = Field(None, ge=1)
     project_name: str = "easy_r1"
-    experiment_name: str = "demo"
+    experiment_name: str | None = None  # the trackers' run name; unset: the job's name (EasyR1: "demo")
     logger: tuple[Literal[LOGGERS], ...] = ("console", "wandb")  # type: ignore[valid-type]
     nnodes: int = Field(1, ge=1)
     n_gpus_per_node: int = Field(8, ge=1)

@@ -513,7 +513,9 @@ class Trainer:
             )
         )
         self.call("sync_weights")
-        if self.val_set and (s.trainer.val_only or (s.trainer.val_before_train and start == 0)):
+        if self.val_set and (
+            s.trainer.val_only or s.trainer.val_before_train
+        ):  # resumed too: ray_trainer.py:578
             m = self.validate(start)
             self.trackers.record(start, m)
             self.log(f"[val] step {start}: reward {m['val/reward_score']:.3f}")

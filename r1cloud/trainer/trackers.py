@@ -1,6 +1,7 @@
 """Where a run's numbers go. metrics.jsonl always (jobs, status, plot and resume read it); then each
 `trainer.logger` entry through the tracker's own client: tensorboard, wandb, swanlab, mlflow. The
-run is named after the job (`project_name` is the project), the resolved config is logged once,
+run is named `trainer.experiment_name` as EasyR1 names it (else after the job; `project_name` is the
+project), the resolved config is logged once,
 every step's metrics go out under EasyR1's names, and `val_generations_to_log` samples go out as a
 table where the tracker has one. A tracker's run id is kept in the run folder, so a resumed job
 continues the same tracker run.
@@ -35,6 +36,12 @@ HINTS = {
 
 class TrackerError(Exception):
     pass
+
+
+def run_name(spec) -> str:
+    """The run's name in every tracker: `trainer.experiment_name` as written (EasyR1's
+    logger.py sends it to each), else the job's name."""
+    return spec.trainer.experiment_name or spec.name
 
 
 SECRET_WORDS = ("key", "token", "secret", "password", "credential")
@@ -72,7 +79,7 @@ class TensorBoard:
         from torch.utils.tensorboard import SummaryWriter
 
         base = os.environ.get("TENSORBOARD_DIR")
-        where = Path(base) / spec.trainer.project_name / spec.name if base else run_dir / "tensorboard"
+        where = Path(base) / spec.trainer.project_name / run_name(spec) if base else run_dir / "tensorboard"
         self.writer = SummaryWriter(str(where))
         self.id, self.where = None, str(where)
         self.reopen = lambda step: SummaryWriter(str(where), purge_step=step)
@@ -109,7 +116,7 @@ class WandB:
         self.wandb = wandb
         self.run = wandb.init(
             project=spec.trainer.project_name,
-            name=spec.name,
+            name=run_name(spec),
             id=run_id,
             resume="allow",
             config=run_config(spec),
@@ -137,7 +144,7 @@ class SwanLab:
         self.swanlab = swanlab
         self.run = swanlab.init(
             project=spec.trainer.project_name,
-            name=spec.name,
+            name=run_name(spec),
             config=run_config(spec),
             log_dir=os.environ.get("SWANLAB_DIR") or str(run_dir / "swanlog"),
             mode=os.environ.get("SWANLAB_MODE") or None,
@@ -177,10 +184,10 @@ class MLflow:
             except Exception:  # not in this store (a run-folder database left on a lost machine)
                 run_id = None
         if run_id is None:
-            project = spec.trainer.project_name
+            project = os.environ.get("MLFLOW_EXPERIMENT_NAME") or spec.trainer.project_name
             exp = client.get_experiment_by_name(project)
             exp_id = exp.experiment_id if exp else client.create_experiment(project)
-            run_id = client.create_run(exp_id, run_name=spec.name).info.run_id
+            run_id = client.create_run(exp_id, run_name=run_name(spec)).info.run_id
             params = [Param(k, str(v)[:6000]) for k, v in flatten(run_config(spec), sep=".").items()]
             for i in range(0, len(params), 100):  # MLflow's limit per batch
                 client.log_batch(run_id, params=params[i : i + 100])

@@ -68,20 +68,20 @@ class HybridWorker:
         host = any(r.fsdp.enable_cpu_offload for r in (w.actor, w.ref, w.critic))
         backend = ("cuda:nccl,cpu:gloo" if host else "nccl") if self.cuda else "gloo"
         dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(minutes=30))
-        from torch.distributed.device_mesh import init_device_mesh
-
-        self.mesh = init_device_mesh("cuda" if self.cuda else "cpu", (world,))
-        self.actor = self._build(w.actor.model, w.actor.fsdp, train=True)
+        # the actor's mesh holds the reference model too (EasyR1's fsdp_workers.py:118-127)
+        mesh = self._mesh(w.actor.fsdp.fsdp_size)
+        self.actor = self._build(w.actor.model, w.actor.fsdp, mesh, train=True)
         # the reference model: a second copy of the base, or with LoRA the actor with its adapters off
         self.lora = lora.has_adapters(self.actor)
         self._adapter = lora.describe(self.actor, w.actor.model.model_path) if self.lora else None
         no_ref = a.disable_kl or self.lora
-        self.ref = None if no_ref else self._build(w.actor.model, w.ref.fsdp, train=False)
+        self.ref = None if no_ref else self._build(w.actor.model, w.ref.fsdp, mesh, train=False)
         self.optim = self._optimizer(self.actor, w.actor.optim)
         # GAE's critic: the same kind of backbone with a one-label token-classification head
         self.critic = None
         if a.adv_estimator == "gae":
-            self.critic = self._build(w.critic.model, w.critic.fsdp, train=True, value_head=True)
+            mesh = self._mesh(w.critic.fsdp.fsdp_size)
+            self.critic = self._build(w.critic.model, w.critic.fsdp, mesh, train=True, value_head=True)
             self.critic_optim = self._optimizer(self.critic, w.critic.optim)
         # what each role keeps off the device between phases (LoRA's reference is the actor)
         self.offloads = {
@@ -112,7 +112,20 @@ class HybridWorker:
             return torch_dtype(fsdp_cfg.torch_dtype)
         return torch.float32 if train else torch.bfloat16  # EasyR1's default: fp32 actor, bf16 ref
 
-    def _build(self, m, fsdp_cfg, train: bool, value_head: bool = False):
+    def _mesh(self, fsdp_size: int):
+        """All devices in one FSDP group, or with 0 < fsdp_size < world hybrid sharding: FSDP2 over a
+        2-D mesh, shards inside groups of fsdp_size devices and replicas across the groups."""
+        from torch.distributed.device_mesh import init_device_mesh
+
+        kind, groups = (
+            "cuda" if self.cuda else "cpu",
+            self.world // fsdp_size if 0 < fsdp_size < self.world else 1,
+        )
+        if groups == 1:
+            return init_device_mesh(kind, (self.world,))
+        return init_device_mesh(kind, (groups, fsdp_size), mesh_dim_names=("ddp", "fsdp"))
+
+    def _build(self, m, fsdp_cfg, mesh, train: bool, value_head: bool = False):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         from transformers import AutoConfig, AutoModelForTokenClassification
 
@@ -169,7 +182,7 @@ class HybridWorker:
         # each decoder layer and vision block its own group (the model's _no_split_modules), then the
         # vision tower's remaining weights, then the rest
         shard = dict(
-            mesh=self.mesh, mp_policy=mp, reshard_after_forward=reshard, **offload.policy(fsdp_cfg, self.cuda)
+            mesh=mesh, mp_policy=mp, reshard_after_forward=reshard, **offload.policy(fsdp_cfg, self.cuda)
         )
         # rank 0's weights to send, named as the model now is (adapters in, heads added)
         full = model.state_dict() if from_rank0 and not empty else {}

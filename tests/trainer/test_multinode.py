@@ -113,8 +113,9 @@ def steps_done(run: Path) -> list[int]:
     return [json.loads(x)["step"] for x in path.read_text().splitlines() if x.strip()]
 
 
-def test_two_hosts_train_fail_fast_when_one_dies_and_resume(hosts, bucket, make_run, tmp_path):
+def test_two_hosts_train_fail_fast_when_one_dies_and_resume(hosts, bucket, make_run, tmp_path, monkeypatch):
     head_ns, worker_ns = hosts
+    monkeypatch.setenv("RAY_ADDRESS", f"{IPS[0]}:6379")  # the cluster the nodes form (validate asks)
     short = Path(f"/tmp/r1mn{os.getpid()}")  # Ray's socket paths must stay short
     short.mkdir(exist_ok=True)
     run = make_run(

@@ -235,6 +235,62 @@ def test_fsdp_gradients_across_two_workers_equal_one_process(make_run, tiny_mode
         trainer.shutdown()
 
 
+def test_hybrid_sharding_on_four_workers_gives_one_process_gradients_and_a_whole_checkpoint(
+    make_run, tiny_model, tmp_path
+):
+    """worker.actor.fsdp.fsdp_size=2 on 4 workers: FSDP2 over a 2×2 mesh (shards inside pairs,
+    replicas across them, as EasyR1's fsdp_workers.py:121-127), the reference model on the same
+    mesh. Gradients equal one process's; after an optimizer step every worker holds the same
+    weights, and the checkpoint (DCP over the 2-D mesh) holds them whole."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    run = make_run("trainer.n_gpus_per_node=4", "worker.actor.fsdp.fsdp_size=2", name="hsdp")
+    spec = load_resolved(run / "spec.yaml")
+    g = torch.Generator().manual_seed(1)
+    seqs = [(p, answer) for p, r in SEQS for answer in (r, [t + 40 for t in reversed(r)])]
+    samples = [
+        {"seq": (p, r), "old": (torch.randn(len(r), generator=g) * 0.3 - 4).tolist(),
+         "ref": (torch.randn(len(r), generator=g) * 0.3 - 4).tolist(), "adv": float(torch.randn((), generator=g))}
+        for p, r in seqs
+    ]  # fmt: skip
+    a = spec.worker.actor
+    clip = alg.ClipConfig(a.clip_ratio_low, a.clip_ratio_high, a.clip_ratio_dual)
+    want = single_process_grads(
+        tiny_model, samples, clip, "token", spec.algorithm.kl_coef, spec.algorithm.kl_penalty
+    )
+    total = alg.count_for("token", pad([torch.ones(len(s["seq"][1])) for s in samples])[1])
+    plan = [[{"total": total, "micro": [samples[2 * r : 2 * r + 2]]}] for r in range(4)]
+    trainer = Trainer(run, spec)
+    try:
+        trainer.start_workers()
+
+        def meshes(worker):
+            actor, ref = next(worker.actor.parameters()), next(worker.ref.parameters())
+            return [
+                (tuple(p.device_mesh.shape), p.device_mesh.mesh_dim_names, str(p.placements))
+                for p in (actor, ref)
+            ]
+
+        layout = ((2, 2), ("ddp", "fsdp"), "(Replicate(), Shard(dim=0))")
+        assert trainer.call("__ray_call__", meshes) == [[layout, layout]] * 4
+        steps.update(trainer, plan, apply=False)
+        got = trainer.call("full_grads")[0]
+        assert max(w.abs().max().item() for w in want.values()) > 1e-4  # a real gradient
+        assert max((got[n] - want[n]).abs().max().item() for n in want) <= 1e-5
+        steps.update(trainer, plan)  # now with the optimizer step
+        weights = trainer.call("__ray_call__", lambda w: {n: t.clone() for n, t in w.full_weights()})
+        assert all(torch.equal(weights[0][n], other[n]) for other in weights[1:] for n in weights[0])
+        trainer.call("save", str(tmp_path / "ckpt"), role="actor")
+    finally:
+        trainer.shutdown()
+    dcp_to_torch_save(tmp_path / "ckpt", tmp_path / "full.pt")
+    saved = torch.load(tmp_path / "full.pt", weights_only=False)["model"]
+    initial = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).state_dict()
+    assert set(weights[0]) <= set(saved)
+    for n, t in weights[0].items():
+        assert torch.equal(saved[n], t) and not torch.equal(t, initial[n]), n
+
+
 @pytest.mark.parametrize("tie", [False, True], ids=["untied", "tied"])
 def test_vllm_sampling_log_probs_equal_trainer_before_and_after_sync(tmp_path, digits_reward, tie):
     pytest.importorskip("vllm")

@@ -46,6 +46,7 @@ TRACKED = (
     "trainer.val_freq=2",
     "trainer.val_generations_to_log=2",
     "trainer.project_name=r1-tests",
+    "trainer.experiment_name=qwen2_5_0_5b_digits",  # the job is "tiny": trackers get EasyR1's name
     "trainer.logger=['console','file','tensorboard','wandb','swanlab','mlflow']",
 )
 
@@ -112,14 +113,14 @@ def check_trackers(run, lines: list[dict], stdout: str, mlflow_url: str) -> None
 
     (attempts,) = wandb_runs(run).values()
     (wb,) = attempts
-    assert (wb["name"], wb["project"]) == ("tiny", "r1-tests")
+    assert (wb["name"], wb["project"]) == ("qwen2_5_0_5b_digits", "r1-tests")
     assert wb["config"]["trainer"]["logger"][-1] == "mlflow"  # the resolved config, logged once
     assert wb["history"]["reward/overall"] == approx(want)
     assert wb["history"]["val/reward_score"] == approx(val)
     assert wb["tables"] == 3  # val/generations at steps 0, 2 and 3
 
     sw = swanlab_run(run)
-    assert (sw["name"], sw["project"]) == ("tiny", "r1-tests")
+    assert (sw["name"], sw["project"]) == ("qwen2_5_0_5b_digits", "r1-tests")
     assert sw["history"]["reward/overall"] == approx(want)
     assert sw["texts"] == 2 * 3
 
@@ -131,7 +132,7 @@ def check_trackers(run, lines: list[dict], stdout: str, mlflow_url: str) -> None
     ids = json.loads((run / "trackers.json").read_text())
     client = MlflowClient(mlflow_url)
     mrun = client.get_run(ids["mlflow"])
-    assert mrun.info.run_name == "tiny" and mrun.info.status == "FINISHED"
+    assert mrun.info.run_name == "qwen2_5_0_5b_digits" and mrun.info.status == "FINISHED"
     assert client.get_experiment(mrun.info.experiment_id).name == "r1-tests"
     assert mrun.data.params["trainer.val_generations_to_log"] == "2"
     assert mlflow_history(mlflow_url, ids["mlflow"], "reward/overall") == approx(want)
@@ -207,10 +208,13 @@ def test_save_model_only_resumes_with_a_fresh_optimizer_and_ray_timeline_is_writ
     events = {e.get("cat") for e in json.loads(trace.read_text())}  # a Chrome trace of the Ray tasks
     assert "task::HybridWorker.update" in events and "task::HybridWorker.generate" in events
     ckpts = f"trainer.save_checkpoint_path={run / 'checkpoints'}"
-    more = make_run("trainer.max_steps=3", ckpts, warm, name="lean-more")
+    more = make_run("trainer.max_steps=3", ckpts, warm, "trainer.val_before_train=true", name="lean-more")
     r = run_trainer(more)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "[resume] from step 2" in r.stdout and "the optimizer starts afresh" in r.stdout
+    # val_before_train validates a resumed run too, at the step it resumes from (EasyR1's
+    # ray_trainer.py:573-579: the checkpoint is loaded, then validation runs)
+    assert [(m["step"], "val/reward_score" in m) for m in metrics(more)] == [(2, True), (3, True)]
     straight = make_run("trainer.max_steps=3", "trainer.save_freq=-1", warm, name="lean-straight")
     assert run_trainer(straight).returncode == 0
     assert metrics(more)[-1]["actor/lr"] == pytest.approx(metrics(straight)[-1]["actor/lr"], rel=1e-9)
