@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from . import prompts, vision
-from .spec.data_check import conversation, mixed_rows, placeholder_mismatch
+from .spec.data_check import conversation, placeholder_mismatch
 
 EXTENSION_BUILDERS = {
     ".jsonl": "json",
@@ -248,18 +248,14 @@ class PromptSet:
         return out
 
     def check_images(self, name: str, limit: int) -> None:
-        """What the trainer cannot take yet, said before a step: more images per prompt than
-        `limit_images`, and image rows mixed with text rows (a micro-batch without images skips
-        the vision tower, and FSDP ranks that disagree on it would wait on each other for ever)."""
-        counts = [len(p.images) for p in self.prompts]
-        if limit and max(counts, default=0) > limit:
+        """More images per prompt than `limit_images`, said before a step (vLLM would refuse the
+        prompt mid-run)."""
+        most = max((len(p.images) for p in self.prompts), default=0)
+        if limit and most > limit:
             raise ValueError(
-                f"the {name} data has prompts with {max(counts)} images, more than "
+                f"the {name} data has prompts with {most} images, more than "
                 f"worker.rollout.limit_images ({limit}); raise limit_images, or 0 for the engine's own limit"
             )
-        bare = counts.count(0)
-        if 0 < bare < len(counts):
-            raise ValueError(mixed_rows(f"the {name} data", bare, len(counts) - bare))
 
     def render(self, content: str, with_images: bool = False, history: list = (), after: str = "") -> str:
         """The prompt as the model sees it: the format prompt over `content` (and `tools`, the

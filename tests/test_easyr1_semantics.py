@@ -37,12 +37,12 @@ def test_the_learning_rate_follows_easyr1s_schedule_update_by_update(kind, steps
     """The k-th actor update's factor on the learning rate: EasyR1 steps its LambdaLR once per
     update_actor (verl/workers/fsdp_workers.py:582-584), warm-up from lr_warmup_steps or
     int(lr_warmup_ratio × training_steps) (:345-348)."""
-    from r1cloud.trainer.workers import _lr_factor
+    from r1cloud.trainer.optim import lr_factor
 
     o = SimpleNamespace(
         lr_warmup_steps=steps, lr_warmup_ratio=ratio, lr_scheduler_type=kind, min_lr_ratio=floor
     )
-    factor = _lr_factor(o, total)
+    factor = lr_factor(o, total)
     warmup = steps if steps is not None else int(ratio * total)
     for k in range(total):
         want = easyr1_cosine(k, warmup, total, floor) if kind == "cosine" else easyr1_constant(k, warmup)

@@ -235,11 +235,11 @@ def check_file(
 ) -> tuple[list[str], str | None]:
     """One pass over a local data file: its first ROWS rows checked whole (columns, types, the first
     IMAGES images opened), and its first PLACED rows' images against their `<image>` placeholders
-    (the prompt's, plus `added` by the format prompt) and `limit_images`, for videos, text-only
-    rows among image rows, and images for a text-only model. Returns the problem (one line naming the file and row) and
-    the first row's prompt (to render the format prompt over)."""
+    (the prompt's, plus `added` by the format prompt) and `limit_images`, for videos and images for
+    a text-only model. Returns the problem (one line naming the file and row) and the first row's
+    prompt (to render the format prompt over)."""
     first: str | None = None
-    images = bare = with_images = 0
+    images = 0
     kinds: dict[str, tuple[str, str]] = {}
     try:
         for i, (where, row) in enumerate(rows(path, PLACED)):
@@ -259,7 +259,6 @@ def check_file(
                     f"{path.name}: row {i} holds videos ({d.video_key!r}), which are not supported yet; give their frames as images"
                 ], first
             if d.image_key not in row:  # no image column: a text prompt, as EasyR1 decides
-                bare += 1
                 continue
             found = _items(row[d.image_key])
             wanted = str(row.get(d.prompt_key, "")).count("<image>") + added
@@ -275,12 +274,11 @@ def check_file(
                     f"{path.name}: row {i} has images, and the model is text-only (its config has no "
                     f"vision_config): train a vision-language model, or drop the {d.image_key!r} column"
                 ], first
-            bare, with_images = bare + (not found), with_images + bool(found)
     except DataError as e:
         return [str(e)], first
     if first is None:
         return [f"{path.name} holds no rows: a data set needs at least one"], first
-    return ([mixed_rows(path.name, bare, with_images)] if bare and with_images else []), first
+    return [], first
 
 
 def _items(value) -> list:
@@ -327,15 +325,6 @@ def placeholder_mismatch(where: str, row: int, wanted: int, images: int, d) -> s
     return (
         f"{where}: row {row} has {wanted} <image> placeholder(s) in {d.prompt_key!r} and {images} "
         f"image(s) in {d.image_key!r}; put one <image> in the prompt where each image goes"
-    )
-
-
-def mixed_rows(where: str, bare: int, with_images: int) -> str:
-    """The one line for a data set that mixes text-only rows with image rows (validate, data load)."""
-    return (
-        f"{where} mixes {bare} text-only rows with {with_images} rows with images, which is not "
-        "supported yet (FSDP's workers would wait on each other's vision tower): give every row an "
-        "image, or train the text rows as their own data set"
     )
 
 

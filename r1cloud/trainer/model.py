@@ -116,6 +116,37 @@ def pack(
     )
 
 
+BLANK = "r1cloud-blank"  # the key of a model's blank picture (blank_sequence)
+
+
+def blank_sequence(model_cfg, data_cfg) -> Seq:
+    """A VLM's smallest sequence with a picture: a user turn holding one blank square, then one
+    response token. Set on a sharded VLM as `model.r1cloud_blank`, it joins every micro-batch that
+    has no picture (`_with_tower`), so the vision tower runs on every worker each time and FSDP's
+    collectives pair up between workers whose micro-batches differ (text-only rows among image
+    rows). It attends only to itself and adds 0 × its log-prob to the first sequence's: no number
+    changes, and the tower's gradient (zero) is reduced on every worker."""
+    from PIL import Image
+
+    from ..data import load_tokenizer
+
+    _, images = load_tokenizer(model_cfg, data_cfg)
+    enc = images.encode(images.render(vision.PLACEHOLDER, True), [Image.new("RGB", (56, 56))])
+    return (enc.ids, enc.ids[-1:], {"key": BLANK, **enc.image_inputs})
+
+
+def _with_tower(model, seqs: list[Seq]) -> list[Seq]:
+    blank = getattr(model, "r1cloud_blank", None)
+    return [*seqs, blank] if blank is not None and not any(_images(s) for s in seqs) else seqs
+
+
+def _fold(values: list[torch.Tensor], n: int) -> list[torch.Tensor]:
+    """The first `n` sequences' values; a blank's (see blank_sequence) enters the first × 0."""
+    if len(values) == n:
+        return values
+    return [values[0] + 0.0 * values[n].sum(), *values[1:n]]
+
+
 def _images(seq: Seq) -> dict:
     return (seq[2] if len(seq) > 2 else None) or {}
 
@@ -270,6 +301,7 @@ def packed_log_probs(
     The entropy carries a gradient only with `entropy_grad` (an entropy bonus): otherwise its
     full-vocabulary softmax would be kept for the backward pass for nothing. A model attending
     through attention.py gets each prompt once."""
+    n, seqs = len(seqs), _with_tower(model, seqs)
     p = pack(seqs, device, uses_segments(model), rope_index(model))
     head = plain_head(model)
     if head is not None:
@@ -277,23 +309,24 @@ def packed_log_probs(
             hidden = _forward(model, p, logits_to_keep=p.keep).logits[0]
         # read after the forward pass: under FSDP the head's weight is then the gathered one
         logp, ent = head_log_probs(hidden, head.weight, p.targets, temperature, entropy_grad)
-        logp, ent = list(torch.split(logp, p.lengths)), list(torch.split(ent, p.lengths))
+        logp, ent = _fold(list(torch.split(logp, p.lengths)), n), list(torch.split(ent, p.lengths))[:n]
         return (logp, ent) if entropy else logp
     out = _forward(model, p, logits_to_keep=p.keep)
-    logp = list(torch.split(token_log_probs(out.logits[0], p.targets, temperature), p.lengths))
+    logp = _fold(list(torch.split(token_log_probs(out.logits[0], p.targets, temperature), p.lengths)), n)
     if not entropy:
         return logp
     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
         ent = entropy_from_logits(out.logits[0], temperature)
-    return logp, list(torch.split(ent, p.lengths))
+    return logp, list(torch.split(ent, p.lengths))[:n]
 
 
 def packed_values(critic, seqs: list[Seq], device="cpu") -> list[torch.Tensor]:
     """A value head's (token classification, one label) estimate at each position that predicts a
     response token, per sequence: the same positions the actor's log-probs come from."""
+    n, seqs = len(seqs), _with_tower(critic, seqs)
     p = pack(seqs, device, uses_segments(critic), rope_index(critic))
     out = _forward(critic, p)
-    return list(torch.split(out.logits[0, p.keep, 0].float(), p.lengths))
+    return _fold(list(torch.split(out.logits[0, p.keep, 0].float(), p.lengths)), n)
 
 
 def pad(

@@ -1,4 +1,6 @@
-"""AdamW with its moment estimates in bfloat16 (`optim.strategy: adamw_bf16`): half of AdamW's
+"""The optimizer and its learning-rate schedule (`lr_factor`, EasyR1's).
+
+AdamW with its moment estimates in bfloat16 (`optim.strategy: adamw_bf16`): half of AdamW's
 state memory, the update itself computed in fp32.
 
 The moments are written back to bf16 with stochastic rounding. Rounded to nearest, a second moment
@@ -14,6 +16,8 @@ master copy (`fsdp.torch_dtype: bf16`) small updates are still lost in the weigh
 keep the trained weights in fp32."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -65,3 +69,21 @@ class AdamWBF16(torch.optim.Optimizer):
                 denom = (v / (1 - b2**t)).sqrt_().add_(eps)
                 w.add_((m / (1 - b1**t) / denom).to(w.dtype), alpha=-lr)
         return loss
+
+
+def lr_factor(o, total_steps: int):
+    """EasyR1's schedule (verl/utils/torch_functional.py, get_constant_ and get_cosine_schedule_
+    with_warmup), by update: k / warmup for the k-th update in the warm-up (the first at 0, as
+    there), then constant or cosine down to `min_lr_ratio`."""
+    warmup = o.lr_warmup_steps if o.lr_warmup_steps is not None else int(o.lr_warmup_ratio * total_steps)
+    floor = o.min_lr_ratio or 0.0
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return step / warmup
+        if o.lr_scheduler_type == "cosine":
+            progress = (step - warmup) / max(total_steps - warmup, 1)
+            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+        return 1.0
+
+    return factor

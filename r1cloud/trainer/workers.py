@@ -26,6 +26,7 @@ from . import algorithms as alg
 from . import lora, offload
 from .batch import Batch, zero_copy_tensors
 from .model import (
+    blank_sequence,
     language_model,
     load_weights,
     packed_log_probs,
@@ -36,7 +37,7 @@ from .model import (
     uses_segments,
     vision_tower,
 )
-from .optim import AdamWBF16
+from .optim import AdamWBF16, lr_factor
 
 VALUE_HEADS = ("score", "classifier")  # a critic's new head: trained in full when it has LoRA
 
@@ -158,6 +159,8 @@ class HybridWorker:
         if not four_bit and not empty:  # a quantised model is placed as it loads, and cannot be moved
             model = model.to(self.device)
         tower = vision_tower(model)
+        if tower is not None:  # in every micro-batch without pictures (text rows among image rows)
+            model.r1cloud_blank = blank_sequence(m, self.spec.data)
         if train and m.freeze_vision_tower and tower is not None:
             tower.requires_grad_(False)
         if train and m.freeze_language_model:  # a VLM (the driver refuses it for a text model)
@@ -211,7 +214,7 @@ class HybridWorker:
         if self.critic is not None:
             roles.append(("critic", self.critic_optim, self.spec.worker.critic.optim))
         for role, optim, o in roles:
-            self.schedulers[role] = torch.optim.lr_scheduler.LambdaLR(optim, _lr_factor(o, total_steps))
+            self.schedulers[role] = torch.optim.lr_scheduler.LambdaLR(optim, lr_factor(o, total_steps))
 
     def adapter(self) -> dict | None:
         """LoRA: the adapter's config and what it trains (lora.describe); None for full training."""
@@ -579,24 +582,6 @@ def _state_options(model):
     return StateDictOptions(
         ignore_frozen_params=lora.has_adapters(model), strict=not lora.has_adapters(model)
     )
-
-
-def _lr_factor(o, total_steps: int):
-    """EasyR1's schedule (verl/utils/torch_functional.py, get_constant_ and get_cosine_schedule_
-    with_warmup), by update: k / warmup for the k-th update in the warm-up (the first at 0, as
-    there), then constant or cosine down to `min_lr_ratio`."""
-    warmup = o.lr_warmup_steps if o.lr_warmup_steps is not None else int(o.lr_warmup_ratio * total_steps)
-    floor = o.min_lr_ratio or 0.0
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return step / warmup
-        if o.lr_scheduler_type == "cosine":
-            progress = (step - warmup) / max(total_steps - warmup, 1)
-            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
-        return 1.0
-
-    return factor
 
 
 def _step(model, optim, max_norm: float) -> float:

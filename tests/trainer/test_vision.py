@@ -103,8 +103,8 @@ def test_image_rows_that_cannot_work_are_one_clear_error(make_vl_run, shapes, tm
     rows[3]["images"], rows[3]["problem"] = [], "How many?"  # a text row among image rows
     bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
     mixed = PromptSet(str(bad), tokenizer, spec.data, processor=images)
-    with pytest.raises(ValueError, match=r"the train data mixes 1 text-only rows with 15 rows with images"):
-        mixed.check_images("train", 0)
+    mixed.check_images("train", 1)  # supported: a micro-batch without pictures carries a blank one
+    assert [len(p.images) for p in mixed.prompts][2:5] == [1, 0, 1]
     rows[3]["images"], rows[3]["problem"] = rows[4]["images"] * 2, "<image><image>How many?"
     bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
     two = PromptSet(str(bad), tokenizer, spec.data, processor=images)
@@ -136,7 +136,8 @@ def single_process_grads(model_path, samples, clip, mode):
 
 def test_fsdp_gradients_with_images_across_two_workers_equal_one_process(make_vl_run, tiny_vlm):
     """The vision tower sharded like the language layers: 2 workers' full gradients (language,
-    vision blocks, merger) equal one process's, ≤ 1e-5."""
+    vision blocks, merger) equal one process's, ≤ 1e-5 — also when one worker's micro-batch has
+    no picture at all."""
     run = make_vl_run("algorithm.disable_kl=true", "algorithm.use_kl_loss=false")
     spec = load_resolved(run / "spec.yaml")
     trainer = Trainer(run, spec)
@@ -163,6 +164,18 @@ def test_fsdp_gradients_with_images_across_two_workers_equal_one_process(make_vl
         assert scale > 1e-4
         worst = max((got[n] - want[n]).abs().max().item() for n in want)
         assert worst <= 1e-5, worst
+        # Text-only rows among image rows: worker 0 has pictures, worker 1 none, so worker 1's
+        # micro-batch carries the blank picture (model.blank_sequence) and both run the tower.
+        _, processor = load_tokenizer(spec.worker.actor.model, spec.data)
+        text = processor.encode(processor.render("How many sides has a square?", False), []).ids
+        plain = [{**s, "seq": (text, s["seq"][1])} for s in samples[2:]]
+        mixed = samples[:2] + plain
+        want = single_process_grads(tiny_vlm, mixed, clip, "token")
+        plan = [[{"total": total, "micro": [samples[:2]]}], [{"total": total, "micro": [plain]}]]
+        steps.update(trainer, plan, apply=False)
+        got = trainer.call("full_grads")[0]
+        assert max(want[n].abs().max().item() for n in want if n.startswith("model.visual.blocks")) > 1e-6
+        assert max((got[n] - want[n]).abs().max().item() for n in want) <= 1e-5
     finally:
         trainer.shutdown()
 
@@ -380,7 +393,7 @@ def write_rows(path, rows: list[dict]) -> None:
 @pytest.mark.parametrize("kind", [".jsonl", ".json", ".parquet"])
 def test_validate_reads_local_image_rows(cli, blueprint, shapes, tmp_path, kind):
     """`validate` finds what data load would refuse in a local file of each kind: a row whose
-    placeholders and images differ, and text-only rows among image rows."""
+    placeholders and images differ; text-only rows among image rows pass."""
     rows = [json.loads(line) for line in (shapes / "train.jsonl").read_text().splitlines()]
     good = blueprint()
     local = [
@@ -398,11 +411,7 @@ def test_validate_reads_local_image_rows(cli, blueprint, shapes, tmp_path, kind)
     assert f"bad{kind}: row 5 has 1 <image> placeholder(s)" in said and "2 image(s)" in said
     write_rows(bad, [*rows[:3], {"problem": "How many sides has a square?", "images": [], "answer": "4"}])
     r = cli("validate", good, *local, f"data.val_files={bad}")
-    assert r.exit_code == 2
-    assert (
-        "data.val_files" in r.stdout + r.stderr
-        and f"bad{kind} mixes 1 text-only rows with 3" in r.stdout + r.stderr
-    )
+    assert r.exit_code == 0, r.stderr  # text-only rows among image rows: supported
 
 
 def test_a_format_prompt_may_place_the_picture(cli, blueprint, shapes, tmp_path):
