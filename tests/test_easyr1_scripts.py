@@ -1,6 +1,6 @@
 """EasyR1's launch scripts taken as they are: all 20 examples of EasyR1 main (b44b311) in
 tests/fixtures/easyr1/examples validate unchanged, from EasyR1's repository root as its README
-runs them, or are refused with the one key r1cloud does not support and the script's line."""
+runs them (REFUSED would list one r1cloud cannot run yet, with its key and line: none is)."""
 
 import json
 import time
@@ -12,9 +12,7 @@ from r1cloud.spec import normalise_name
 
 EASYR1 = Path(__file__).parent / "fixtures" / "easyr1"
 SCRIPTS = sorted(p.relative_to(EASYR1) for p in EASYR1.glob("examples/**/*.sh"))
-REFUSED = {  # script -> (key, line): what EasyR1 sets that r1cloud cannot do yet
-    "examples/qwen3_14b_dapo17k_dapo.sh": ("worker.actor.ulysses_size", 17),
-}
+REFUSED: dict[str, tuple[str, int]] = {}  # script -> (key, line): what EasyR1 sets that r1cloud cannot do yet
 
 
 def test_the_fixtures_are_easyr1s_twenty_examples():

@@ -11,7 +11,6 @@ LEAVES = [".".join(k) for k in leaves()]
 # a value other than the default for each refused key
 VALUES = {
     "worker.hybrid_engine": "false",
-    "ulysses_size": "2",
     "fsdp_size": "1",
     "environment": "envs/game.py:Game",
 }

@@ -276,6 +276,14 @@ def check_model(spec: Spec, config: dict | None) -> list[tuple[str, str]]:
                     f"{len(theirs)} tokens): the critic scores the actor's token ids; give it the actor's tokenizer",
                 )
             )
+    if "vision_config" in config and max(spec.worker.actor.ulysses_size, spec.worker.critic.ulysses_size) > 1:
+        found.append(
+            (
+                "worker.actor.ulysses_size",
+                "Ulysses sequence parallelism is not supported yet for a vision-language model (its pictures "
+                "cannot be split across workers yet): set 1, and lower micro_batch_size_per_device_for_update",
+            )
+        )
     if spec.worker.actor.model.freeze_language_model and "vision_config" not in config:
         found.append(
             (

@@ -71,9 +71,9 @@ KEYS: dict[str, tuple[str, str]] = {
     ),
     "worker.ref.ulysses_size": (INERT, "copied from worker.actor, as in EasyR1"),
     "worker.*.ulysses_size": (
-        REFUSED,
-        "Ulysses sequence parallelism is not supported yet: set 1 (shorter responses, or more memory "
-        "per device via micro_batch_size_per_device_for_update)",
+        HONOURED,
+        "Ulysses sequence parallelism: groups of ulysses_size workers hold slices of one packed row, "
+        "all-to-all around attention (trainer/ulysses.py); text models",
     ),
     "worker.*.padding_free": (INERT, "r1cloud always packs sequences without padding (trainer/batch.py)"),
     "worker.*.use_torch_compile": (

@@ -71,9 +71,18 @@ def packed_attention(
     dropout: float = 0.0,
     sliding_window: int | None = None,
     r1cloud_segments: Segments | None = None,
+    r1cloud_sp=None,
     **kwargs,
 ):
-    """query (1, H, N, D), key/value (1, Hkv, N, D) -> (1, N, H, D), as transformers expects."""
+    """query (1, H, N, D), key/value (1, Hkv, N, D) -> (1, N, H, D), as transformers expects;
+    with `r1cloud_sp` (a Ulysses group) N is this worker's slice of the row (ulysses.py)."""
+    if r1cloud_sp is not None:
+        from .ulysses import attention
+
+        return attention(
+            packed_attention, module, query, key, value, attention_mask, r1cloud_sp,
+            scaling=scaling, dropout=dropout, sliding_window=sliding_window, r1cloud_segments=r1cloud_segments,
+        )  # fmt: skip
     seg = r1cloud_segments
     if seg is None:
         raise RuntimeError("r1cloud_packed attention needs the segments of a packed row (model.pack)")

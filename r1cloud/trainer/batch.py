@@ -314,6 +314,15 @@ def split_ranks(s: Sizes, idx: list[int], world: int, share: bool = False) -> li
     return partition(s, idx, world, share)
 
 
+def rank_plan(
+    s: Sizes, idx: list[int], world: int, per_micro: int, budget: int | None, share: bool, sp: int = 1
+) -> list[list[list[int]]]:
+    """Each rank's micro-batches of the samples `idx`: split over the data-parallel groups, the
+    `sp` ranks of a Ulysses group given the same ones (they hold slices of one row)."""
+    plan = micro_batches(s, split_ranks(s, idx, world // sp, share), per_micro, budget, share)
+    return [micros for micros in plan for _ in range(sp)]
+
+
 def localize(plan: list[list[int]]) -> tuple[list[int], list[list[int]]]:
     """A rank's micro-batches of batch rows as (the rows it needs, once each, in order; the
     micro-batches as positions in those rows): what it is sent."""

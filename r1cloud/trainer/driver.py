@@ -36,10 +36,9 @@ from .batch import (
     decode,
     episode_fields,
     localize,
-    micro_batches,
     packed,
     ragged,
-    split_ranks,
+    rank_plan,
     token_rewards,
     tool_images,
     unpacked,
@@ -211,14 +210,10 @@ class Trainer:
         budget = cfg.micro_batch_size_per_device_for_experience * (
             self.spec.data.max_prompt_length + self.spec.data.max_response_length
         )
-        sizes = Sizes.of(batch)
-        plan = micro_batches(
-            sizes,
-            split_ranks(sizes, list(range(len(batch))), self.world, self.share_prompts),
-            cfg.micro_batch_size_per_device_for_experience,
-            budget if cfg.dynamic_batching else None,
-            self.share_prompts,
-        )
+        plan = rank_plan(
+            Sizes.of(batch), list(range(len(batch))), self.world, cfg.micro_batch_size_per_device_for_experience,
+            budget if cfg.dynamic_batching else None, self.share_prompts, cfg.ulysses_size,
+        )  # fmt: skip
         shards = [localize(micros) for micros in plan]
         results = gather(
             [
@@ -359,13 +354,10 @@ class Trainer:
         steps = []
         for _ in range(role.ppo_epochs):
             for mini in chunk_evenly(list(range(len(batch))), n_mini):
-                plan = micro_batches(
-                    sizes,
-                    split_ranks(sizes, mini, self.world, self.share_prompts),
-                    role.micro_batch_size_per_device_for_update,
-                    budget if role.dynamic_batching else None,
-                    self.share_prompts,
-                )
+                plan = rank_plan(
+                    sizes, mini, self.world, role.micro_batch_size_per_device_for_update,
+                    budget if role.dynamic_batching else None, self.share_prompts, role.ulysses_size,
+                )  # fmt: skip
                 steps.append({"total": max(alg.count_for(role.loss_avg_mode, mask[mini]), 1), "plan": plan})
         return steps
 
@@ -381,7 +373,8 @@ class Trainer:
                 per_step.append({"total": st["total"], "micro": micros[at : at + k]})
                 at += k
             calls.append(getattr(w, method).remote(batch.select(rows, keep=keep), per_step))
-        return gather(calls)
+        role = self.spec.worker.critic if method == "update_critic" else self.spec.worker.actor
+        return gather(calls)[:: role.ulysses_size]  # a Ulysses group's workers report the same
 
     def update_critic(self, batch: Batch) -> dict[str, float]:
         c = self.spec.worker.critic

@@ -240,3 +240,23 @@ def merged(
         yield base_name(name), tensor
     if pending:  # a base weight whose adapter never came: a bug, not a silent un-merged weight
         raise RuntimeError(f"adapter tensors missing for {sorted(pending)[:3]}")
+
+
+def trained_state(model) -> dict:
+    """The weights a checkpoint holds: all of them, or with LoRA what trains (the adapters, a
+    critic's new head), without the 4-bit base's quantisation state bitsandbytes adds as extra
+    entries, which are no parameters and so pass `ignore_frozen_params`."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    state = get_model_state_dict(model, options=state_options(model))
+    if not has_adapters(model):
+        return state
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    return {k: v for k, v in state.items() if k in trained}
+
+
+def state_options(model):
+    """With LoRA a checkpoint holds the adapters only (the base is the model it started from)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(ignore_frozen_params=has_adapters(model), strict=not has_adapters(model))

@@ -19,6 +19,7 @@ n·P + Σ len(answer).
 from __future__ import annotations
 
 import copy
+import dataclasses
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -26,6 +27,7 @@ import torch
 
 from .. import vision
 from ..vision import uses_mrope
+from . import ulysses
 from .attention import NAME, Segments, register
 from .head import head_log_probs, scaled
 
@@ -45,6 +47,7 @@ class Packed:
     lengths: list[int]  # response length per sequence
     segments: Segments | None  # with share_prompts: what each token attends to
     image_inputs: dict[str, torch.Tensor] = field(default_factory=dict)  # each laid-out prompt's, in order
+    sp: ulysses.Group | None = None  # a slice of the row, for this Ulysses group (`_slice`)
 
 
 # A sequence: (prompt ids, response ids) or, with images, (prompt ids, response ids, inputs) where
@@ -53,7 +56,11 @@ Seq = tuple
 
 
 def pack(
-    seqs: list[Seq], device: str | torch.device = "cpu", share_prompts: bool = False, rope=None
+    seqs: list[Seq],
+    device: str | torch.device = "cpu",
+    share_prompts: bool = False,
+    rope=None,
+    multiple: int = 1,
 ) -> Packed:
     """One padding-free row. `rope(prompt_ids, images) -> ((3, P) positions, delta)` gives a
     Qwen-VL prompt's mRoPE positions; its response tokens then continue at text position + delta
@@ -99,6 +106,13 @@ def pack(
                 mrope.append(after.expand(3, -1))
             segments.append((own, shared) if len(members) > 1 else (shared + own, []))
 
+    if len(ids) % multiple:  # Ulysses: a row that splits evenly, padded with a segment of its own
+        extra = multiple - len(ids) % multiple
+        segments.append((list(range(len(ids), len(ids) + extra)), []))
+        ids, pos = ids + [0] * extra, pos + list(range(extra))
+        if rope is not None:
+            mrope.append(torch.arange(extra).expand(3, -1))
+
     def t(x):
         return torch.tensor(x, dtype=torch.long, device=device)
 
@@ -133,6 +147,30 @@ def blank_sequence(model_cfg, data_cfg) -> Seq:
     _, images = load_tokenizer(model_cfg, data_cfg)
     enc = images.encode(images.render(vision.PLACEHOLDER, True), [Image.new("RGB", (56, 56))])
     return (enc.ids, enc.ids[-1:], {"key": BLANK, **enc.image_inputs})
+
+
+def _slice(p: Packed, sp):
+    """The part of the packed row this worker runs (all of it without sequence parallelism), and
+    how its per-response-token values become the whole row's (ulysses.py)."""
+    if sp is None:
+        return p, lambda x: x
+    if p.segments is None or p.image_inputs:
+        raise RuntimeError(
+            "ulysses_size > 1 needs a text model whose attention r1cloud plugs into (attention.py); "
+            "set ulysses_size: 1"
+        )
+    n = p.input_ids.shape[1] // sp.size
+    lo, hi = sp.rank * n, (sp.rank + 1) * n
+    mine = (p.keep >= lo) & (p.keep < hi)
+    local = dataclasses.replace(
+        p,
+        input_ids=p.input_ids[:, lo:hi],
+        position_ids=p.position_ids[..., lo:hi],
+        keep=p.keep[mine] - lo,
+        targets=p.targets[mine],
+        sp=sp,
+    )
+    return local, lambda x: ulysses.gathered(x, mine, sp)
 
 
 def _with_tower(model, seqs: list[Seq]) -> list[Seq]:
@@ -243,6 +281,7 @@ def uses_segments(model) -> bool:
 
 def _forward(model, p: Packed, **kwargs):
     extra = {"r1cloud_segments": p.segments} if p.segments is not None else {}
+    extra.update({"r1cloud_sp": p.sp} if p.sp is not None else {})
     extra.update(p.image_inputs)
     return model(
         input_ids=p.input_ids,
@@ -295,38 +334,43 @@ def packed_log_probs(
     device="cpu",
     entropy: bool = False,
     entropy_grad: bool = False,
+    sp=None,
 ):
     """Per-sequence log-probs of the response tokens under `model` (grad flows if enabled); with
     `entropy`, also the per-token entropy of the sampling distribution: (log-probs, entropies).
     The entropy carries a gradient only with `entropy_grad` (an entropy bonus): otherwise its
     full-vocabulary softmax would be kept for the backward pass for nothing. A model attending
-    through attention.py gets each prompt once."""
+    through attention.py gets each prompt once. `sp`: this worker's Ulysses group (ulysses.py)."""
     n, seqs = len(seqs), _with_tower(model, seqs)
-    p = pack(seqs, device, uses_segments(model), rope_index(model))
+    p = pack(seqs, device, uses_segments(model), rope_index(model), sp.size if sp else 1)
+    mine, whole = _slice(p, sp)
     head = plain_head(model)
     if head is not None:
         with _hidden_states_out(head):
-            hidden = _forward(model, p, logits_to_keep=p.keep).logits[0]
+            hidden = _forward(model, mine, logits_to_keep=mine.keep).logits[0]
         # read after the forward pass: under FSDP the head's weight is then the gathered one
-        logp, ent = head_log_probs(hidden, head.weight, p.targets, temperature, entropy_grad)
+        logp, ent = head_log_probs(hidden, head.weight, mine.targets, temperature, entropy_grad)
+        logp, ent = whole(logp), whole(ent)
         logp, ent = _fold(list(torch.split(logp, p.lengths)), n), list(torch.split(ent, p.lengths))[:n]
         return (logp, ent) if entropy else logp
-    out = _forward(model, p, logits_to_keep=p.keep)
-    logp = _fold(list(torch.split(token_log_probs(out.logits[0], p.targets, temperature), p.lengths)), n)
+    out = _forward(model, mine, logits_to_keep=mine.keep)
+    logp = whole(token_log_probs(out.logits[0], mine.targets, temperature))
+    logp = _fold(list(torch.split(logp, p.lengths)), n)
     if not entropy:
         return logp
     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        ent = entropy_from_logits(out.logits[0], temperature)
+        ent = whole(entropy_from_logits(out.logits[0], temperature))
     return logp, list(torch.split(ent, p.lengths))[:n]
 
 
-def packed_values(critic, seqs: list[Seq], device="cpu") -> list[torch.Tensor]:
+def packed_values(critic, seqs: list[Seq], device="cpu", sp=None) -> list[torch.Tensor]:
     """A value head's (token classification, one label) estimate at each position that predicts a
     response token, per sequence: the same positions the actor's log-probs come from."""
     n, seqs = len(seqs), _with_tower(critic, seqs)
-    p = pack(seqs, device, uses_segments(critic), rope_index(critic))
-    out = _forward(critic, p)
-    return _fold(list(torch.split(out.logits[0, p.keep, 0].float(), p.lengths)), n)
+    p = pack(seqs, device, uses_segments(critic), rope_index(critic), sp.size if sp else 1)
+    mine, whole = _slice(p, sp)
+    out = _forward(critic, mine)
+    return _fold(list(torch.split(whole(out.logits[0, mine.keep, 0].float()), p.lengths)), n)
 
 
 def pad(

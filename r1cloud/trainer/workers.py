@@ -23,7 +23,7 @@ from ..spec import Spec
 from ..spec.models import torch_dtype
 from ..vision import auto_class
 from . import algorithms as alg
-from . import lora, offload
+from . import lora, offload, ulysses
 from .batch import Batch, zero_copy_tensors
 from .model import (
     blank_sequence,
@@ -69,6 +69,10 @@ class HybridWorker:
         host = any(r.fsdp.enable_cpu_offload for r in (w.actor, w.ref, w.critic))
         backend = ("cuda:nccl,cpu:gloo" if host else "nccl") if self.cuda else "gloo"
         dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(minutes=30))
+        # Ulysses groups (the reference model's is the actor's, as in EasyR1)
+        sizes = {role: getattr(w, role).ulysses_size for role in ("actor", "critic")}
+        made = {n: ulysses.groups(world, n, rank) for n in dict.fromkeys(sizes.values())}
+        self.sp = {role: made[n] for role, n in sizes.items()}
         # the actor's mesh holds the reference model too (EasyR1's fsdp_workers.py:118-127)
         mesh = self._mesh(w.actor.fsdp.fsdp_size)
         self.actor = self._build(w.actor.model, w.actor.fsdp, mesh, train=True)
@@ -339,7 +343,11 @@ class HybridWorker:
         t = self._temperature if temperature is None else temperature
         resident = self.offloads["actor" if model is self.actor else "ref"].resident()
         with resident, lora.disabled(model) if base else contextlib.nullcontext():
-            return _rows(batch, micro_batches, lambda seqs: packed_log_probs(model, seqs, t, self.device))
+            return _rows(
+                batch,
+                micro_batches,
+                lambda seqs: packed_log_probs(model, seqs, t, self.device, sp=self.sp["actor"]),
+            )
 
     # ------------------------------------------------------------------ update
     def update(self, batch: Batch, minibatches: list[dict], apply: bool = True) -> list[dict]:
@@ -380,6 +388,7 @@ class HybridWorker:
                     self.device,
                     entropy=True,
                     entropy_grad=actor_cfg.entropy_coeff > 0,
+                    sp=self.sp["actor"],
                 )
                 logp, mask = pad(logps, width=micro.response_ids.shape[1])[0], micro.mask
                 entropy = pad(entropies, width=mask.shape[1])[0]
@@ -450,7 +459,11 @@ class HybridWorker:
         """The critic's values at the response tokens, as `log_probs`."""
         self.critic.eval()
         with self.offloads["critic"].resident():
-            return _rows(batch, micro_batches, lambda seqs: packed_values(self.critic, seqs, self.device))
+            return _rows(
+                batch,
+                micro_batches,
+                lambda seqs: packed_values(self.critic, seqs, self.device, self.sp["critic"]),
+            )
 
     def update_critic(self, batch: Batch, minibatches: list[dict]) -> list[dict]:
         with self.offloads["critic"].resident(optimizer=True):
@@ -467,7 +480,10 @@ class HybridWorker:
                 self._sync_gradients(self.critic, last=i == len(mb["micro"]) - 1)
                 micro = batch.select(rows)
                 mask = micro.mask
-                vpred = pad(packed_values(self.critic, micro.seqs(), self.device), width=mask.shape[1])[0]
+                vpred = pad(
+                    packed_values(self.critic, micro.seqs(), self.device, self.sp["critic"]),
+                    width=mask.shape[1],
+                )[0]
                 loss, clipfrac = alg.value_loss(
                     vpred, micro.values, micro.returns, mask, c.cliprange_value, c.loss_avg_mode, mb["total"],
                     self.spec.data.max_response_length,
@@ -504,7 +520,7 @@ class HybridWorker:
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
         model, optim = self._role(role)
-        state = {"model": _model_state(model)}
+        state = {"model": lora.trained_state(model)}
         if not model_only:  # trainer.save_model_only: a smaller checkpoint, resumed with a fresh optimizer
             state["optim"] = get_optimizer_state_dict(model, optim)
         dcp.save(state, **storage(path, write=True))
@@ -529,11 +545,11 @@ class HybridWorker:
         for module in model.modules():  # no gathered copy (full_weights) may outlive the new weights
             if isinstance(module, FSDPModule):
                 module.reshard()
-        state = {"model": _model_state(model)}
+        state = {"model": lora.trained_state(model)}
         if optimizer:
             state["optim"] = get_optimizer_state_dict(model, optim)
         dcp.load(state, **storage(path, write=False))
-        set_model_state_dict(model, state["model"], options=_state_options(model))
+        set_model_state_dict(model, state["model"], options=lora.state_options(model))
         if optimizer:
             set_optimizer_state_dict(model, optim, state["optim"])
         if scheduler_state is not None and role in self.schedulers:
@@ -560,28 +576,6 @@ def _rows(batch: Batch, micro_batches: list[list[int]], forward) -> torch.Tensor
         for i, x in zip(rows, forward(batch.seqs(rows)), strict=True):
             out[i] = x.float()
     return torch.cat(out) if out else torch.zeros(0)
-
-
-def _model_state(model) -> dict:
-    """The weights a checkpoint holds: all of them, or with LoRA what trains (the adapters, a
-    critic's new head), without the 4-bit base's quantisation state bitsandbytes adds as extra
-    entries, which are no parameters and so pass `ignore_frozen_params`."""
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict
-
-    state = get_model_state_dict(model, options=_state_options(model))
-    if not lora.has_adapters(model):
-        return state
-    trained = {n for n, p in model.named_parameters() if p.requires_grad}
-    return {k: v for k, v in state.items() if k in trained}
-
-
-def _state_options(model):
-    """With LoRA a checkpoint holds the adapters only (the base is the model it started from)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions
-
-    return StateDictOptions(
-        ignore_frozen_params=lora.has_adapters(model), strict=not lora.has_adapters(model)
-    )
 
 
 def _step(model, optim, max_norm: float) -> float:

@@ -235,6 +235,54 @@ def test_fsdp_gradients_across_two_workers_equal_one_process(make_run, tiny_mode
         trainer.shutdown()
 
 
+def test_ulysses_on_two_workers_gives_one_process_log_probs_and_gradients(make_run, tiny_model):
+    """worker.actor.ulysses_size=2: the two workers hold halves of each packed row (the tiny
+    model's one key head repeated to its two query heads, one per worker) and exchange heads for
+    tokens around attention. Log-probs and gradients equal one process's over whole rows, on
+    shared-prompt rows of several sequences, with the row padded to split evenly."""
+    run = make_run("worker.actor.ulysses_size=2", name="ulysses")
+    spec = load_resolved(run / "spec.yaml")
+    g = torch.Generator().manual_seed(2)
+    seqs = [(p, answer) for p, r in SEQS for answer in (r, [t + 40 for t in reversed(r)])]
+    samples = [
+        {"seq": (p, r), "old": (torch.randn(len(r), generator=g) * 0.3 - 4).tolist(),
+         "ref": (torch.randn(len(r), generator=g) * 0.3 - 4).tolist(), "adv": float(torch.randn((), generator=g))}
+        for p, r in seqs
+    ]  # fmt: skip
+    a = spec.worker.actor
+    clip = alg.ClipConfig(a.clip_ratio_low, a.clip_ratio_high, a.clip_ratio_dual)
+    want = single_process_grads(
+        tiny_model, samples, clip, "token", spec.algorithm.kl_coef, spec.algorithm.kl_penalty
+    )
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    with torch.no_grad():
+        want_logp = [
+            x.tolist() for x in token_log_probs_of(model, seqs[:3]) + token_log_probs_of(model, seqs[3:])
+        ]
+    total = alg.count_for("token", pad([torch.ones(len(s["seq"][1])) for s in samples])[1])
+    trainer = Trainer(run, spec)
+    try:
+        trainer.start_workers()
+        got_logp = steps.log_probs(trainer, [[seqs[:3], seqs[3:]]] * 2)  # a group: the same rows each
+        assert got_logp[0] == got_logp[1]
+        flat = [x for micro in got_logp[0] for x in micro]
+        assert (
+            max(abs(x - y) for a_, b in zip(flat, want_logp, strict=True) for x, y in zip(a_, b, strict=True))
+            <= 1e-5
+        )
+        plan = [[{"total": total, "micro": [samples[:3], samples[3:]]}]] * 2
+        steps.update(trainer, plan, apply=False)
+        got = trainer.call("full_grads")[0]
+        assert max(w.abs().max().item() for w in want.values()) > 1e-4  # a real gradient
+        assert max((got[n] - want[n]).abs().max().item() for n in want) <= 1e-5
+    finally:
+        trainer.shutdown()
+
+
+def token_log_probs_of(model, seqs) -> list[torch.Tensor]:
+    return packed_log_probs(model, seqs, 1.0)
+
+
 def test_hybrid_sharding_on_four_workers_gives_one_process_gradients_and_a_whole_checkpoint(
     make_run, tiny_model, tmp_path
 ):

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tinyrun import run_trainer
+from tinyrun import ROOT, run_trainer
 from trackers_readback import mlflow_history, wandb_runs
 
 DETERMINISTIC = (
@@ -397,7 +397,6 @@ def test_algorithm_blueprints_run_on_the_tiny_model(make_run, tiny_model, name):
     """Each algorithm blueprint's algorithm, loss, sampling and critic settings, on the tiny model
     with the digits reward (filter_key stays `overall`, the key that reward returns), for 2 steps."""
     from r1cloud.spec import load_spec
-    from tinyrun import ROOT
 
     spec = load_spec(ROOT / "blueprints" / f"{name}.yaml", check_files=False).spec
     a, actor = spec.algorithm, spec.worker.actor
@@ -523,3 +522,42 @@ def test_dynamic_sampling_gives_up_with_a_clear_message(make_run):
     assert r.returncode == 1
     assert "after 2 rounds only 0 of 4 groups" in r.stderr and "trainer.max_try_make_batch" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_easyr1_dapo_example_trains_shrunk_with_ulysses(tmp_path, tiny_model, monkeypatch):
+    """EasyR1's qwen3_14b_dapo17k_dapo.sh, unchanged, shrunk by overrides to the tiny model on two
+    CPU workers: its Ulysses (ulysses_size 8 → 2 here: both workers hold halves of each row), two
+    rollout rounds a step (mini_rollout_batch_size), bf16 weights with adamw_bf16, DAPO's clip
+    and the reward function's kwargs as the script gives them. Online filtering is turned off: a
+    random model answers nothing right, so every group would be filtered."""
+    from r1cloud.spec import dump_spec, load_spec
+
+    easyr1 = ROOT / "tests" / "fixtures" / "easyr1"
+    monkeypatch.chdir(easyr1)
+    val = tmp_path / "val.jsonl"
+    val.write_text("".join((ROOT / "data/arithmetic/test.jsonl").read_text().splitlines(True)[:4]))
+    shrink = [
+        f"worker.actor.model.model_path={tiny_model}", f"data.train_files={ROOT}/data/arithmetic/train.jsonl",
+        f"data.val_files={val}", "data.max_prompt_length=96", "data.max_response_length=16",
+        "data.rollout_batch_size=4", "data.mini_rollout_batch_size=2", "worker.actor.global_batch_size=2",
+        "worker.rollout.n=4", "worker.rollout.max_num_batched_tokens=1024", "worker.rollout.tensor_parallel_size=1",
+        "worker.rollout.name=hf", 'worker.rollout.val_override_config={"n": 1, "temperature": 0}',
+        "worker.actor.ulysses_size=2", "trainer.n_gpus_per_node=2", "trainer.max_steps=2",
+        "trainer.logger=['console']", "trainer.val_before_train=false", "algorithm.online_filtering=false",
+        'worker.reward.reward_function_kwargs={"max_response_length": 16, "overlong_buffer_length": 4, '
+        '"overlong_penalty_factor": 1.0}',
+    ]  # fmt: skip
+    spec = load_spec(easyr1 / "examples/qwen3_14b_dapo17k_dapo.sh", shrink).spec
+    assert spec.worker.actor.ulysses_size == 2 and spec.worker.actor.optim.strategy == "adamw_bf16"
+    run = tmp_path / "dapo"
+    run.mkdir()
+    (run / "spec.yaml").write_text(dump_spec(spec))
+    r = run_trainer(run)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    lines = [m for m in metrics(run) if "actor/pg_loss" in m]
+    assert [m["step"] for m in lines] == [1, 2]
+    for m in lines:
+        assert m["batch/rounds"] == 2 and m["reward/accuracy_normalized"] == 0.0  # EasyR1's reward keys
+        # the trainer's log-probs, from row halves on two workers, against the engine's own (bf16)
+        assert m["rollout/logp_diff_max"] < 0.02
+    assert [m["actor/lr"] for m in lines] == [0.0, pytest.approx(1.0e-7)]  # lr_warmup_steps=10 of 1e-6
