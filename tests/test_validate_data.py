@@ -113,7 +113,7 @@ def test_good_data_in_every_format_passes_and_counts_its_rows(cli, tmp_path, mon
         if data != "train.json":  # a JSON array is counted when it loads
             assert "1 epochs × (20 rows ÷ 8)" in r.stdout or "(20 rows ÷ 8)" in r.stdout, r.stdout
     config = {"architectures": ["LlamaForCausalLM"], "max_position_embeddings": 2048}
-    for name, extra in (("text", {}), ("vlm", {"vision_config": {}})):
+    for name, extra in (("text", {}), ("vlm", {"model_type": "qwen2_vl", "vision_config": {}})):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps({**config, **extra}))
     vl = [f"data.train_files={tmp_path / 'vl.jsonl'}", f"data.image_dir={tmp_path}"]
@@ -150,8 +150,13 @@ def test_good_data_in_every_format_passes_and_counts_its_rows(cli, tmp_path, mon
         (lambda t: _model(t, {"text_config": {"max_position_embeddings": 100}}), "more than the model's context (100 tokens"),
         (lambda t: _model(t, {}, "worker.actor.model.freeze_language_model=true"), "is text-only (no vision_config)"),
         (lambda t: (t / "m").mkdir() or (t / "m" / "config.json").write_text("[1]") and t / "m", "config.json cannot be read as a JSON object"),
+        # Qwen3.5 (EasyR1 #657): Gated DeltaNet layers would carry state across packed sequences
+        (lambda t: _model(t, {"model_type": "qwen3_5", "vision_config": {}, "text_config": {"layer_types": ["linear_attention", "full_attention"]}}),
+         "qwen3_5 is not supported yet: its linear_attention layers carry a state along the sequence"),
+        (lambda t: _model(t, {"model_type": "internvl", "vision_config": {}}),
+         "internvl is not supported yet: r1cloud packs and tests the pictures of qwen2_vl, qwen2_5_vl, qwen3_vl, idefics3"),
     ],
-    ids=["file", "no-config", "context", "vlm-context", "freeze-text", "config-list"],
+    ids=["file", "no-config", "context", "vlm-context", "freeze-text", "config-list", "qwen3.5", "internvl"],
 )  # fmt: skip
 def test_a_model_folder_that_cannot_run_is_one_line(cli, tmp_path, monkeypatch, make, said):
     monkeypatch.chdir(tmp_path)

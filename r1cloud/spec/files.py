@@ -207,6 +207,31 @@ def model_config(path: str | None) -> dict | None:
         return None
 
 
+VISION_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "idefics3")  # tested: testing.make_tiny_vlm
+
+
+def unsupported(config: dict) -> str | None:
+    """Why r1cloud cannot train a model of this config yet, or None: layers that carry a state
+    along the sequence (linear attention, SSM: packed sequences would leak into each other), or a
+    vision-language family whose image tensors and positions are not packed and tested yet."""
+    kind = config.get("model_type")
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    layers = {x for x in text.get("layer_types") or [] if isinstance(x, str)}
+    stateful = layers - {"full_attention", "sliding_attention", "chunked_attention"}
+    if stateful:
+        return (
+            f"{kind} is not supported yet: its {', '.join(sorted(stateful))} layers carry a state along the "
+            "sequence, which would flow from one packed sequence into the next (transformers' torch path "
+            "takes no sequence boundaries)"
+        )
+    if "vision_config" in config and kind not in VISION_FAMILIES:
+        return (
+            f"{kind} is not supported yet: r1cloud packs and tests the pictures of "
+            f"{', '.join(VISION_FAMILIES)} (Qwen2/2.5/3-VL, Idefics3/SmolVLM) only"
+        )
+    return None
+
+
 def vocabulary(folder: str | None) -> dict | None:
     """A local tokenizer's token -> id map (tokenizer.json's model vocabulary and added tokens),
     or None where there is none to read (a Hub id, a slow tokenizer without one)."""
@@ -249,6 +274,8 @@ def check_model(spec: Spec, config: dict | None) -> list[tuple[str, str]]:
             (at, f"{path}/config.json cannot be read as a JSON object: restore it from the model's source")
         ]
     found: list[tuple[str, str]] = []
+    if reason := unsupported(config):
+        found.append((at, f"{path}: {reason}; train a model of a supported family"))
     context = model_context(config)
     d, r = spec.data, spec.worker.rollout
     need = r.max_model_len or d.max_prompt_length + d.max_response_length

@@ -20,6 +20,7 @@ from ..agents import episodes
 from ..checkpoint.dcp import storage
 from ..rollout import Request, Sampling, eos_ids, vllm_max_rank
 from ..spec import Spec
+from ..spec.files import unsupported
 from ..spec.models import torch_dtype
 from ..vision import auto_class
 from . import algorithms as alg
@@ -135,6 +136,8 @@ class HybridWorker:
         from transformers import AutoConfig, AutoModelForTokenClassification
 
         config = AutoConfig.from_pretrained(m.model_path, trust_remote_code=m.trust_remote_code)
+        if reason := unsupported(config.to_dict()):  # a Hub model validate could not read
+            raise ValueError(f"worker.actor.model.model_path: {reason}")
         load, extra = auto_class(config), {}
         four_bit = train and m.lora.rank and m.lora.load_in_4bit  # QLoRA: quantised as it loads
         # enable_rank0_init: rank 0 reads the weights, the others build an empty model (meta device)
