@@ -121,14 +121,14 @@ class Trainer:
         return gather([getattr(w, method).remote(*args, **kwargs) for w in self.workers])
 
     def start_workers(self) -> str:
-        self.workers = launch(self.spec, self.world)
         engine = pick_engine(self.spec.worker.rollout.name)
-        self.share_prompts = self.call("shares_prompts")[0]
-        self.adapter = self.call("adapter")[0]  # LoRA: adapter_config.json and what it trains
-        try:
+        try:  # before any worker starts
             refuse_unknown_sampling(engine, self.spec.worker.rollout.val_override_config)
         except ValueError as e:
             raise RunError(str(e)) from None
+        self.workers = launch(self.spec, self.world)
+        self.share_prompts = self.call("shares_prompts")[0]
+        self.adapter = self.call("adapter")[0]  # LoRA: adapter_config.json and what it trains
         names = self.call("start_engine", engine)
         self.call("set_schedule", self.steps)
         return names[0]

@@ -161,7 +161,7 @@ def test_an_easyr1_config_launched_twice_makes_two_named_jobs_both_in_wandb(
 ):
     """EasyR1's config shape: no `name:`, trainer.project_name/experiment_name, logger file+wandb
     (offline here). Two launches at once without --name: two jobs named after the experiment (the
-    second with a free suffix, and saying so), isolated, each a wandb run of its own name."""
+    second with a free suffix, and saying so), isolated, each a wandb run of its own."""
     from trackers_readback import wandb_runs
 
     config = tiny_blueprint(tiny_model, digits_reward).replace("name: tiny\n", "", 1)
@@ -190,13 +190,17 @@ def test_an_easyr1_config_launched_twice_makes_two_named_jobs_both_in_wandb(
     assert all(x.returncode == 0 for x in listings)
     names = ("qwen2-5-7b-math-grpo", "qwen2-5-7b-math-grpo-2")
     assert "a job named qwen2-5-7b-math-grpo exists; this one is qwen2-5-7b-math-grpo-2" in "".join(errs)
+    ids = set()
     for n in names:
         assert job_record(home, n)["status"] == "SUCCEEDED"
         assert steps_done(home, n) == [1, 2]
         assert json.loads((home / "jobs" / n / "trainer.json").read_text())["workers"] == 1
-        ((run,),) = wandb_runs(home / "jobs" / n).values()
-        assert (run["name"], run["project"]) == (n, "easy_r1")
+        ((run_id, (run,)),) = wandb_runs(home / "jobs" / n).items()
+        # named trainer.experiment_name, as EasyR1's logger.py names every run of the config
+        assert (run["name"], run["project"]) == ("qwen2_5_7b_math_grpo", "easy_r1")
         assert [s for s, _ in run["history"]["reward/overall"]] == [1, 2]
+        ids.add(run_id)
+    assert len(ids) == 2  # two wandb runs
     assert all(f"r1cloud chat {n} --compare" in "".join(outs) for n in names)  # what to do next
     r = r1("train", bp, "--name", names[0], "--accels", "1")  # --name still refuses a taken name
     assert r.returncode == 2 and "already exists" in r.stderr

@@ -215,9 +215,8 @@ def test_save_model_only_resumes_with_a_fresh_optimizer_and_ray_timeline_is_writ
     # val_before_train validates a resumed run too, at the step it resumes from (EasyR1's
     # ray_trainer.py:573-579: the checkpoint is loaded, then validation runs)
     assert [(m["step"], "val/reward_score" in m) for m in metrics(more)] == [(2, True), (3, True)]
-    straight = make_run("trainer.max_steps=3", "trainer.save_freq=-1", warm, name="lean-straight")
-    assert run_trainer(straight).returncode == 0
-    assert metrics(more)[-1]["actor/lr"] == pytest.approx(metrics(straight)[-1]["actor/lr"], rel=1e-9)
+    # the schedule resumed at its place: step 3's one update is the third, lr × 2/5 (optim.lr_factor)
+    assert metrics(more)[-1]["actor/lr"] == pytest.approx(1.0e-3 * 2 / 5, rel=1e-9)
 
 
 def test_a_vllm_only_sampling_field_with_the_hf_engine_is_one_line(make_run):
@@ -391,7 +390,8 @@ def test_every_estimator_and_loss_trains_two_steps(make_run, tiny_model, overrid
 
 @pytest.mark.parametrize(
     "name",
-    ["math12k_drgrpo", "math12k_gspo", "math12k_reinforcepp", "math12k_rloo", "math12k_dapo", "math12k_ppo"],
+    # math12k_dapo's preset and filtering: test_dapo_dynamic_sampling_keeps_only_informative_groups
+    ["math12k_drgrpo", "math12k_gspo", "math12k_reinforcepp", "math12k_rloo", "math12k_ppo"],
 )
 def test_algorithm_blueprints_run_on_the_tiny_model(make_run, tiny_model, name):
     """Each algorithm blueprint's algorithm, loss, sampling and critic settings, on the tiny model
