@@ -639,3 +639,21 @@ def test_a_tracker_not_installed_here_says_how_to_validate_without_it(blueprint,
         "trainer.logger=['console']"
     ) in r.stderr, r.stderr
     assert cli("validate", path, "trainer.logger=['console']").exit_code == 0
+
+
+def test_the_summary_says_how_the_actor_is_sharded(cli):
+    """validate prints hybrid sharding and Ulysses groups when on, and no line when off."""
+    from spec_helpers import ROOT
+
+    bp = ROOT / "blueprints" / "dapo17k_dapo.yaml"  # EasyR1's ulysses_size 8 on 8 GPUs
+    r = cli("validate", bp)
+    assert (
+        r.exit_code == 0
+        and "sharding   Ulysses, each row split over 8 devices (1 data-parallel group)" in r.stdout
+    )
+    r = cli("validate", bp, "worker.actor.fsdp.fsdp_size=4", "worker.actor.ulysses_size=2")
+    assert (
+        "sharding   hybrid FSDP, shards in groups of 4 × 2 replicas; Ulysses, each row split over 2 devices (4 "
+        in r.stdout
+    )
+    assert "sharding" not in cli("validate", bp, "worker.actor.ulysses_size=1").stdout

@@ -46,6 +46,22 @@ def resources_line(spec: Spec) -> str:
     return f"{r.infra}: {accel}{nodes}" + (f" ({', '.join(extra)})" if extra else "")
 
 
+def sharding_line(spec: Spec) -> str | None:
+    """The actor's hybrid sharding and Ulysses groups, when either is on."""
+    a, world = spec.worker.actor, spec.world_size
+    parts = []
+    if 0 < a.fsdp.fsdp_size < world:
+        parts.append(
+            f"hybrid FSDP, shards in groups of {a.fsdp.fsdp_size} × {world // a.fsdp.fsdp_size} replicas"
+        )
+    if a.ulysses_size > 1:
+        groups = world // a.ulysses_size
+        parts.append(
+            f"Ulysses, each row split over {a.ulysses_size} devices ({groups} data-parallel group{'s' * (groups > 1)})"
+        )
+    return "; ".join(parts) or None
+
+
 def _short(path: str | list[str] | None) -> str:
     """Absolute paths under the working directory are shown relative to it."""
     if isinstance(path, list):
@@ -204,6 +220,7 @@ def summarize(spec: Spec) -> list[tuple[str, str]]:
         ("lengths", f"prompt ≤ {d.max_prompt_length}, response ≤ {d.max_response_length} tokens"),
         ("steps", f"{steps} ({how})" if steps is not None else how),
         ("rollout", _rollout(spec)),
+        *([("sharding", line)] if (line := sharding_line(spec)) else []),
         ("resources", resources_line(spec)),
     ]
     if spec.secrets:
