@@ -31,7 +31,8 @@ def available() -> bool:
 
 def mm_nt(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a @ b.T for 2-D tensors; through oneDNN for fp32 on CPU. Either may be a transposed view."""
-    if a.dtype == torch.float32 and b.dtype == torch.float32 and not a.is_cuda and available():
+    # (oneDNN has no product over an empty inner dimension: a Ulysses slice without response tokens)
+    if a.dtype == torch.float32 and b.dtype == torch.float32 and not a.is_cuda and a.shape[1] and available():
         return torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], "")
     return a @ b.T
 

@@ -416,6 +416,17 @@ def test_a_cloud_job_needs_its_reward_packages_in_requirements_txt(blueprint, cl
     (tmp_path / "requirements.txt").write_text("# graders\nmathruler==0.1.0  # EasyR1's\n")
     r = cli(*args)
     assert r.exit_code == 0, r.stderr
+    # a package requirements.txt lists that r1cloud[train] also brings keeps its dependencies
+    # (tokenizers comes with transformers); an optional import and one not installed here pass
+    (tmp_path / "requirements.txt").write_text("mathruler\ntransformers>=4.56\n")
+    (tmp_path / "math.py").write_text(
+        easyr1.read_text()
+        + "\nimport tokenizers\ntry:\n    import cv2_zz\nexcept ImportError:\n    cv2_zz = None\n"
+    )
+    r = cli(*args)
+    assert r.exit_code == 0, r.stderr
+    r = cli(*args, "resources.infra=local")  # here too: the optional import is not required
+    assert r.exit_code == 0, r.stderr
 
 
 def test_reward_function_kwargs_and_star_kwargs_accepted(blueprint, cli):

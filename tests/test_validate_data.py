@@ -155,8 +155,10 @@ def test_good_data_in_every_format_passes_and_counts_its_rows(cli, tmp_path, mon
          "qwen3_5 is not supported yet: its linear_attention layers carry a state along the sequence"),
         (lambda t: _model(t, {"model_type": "internvl", "vision_config": {}}),
          "internvl is not supported yet: r1cloud packs and tests the pictures of qwen2_vl, qwen2_5_vl, qwen3_vl, idefics3"),
+        (lambda t: _model(t, {"num_attention_heads": 7}, "worker.actor.ulysses_size=2"),
+         "worker.actor.ulysses_size: 2 does not divide the model's 7 attention heads"),
     ],
-    ids=["file", "no-config", "context", "vlm-context", "freeze-text", "config-list", "qwen3.5", "internvl"],
+    ids=["file", "no-config", "context", "vlm-context", "freeze-text", "config-list", "qwen3.5", "internvl", "ulysses-heads"],
 )  # fmt: skip
 def test_a_model_folder_that_cannot_run_is_one_line(cli, tmp_path, monkeypatch, make, said):
     monkeypatch.chdir(tmp_path)

@@ -120,12 +120,17 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
                 at = f"worker.{role}.model.{key}"
                 setattr(model, key, _resolve_local_or_hub(at, value, bases(at), problem, "model"))
     # the user's Python files imported in a child process, as the job's machines would import them
-    folder = None if spec.resources.infra == "local" else job_folder(spec, source)
     extras = ("train", *(x for x in ("wandb", "swanlab", "mlflow") if x in t.logger))
-    if isinstance(rf, Path) and (msg := imports.problem(rf, folder, extras)):
-        problem("worker.reward.reward_function", msg)
+
+    def importable(file) -> str | None:  # the job folder once the agent's files are found too
+        return imports.problem(
+            file, None if spec.resources.infra == "local" else job_folder(spec, source), extras
+        )
+
     if w.rollout.multi_turn.enable:
-        check_agent(spec, find, problem, lambda file: imports.problem(file, folder, extras))
+        check_agent(spec, find, problem, importable)
+    if isinstance(rf, Path) and (msg := importable(rf)):
+        problem("worker.reward.reward_function", msg)
     config = model_config(spec.worker.actor.model.model_path)
     text_model = config is not None and "vision_config" not in config
     for at, message in [*check_data(d, text_model, limit_images=w.rollout.limit_images),
@@ -303,14 +308,20 @@ def check_model(spec: Spec, config: dict | None) -> list[tuple[str, str]]:
                     f"{len(theirs)} tokens): the critic scores the actor's token ids; give it the actor's tokenizer",
                 )
             )
-    if "vision_config" in config and max(spec.worker.actor.ulysses_size, spec.worker.critic.ulysses_size) > 1:
-        found.append(
-            (
-                "worker.actor.ulysses_size",
-                "Ulysses sequence parallelism is not supported yet for a vision-language model (its pictures "
-                "cannot be split across workers yet): set 1, and lower micro_batch_size_per_device_for_update",
-            )
-        )
+    roles = ("actor", "critic") if spec.algorithm.adv_estimator == "gae" else ("actor",)
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    heads = text.get("num_attention_heads")
+    for key, size in ((f"worker.{r}.ulysses_size", getattr(spec.worker, r).ulysses_size) for r in roles):
+        if size > 1 and "vision_config" in config:
+            found.append(
+                (key, "Ulysses sequence parallelism is not supported yet for a vision-language model (its "
+                 "pictures cannot be split across workers yet): set 1, and lower micro_batch_size_per_device_for_update")
+            )  # fmt: skip
+        elif size > 1 and isinstance(heads, int) and heads % size:
+            found.append(
+                (key, f"{size} does not divide the model's {heads} attention heads (num_attention_heads in "
+                 f"{path}/config.json), which Ulysses splits across its group: use a divisor of {heads}")
+            )  # fmt: skip
     if spec.worker.actor.model.freeze_language_model and "vision_config" not in config:
         found.append(
             (

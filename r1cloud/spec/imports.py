@@ -10,6 +10,8 @@ module the file imports (functions' own imports too: a reward imports lazily) is
   `train` extra and its trackers' extras, with their dependencies, plus the job folder's
   `requirements.txt` (read from this environment's package metadata).
 Then, where all are installed here, the file is imported whole (its top-level code must run).
+Imports under `try: … except ImportError` or `if TYPE_CHECKING:` are optional, and a module not
+installed here maps to no package, so a cloud job's check leaves it alone.
 """
 
 from __future__ import annotations
@@ -31,8 +33,18 @@ from importlib import metadata
 
 path, where, extras = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 tree = ast.parse(open(path, encoding="utf-8", errors="replace").read())
+optional = set()  # imports under `try: … except ImportError` or `if TYPE_CHECKING:`: not required
+for node in ast.walk(tree):
+    guarded = isinstance(node, ast.Try) and any(
+        isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError", "Exception")
+        for h in node.handlers)
+    typing = isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+    for part in (node.body if guarded or typing else []):
+        optional |= {id(x) for x in ast.walk(part)}
 names = {}  # top-level module -> the line first importing it
 for node in ast.walk(tree):
+    if id(node) in optional:
+        continue
     found = [a.name for a in node.names] if isinstance(node, ast.Import) else (
         [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
     for name in found:
@@ -44,14 +56,15 @@ def norm(name):
     return re.sub(r"[-_.]+", "-", name).lower()
 
 if where.startswith("cloud:"):
-    have = set()
+    listed = []
     if where != "cloud:":
         for line in open(where[6:], encoding="utf-8", errors="replace"):
             m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line.split("#")[0])
             if m:
-                have.add(norm(m.group(1)))
-    todo = [("r1cloud", set(extras))]
-    while todo:  # what pip installs for r1cloud[extras]: the closure of its requirements
+                listed.append((m.group(1), set()))
+    have = set()
+    todo = [("r1cloud", set(extras)), *listed]
+    while todo:  # what pip installs: the closure of r1cloud[extras]'s and requirements.txt's requirements
         dist, wanted = todo.pop()
         if norm(dist) in have and not wanted:
             continue
@@ -67,9 +80,9 @@ if where.startswith("cloud:"):
                 if norm(req.name) not in have:
                     todo.append((req.name, set(req.extras)))
     owners = metadata.packages_distributions()
-    for name in names:
-        dists = owners.get(name) or [name]
-        if not any(norm(d) in have for d in dists):
+    for name in names:  # a module not installed here maps to no package: not judged
+        dists = owners.get(name) or []
+        if dists and norm(name) not in have and not any(norm(d) in have for d in dists):
             print(json.dumps({"cloud": name, "dist": dists[0], "line": names[name]}))
             sys.exit(0)
 

@@ -133,12 +133,13 @@ class Batch:
                 out[f.name] = pad_cat(xs)
             else:
                 out[f.name] = torch.cat(xs)
-        if parts[0].image_of is not None:
+        if any(b.image_of is not None for b in parts):  # a round of text rows has none (mixed data)
             base, inputs, of = 0, [], []
             for b in parts:
-                inputs += b.image_inputs
-                of.append(torch.where(b.image_of >= 0, b.image_of + base, -1))
-                base += len(b.image_inputs)
+                mine = b.image_of if b.image_of is not None else torch.full((len(b),), -1)
+                inputs += b.image_inputs or []
+                of.append(torch.where(mine >= 0, mine + base, -1))
+                base += len(b.image_inputs or [])
             out["image_inputs"], out["image_of"] = inputs, torch.cat(of)
         return cls(**out)
 

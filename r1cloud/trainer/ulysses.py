@@ -80,6 +80,8 @@ def attention(inner, module, query, key, value, attention_mask, sp: Group, **kwa
     """`inner` (the packed attention: (1, H, N, D) in, (1, N, H, D) out) over the whole sequence,
     from and to this worker's slice of it: query (1, H, N/size, D) -> (1, N/size, H, D)."""
     heads, kv_heads = query.shape[1], key.shape[1]
+    if heads % sp.size:  # validate says so from a local config
+        raise ValueError(f"ulysses_size {sp.size} does not divide the model's {heads} attention heads")
     if kv_heads % sp.size:  # repeat_kv's order: query head h reads key head h // (heads // kv_heads)
         key, value = (x.repeat_interleave(heads // kv_heads, dim=1) for x in (key, value))
     q, k, v = (_AllToAll.apply(x, sp.group, 1, 2) for x in (query, key, value))

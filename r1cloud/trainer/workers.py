@@ -71,7 +71,8 @@ class HybridWorker:
         backend = ("cuda:nccl,cpu:gloo" if host else "nccl") if self.cuda else "gloo"
         dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(minutes=30))
         # Ulysses groups (the reference model's is the actor's, as in EasyR1)
-        sizes = {role: getattr(w, role).ulysses_size for role in ("actor", "critic")}
+        roles = ("actor", "critic") if a.adv_estimator == "gae" else ("actor",)
+        sizes = {role: getattr(w, role).ulysses_size for role in roles}
         made = {n: ulysses.groups(world, n, rank) for n in dict.fromkeys(sizes.values())}
         self.sp = {role: made[n] for role, n in sizes.items()}
         # the actor's mesh holds the reference model too (EasyR1's fsdp_workers.py:118-127)

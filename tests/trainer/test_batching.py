@@ -130,4 +130,9 @@ def test_a_shard_keeps_its_rows_images_and_only_the_fields_asked_for():
     same(pickle.loads(pickle.dumps(shard)), shard)
     both = Batch.cat([b.select([2]), b.select([0, 1])])
     assert both.uid == ["b", "a", "a"] and both.image_of.tolist() == [-1, 0, 0]
+    # a round of text rows only carries no pictures at all (mixed data): joined either way round
+    text = b.select([2]).with_(image_of=None, image_inputs=[])
+    for parts, of in (([text, b.select([0, 1])], [-1, 0, 0]), ([b.select([0, 1]), text], [0, 0, -1])):
+        joined = Batch.cat(parts)
+        assert joined.image_of.tolist() == of and len(joined.image_inputs) == 1
     assert torch.equal(both.old_logp, b.old_logp[[2, 0, 1]])

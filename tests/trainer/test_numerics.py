@@ -275,6 +275,15 @@ def test_ulysses_on_two_workers_gives_one_process_log_probs_and_gradients(make_r
         got = trainer.call("full_grads")[0]
         assert max(w.abs().max().item() for w in want.values()) > 1e-4  # a real gradient
         assert max((got[n] - want[n]).abs().max().item() for n in want) <= 1e-5
+        # one sequence whose prompt fills the first worker's half: no response token there
+        long = {**samples[0], "seq": (list(range(5, 45)), samples[0]["seq"][1])}
+        want = single_process_grads(
+            tiny_model, [long], clip, "token", spec.algorithm.kl_coef, spec.algorithm.kl_penalty
+        )
+        plan = [[{"total": float(len(long["seq"][1])), "micro": [[long]]}]] * 2
+        steps.update(trainer, plan, apply=False)
+        got = trainer.call("full_grads")[0]
+        assert max((got[n] - want[n]).abs().max().item() for n in want) <= 1e-5
     finally:
         trainer.shutdown()
 
