@@ -86,7 +86,7 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
         found = find("data.image_dir", d.image_dir, "folder")
         if found:
             d.image_dir = str(found)
-    rf = w.reward.reward_function
+    rf, reward_file = w.reward.reward_function, None
     if rf and _is_url(rf) and (reason := bad_url(rf)):
         problem("worker.reward.reward_function", reason)
     if rf and not _is_url(rf):
@@ -100,7 +100,7 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
             )
             for msg in bad:
                 problem("worker.reward.reward_function", msg)
-            rf = None if bad else found  # imported below, once every file is found
+            reward_file = None if bad else found  # imported below, once every file is found
     if t.load_checkpoint_path and not _is_url(t.load_checkpoint_path):
         found = find("trainer.load_checkpoint_path", t.load_checkpoint_path, "folder")
         if found:
@@ -129,7 +129,7 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
 
     if w.rollout.multi_turn.enable:
         check_agent(spec, find, problem, importable)
-    if isinstance(rf, Path) and (msg := importable(rf)):
+    if reward_file and (msg := importable(reward_file)):
         problem("worker.reward.reward_function", msg)
     config = model_config(spec.worker.actor.model.model_path)
     text_model = config is not None and "vision_config" not in config
@@ -220,7 +220,7 @@ def unsupported(config: dict) -> str | None:
     along the sequence (linear attention, SSM: packed sequences would leak into each other), or a
     vision-language family whose image tensors and positions are not packed and tested yet."""
     kind = config.get("model_type")
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    text = text_config(config)
     layers = {x for x in text.get("layer_types") or [] if isinstance(x, str)}
     stateful = layers - {"full_attention", "sliding_attention", "chunked_attention"}
     if stateful:
@@ -253,9 +253,14 @@ def vocabulary(folder: str | None) -> dict | None:
         return None
 
 
+def text_config(config: dict) -> dict:
+    """A VLM's text model's config (its `text_config`), else the config itself."""
+    return config["text_config"] if isinstance(config.get("text_config"), dict) else config
+
+
 def model_context(config: dict) -> int | None:
     """A model's context in tokens: its max_position_embeddings (a VLM's text model's), or None."""
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    text = text_config(config)
     context = text.get("max_position_embeddings", config.get("max_position_embeddings"))
     return context if isinstance(context, int) and not isinstance(context, bool) and context > 0 else None
 
@@ -309,7 +314,7 @@ def check_model(spec: Spec, config: dict | None) -> list[tuple[str, str]]:
                 )
             )
     roles = ("actor", "critic") if spec.algorithm.adv_estimator == "gae" else ("actor",)
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    text = text_config(config)
     heads = text.get("num_attention_heads")
     for key, size in ((f"worker.{r}.ulysses_size", getattr(spec.worker, r).ulysses_size) for r in roles):
         if size > 1 and "vision_config" in config:

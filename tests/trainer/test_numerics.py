@@ -242,22 +242,16 @@ def test_ulysses_on_two_workers_gives_one_process_log_probs_and_gradients(make_r
     shared-prompt rows of several sequences, with the row padded to split evenly."""
     run = make_run("worker.actor.ulysses_size=2", name="ulysses")
     spec = load_resolved(run / "spec.yaml")
-    g = torch.Generator().manual_seed(2)
-    seqs = [(p, answer) for p, r in SEQS for answer in (r, [t + 40 for t in reversed(r)])]
-    samples = [
-        {"seq": (p, r), "old": (torch.randn(len(r), generator=g) * 0.3 - 4).tolist(),
-         "ref": (torch.randn(len(r), generator=g) * 0.3 - 4).tolist(), "adv": float(torch.randn((), generator=g))}
-        for p, r in seqs
-    ]  # fmt: skip
-    a = spec.worker.actor
-    clip = alg.ClipConfig(a.clip_ratio_low, a.clip_ratio_high, a.clip_ratio_dual)
+    seqs, samples = random_samples(2)
+    clip = clip_of(spec)
     want = single_process_grads(
         tiny_model, samples, clip, "token", spec.algorithm.kl_coef, spec.algorithm.kl_penalty
     )
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
     with torch.no_grad():
         want_logp = [
-            x.tolist() for x in token_log_probs_of(model, seqs[:3]) + token_log_probs_of(model, seqs[3:])
+            x.tolist()
+            for x in packed_log_probs(model, seqs[:3], 1.0) + packed_log_probs(model, seqs[3:], 1.0)
         ]
     total = alg.count_for("token", pad([torch.ones(len(s["seq"][1])) for s in samples])[1])
     trainer = Trainer(run, spec)
@@ -288,8 +282,21 @@ def test_ulysses_on_two_workers_gives_one_process_log_probs_and_gradients(make_r
         trainer.shutdown()
 
 
-def token_log_probs_of(model, seqs) -> list[torch.Tensor]:
-    return packed_log_probs(model, seqs, 1.0)
+def random_samples(seed: int) -> tuple[list, list[dict]]:
+    """SEQS with a second answer each, and per sample random old/ref log-probs and an advantage."""
+    g = torch.Generator().manual_seed(seed)
+    seqs = [(p, answer) for p, r in SEQS for answer in (r, [t + 40 for t in reversed(r)])]
+    samples = [
+        {"seq": (p, r), "old": (torch.randn(len(r), generator=g) * 0.3 - 4).tolist(),
+         "ref": (torch.randn(len(r), generator=g) * 0.3 - 4).tolist(), "adv": float(torch.randn((), generator=g))}
+        for p, r in seqs
+    ]  # fmt: skip
+    return seqs, samples
+
+
+def clip_of(spec) -> alg.ClipConfig:
+    a = spec.worker.actor
+    return alg.ClipConfig(a.clip_ratio_low, a.clip_ratio_high, a.clip_ratio_dual)
 
 
 def test_hybrid_sharding_on_four_workers_gives_one_process_gradients_and_a_whole_checkpoint(
@@ -303,15 +310,8 @@ def test_hybrid_sharding_on_four_workers_gives_one_process_gradients_and_a_whole
 
     run = make_run("trainer.n_gpus_per_node=4", "worker.actor.fsdp.fsdp_size=2", name="hsdp")
     spec = load_resolved(run / "spec.yaml")
-    g = torch.Generator().manual_seed(1)
-    seqs = [(p, answer) for p, r in SEQS for answer in (r, [t + 40 for t in reversed(r)])]
-    samples = [
-        {"seq": (p, r), "old": (torch.randn(len(r), generator=g) * 0.3 - 4).tolist(),
-         "ref": (torch.randn(len(r), generator=g) * 0.3 - 4).tolist(), "adv": float(torch.randn((), generator=g))}
-        for p, r in seqs
-    ]  # fmt: skip
-    a = spec.worker.actor
-    clip = alg.ClipConfig(a.clip_ratio_low, a.clip_ratio_high, a.clip_ratio_dual)
+    _, samples = random_samples(1)
+    clip = clip_of(spec)
     want = single_process_grads(
         tiny_model, samples, clip, "token", spec.algorithm.kl_coef, spec.algorithm.kl_penalty
     )
