@@ -317,12 +317,7 @@ def check_model(spec: Spec, config: dict | None) -> list[tuple[str, str]]:
     text = text_config(config)
     heads = text.get("num_attention_heads")
     for key, size in ((f"worker.{r}.ulysses_size", getattr(spec.worker, r).ulysses_size) for r in roles):
-        if size > 1 and "vision_config" in config:
-            found.append(
-                (key, "Ulysses sequence parallelism is not supported yet for a vision-language model (its "
-                 "pictures cannot be split across workers yet): set 1, and lower micro_batch_size_per_device_for_update")
-            )  # fmt: skip
-        elif size > 1 and isinstance(heads, int) and heads % size:
+        if size > 1 and isinstance(heads, int) and heads % size:
             found.append(
                 (key, f"{size} does not divide the model's {heads} attention heads (num_attention_heads in "
                  f"{path}/config.json), which Ulysses splits across its group: use a divisor of {heads}")

@@ -73,7 +73,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "worker.*.ulysses_size": (
         HONOURED,
         "Ulysses sequence parallelism: groups of ulysses_size workers hold slices of one packed row, "
-        "all-to-all around attention (trainer/ulysses.py); text models",
+        "all-to-all around attention (trainer/ulysses.py); a VLM embeds the whole row, its language model runs the slice",
     ),
     "worker.*.padding_free": (INERT, "r1cloud always packs sequences without padding (trainer/batch.py)"),
     "worker.*.use_torch_compile": (

@@ -27,10 +27,12 @@ def launch(spec, world: int) -> list:
         "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"),
         "RAY_DEDUP_LOGS": "0",
     }
+    cluster = os.environ.get("RAY_ADDRESS")  # a multi-node job's cluster (jobs/node.py), or the user's
+    if cluster:  # its workers do not inherit this process's environment: pass the job's on
+        env = {**job_environment(spec), **env}
     if not ray.is_initialized():
-        cluster = os.environ.get("RAY_ADDRESS")  # a multi-node job's cluster (jobs/node.py)
         ray.init(
-            address=cluster,
+            address=cluster or "local",  # not a `ray start` cluster that happens to run here
             num_cpus=None if cuda or cluster else max(world + 1, os.cpu_count() or 1),
             runtime_env={"env_vars": env},
             include_dashboard=False,
@@ -69,6 +71,18 @@ def launch(spec, world: int) -> list:
         ).remote(config, r, world, master, threads)
         for r in range(world)
     ]
+
+
+# What workers need from the trainer's environment to reach the model, data and checkpoints.
+REACH = ("AWS_", "AZURE_", "GOOGLE_", "GCS_", "HF_", "HUGGING_FACE_", "MODELSCOPE_", "USE_MODELSCOPE_HUB",
+         "R1CLOUD_", "VLLM_", "TRANSFORMERS_")  # fmt: skip
+
+
+def job_environment(spec) -> dict[str, str]:
+    """What a worker on a cluster this process did not start must be given: the job's `envs` and
+    `secrets` (a local job sets them in this process) and the hubs' and storages' settings."""
+    names = {*spec.envs, *spec.secrets}
+    return {k: v for k, v in os.environ.items() if k in names or k.startswith(REACH)}
 
 
 # What a worker's collective raises when its peer process or node is gone.

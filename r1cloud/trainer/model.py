@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -154,22 +154,21 @@ def _slice(p: Packed, sp):
     how its per-response-token values become the whole row's (ulysses.py)."""
     if sp is None:
         return p, lambda x: x
-    if p.segments is None or p.image_inputs:
+    if p.segments is None:
         raise RuntimeError(
-            "ulysses_size > 1 needs a text model whose attention r1cloud plugs into (attention.py); "
+            "ulysses_size > 1 needs a model whose attention r1cloud plugs into (attention.py); "
             "set ulysses_size: 1"
         )
     n = p.input_ids.shape[1] // sp.size
     lo, hi = sp.rank * n, (sp.rank + 1) * n
     mine = (p.keep >= lo) & (p.keep < hi)
-    local = dataclasses.replace(
-        p,
-        input_ids=p.input_ids[:, lo:hi],
-        position_ids=p.position_ids[..., lo:hi],
-        keep=p.keep[mine] - lo,
-        targets=p.targets[mine],
-        sp=sp,
+    # a VLM takes the whole row and slices it after embedding it (ulysses.sliced_language_model)
+    cut = (
+        {}
+        if p.image_inputs
+        else {"input_ids": p.input_ids[:, lo:hi], "position_ids": p.position_ids[..., lo:hi]}
     )
+    local = dataclasses.replace(p, **cut, keep=p.keep[mine] - lo, targets=p.targets[mine], sp=sp)
     return local, lambda x: ulysses.gathered(x, mine, sp)
 
 
@@ -283,14 +282,16 @@ def _forward(model, p: Packed, **kwargs):
     extra = {"r1cloud_segments": p.segments} if p.segments is not None else {}
     extra.update({"r1cloud_sp": p.sp} if p.sp is not None else {})
     extra.update(p.image_inputs)
-    return model(
-        input_ids=p.input_ids,
-        position_ids=p.position_ids,
-        attention_mask=None,
-        use_cache=False,
-        **extra,
-        **kwargs,
-    )
+    sliced = ulysses.sliced_language_model(model, p.sp) if p.sp and p.image_inputs else nullcontext()
+    with sliced:
+        return model(
+            input_ids=p.input_ids,
+            position_ids=p.position_ids,
+            attention_mask=None,
+            use_cache=False,
+            **extra,
+            **kwargs,
+        )
 
 
 def plain_head(model) -> torch.nn.Module | None:

@@ -11,10 +11,16 @@ every worker's loss — the same on each, over the whole row — sends the gradi
 slice only, and the group's gradients add up to one worker's on the whole row (FSDP averages
 over all workers, as without sequence parallelism). Key/value heads that do not split evenly
 are repeated to the query heads first.
+
+A vision-language model embeds the whole row on every worker of the group — its vision tower sees
+every picture — and only its language model runs on the slice (`sliced_language_model`): the
+picture tokens' features reach the loss through the slice they fall in, so the tower's gradients
+add up across the group like the other weights'.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -94,3 +100,28 @@ def gathered(local: torch.Tensor, mine: torch.Tensor, sp: Group) -> torch.Tensor
     positions (`mine` True), summed across the group."""
     whole = local.new_zeros(mine.shape[0]).index_put((mine.nonzero()[:, 0],), local)
     return _SumAcross.apply(whole, sp.group)
+
+
+@contextmanager
+def sliced_language_model(model, sp: Group):
+    """While a VLM runs on a whole row: its language model gets this worker's slice of the embedded
+    row and of its positions (and, for Qwen3-VL's deepstack, of the picture features its first
+    layers add at the picture tokens)."""
+
+    def cut(module, args, kwargs):
+        embeds = kwargs["inputs_embeds"]
+        n = embeds.shape[1] // sp.size
+        lo, hi = sp.rank * n, (sp.rank + 1) * n
+        kwargs.update(inputs_embeds=embeds[:, lo:hi], position_ids=kwargs["position_ids"][..., lo:hi])
+        if (mask := kwargs.get("visual_pos_masks")) is not None:
+            at = mask[0].nonzero()[:, 0]
+            mine = (at >= lo) & (at < hi)
+            kwargs["visual_pos_masks"] = mask[:, lo:hi]
+            kwargs["deepstack_visual_embeds"] = [e[mine] for e in kwargs["deepstack_visual_embeds"]]
+        return args, kwargs
+
+    handle = model.get_decoder().register_forward_pre_hook(cut, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()

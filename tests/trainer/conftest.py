@@ -1,9 +1,53 @@
+import os
+import socket
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from r1cloud.spec import dump_spec, load_spec
 from tinyrun import DIGITS_REWARD, ROOT, tiny_blueprint
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ray_head():
+    """One Ray head for the whole session, as a user's `ray start`: every trainer run joins it through
+    RAY_ADDRESS (and is handed the job's environment, group.job_environment) instead of starting and
+    stopping Ray itself, about 6 s a run. A run started without RAY_ADDRESS still starts its own."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", f"--port={port}"]
+    start += [
+        "--node-ip-address=127.0.0.1",
+        "--num-cpus=16",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+    ]
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}  # loopback only, the test's own processes
+    # in the foreground, a child of this session: ending it stops this head only (`ray stop` would
+    # stop every Ray on the machine, another session's too)
+    head = subprocess.Popen(start, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    seen = []
+    for line in head.stdout:
+        seen.append(line)
+        if "Ray runtime started" in line:
+            break
+    else:
+        raise RuntimeError("ray start failed:\n" + "".join(seen[-20:]))
+    threading.Thread(target=head.stdout.read, daemon=True).start()  # keep its pipe drained
+    os.environ["RAY_ADDRESS"] = f"127.0.0.1:{port}"
+    try:
+        yield
+    finally:
+        os.environ.pop("RAY_ADDRESS", None)
+        head.terminate()
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            head.kill()
 
 
 @pytest.fixture(scope="session")

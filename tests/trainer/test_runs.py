@@ -62,7 +62,7 @@ def test_three_grpo_steps_with_two_workers(make_run, tiny_model, engine, request
         "trainer.val_before_train=true",
         'worker.rollout.val_override_config={"repetition_penalty": 1.3, "min_p": 0.1, "presence_penalty": 0.5}',
     ]
-    env = {}
+    env = {"RAY_ADDRESS": ""}  # its own Ray, as a user's run starts it, though the tests' head runs here
     if engine == "hf":
         server = request.getfixturevalue("mlflow_server")
         extra = list(TRACKED)

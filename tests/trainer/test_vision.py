@@ -533,7 +533,8 @@ def test_a_run_whose_environment_answers_with_pictures_trains_on_them(
     pictures go from the workers to the driver and back into every forward with their pixels; the
     old log-probs recomputed by FSDP equal the engine's over whole episodes (≤ 1e-4). The tiny
     model's generation config lists many end tokens (as Llama 3's lists several), so its random
-    turns end and the environment answers."""
+    turns end and the environment answers. The hf run splits each row over both workers
+    (ulysses_size 2): the sliced forward still scores the engine's log-probs."""
     import shutil
 
     model = tmp_path / "short-turns"
@@ -554,6 +555,7 @@ def test_a_run_whose_environment_answers_with_pictures_trains_on_them(
         "trainer.val_before_train=false",
         "trainer.val_freq=-1",
         "trainer.save_freq=-1",
+        *(["worker.actor.ulysses_size=2"] if engine == "hf" else []),
         engine=engine,
     )
     if engine == "vllm":
@@ -564,3 +566,36 @@ def test_a_run_whose_environment_answers_with_pictures_trains_on_them(
     print({k: m[k] for k in ("agent/turns", "agent/env_reward", "rollout/logp_diff_max")})
     assert m["agent/turns"] > 1.5 and m["agent/env_reward"] > 0, m
     assert m["rollout/logp_diff_max"] <= 1e-4, m["rollout/logp_diff_max"]
+
+
+def test_ulysses_on_a_vlm_gives_one_process_log_probs_and_gradients(tmp_path):
+    """ulysses_size 2 on the tiny Qwen2/2.5/3-VL and Idefics3 (two gloo processes, ulysses_vlm.py):
+    each embeds the whole row (its vision tower on every picture) and runs the language model on
+    its half, Qwen3-VL's deepstack features included. Log-probs equal one process's and the group's
+    gradients add up to its, vision tower and merger included, ≤ 1e-5."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ulysses_vlm import load, run
+
+    archs = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "idefics3"]
+    for arch in archs:
+        make_tiny_vlm(tmp_path / arch, arch)
+    helper = Path(__file__).with_name("ulysses_vlm.py")
+    r = subprocess.run(
+        [sys.executable, str(helper), str(tmp_path), str(free_port()), *archs],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    for arch in archs:
+        want_logps, want = run(*load(str(tmp_path / arch)))
+        got = torch.load(tmp_path / arch / "ulysses.pt")
+        for a, b in zip(got["logps"], want_logps, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+        assert sorted(got["grads"]) == sorted(want)
+        tower = [n for n in want if ("visual" in n or "vision" in n) and want[n].abs().max() > 1e-6]
+        assert tower, arch  # the pictures reach the loss
+        scale = max(g.abs().max().item() for g in want.values())
+        worst = max((got["grads"][n] - want[n]).abs().max().item() for n in want)
+        assert worst <= 1e-5 * max(scale, 1.0), (arch, worst, scale)
