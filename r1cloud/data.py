@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from . import prompts, vision
+from . import prompts, video, vision
 from .spec.data_check import conversation, placeholder_mismatch
 
 EXTENSION_BUILDERS = {
@@ -41,6 +41,7 @@ class Prompt:
     images: list = field(default_factory=list)  # PIL, resized as EasyR1
     history: list = field(default_factory=list)  # a conversational row's messages before its last
     reset: dict | None = None  # with an environment: what its reset takes (rollout.Request.reset)
+    videos: list = field(default_factory=list)  # as the row gives them (PromptSet.clips decodes)
 
 
 def load_rows(files: str):
@@ -147,11 +148,6 @@ class PromptSet:
                     raise ValueError(
                         f"{source}: no column {key!r}; the columns are {', '.join(sorted(here))}"
                     )
-            if data_cfg.video_key in here and any(rows[data_cfg.video_key]):
-                raise ValueError(
-                    f"{source}: rows hold videos ({data_cfg.video_key!r}); videos are not supported yet "
-                    "(their processors need torchvision): give their frames as images instead"
-                )
             columns = here if columns is None else columns & here  # a mixture keeps the shared ones
             if limit is not None and isinstance(files, str):  # `try`: read (and decode) only those rows
                 rows = rows.select(range(min(limit, len(rows))))
@@ -172,46 +168,52 @@ class PromptSet:
         for source, i, row in rows:
             history, content = conversation(row[data_cfg.prompt_key], f"{source}: row {i}")
             imgs = self.row_images(source, i, row, content)
+            videos = self.row_videos(source, i, row, content)
             if history and self.processor is not None:
                 raise ValueError(
                     f"{source}: row {i}: a conversation as the prompt is for text models only for now; "
                     "give the prompt as one text"
                 )
             if self.processor is not None:
-                enc = self.processor.encode(self.render(content, imgs is not None), imgs or [])
+                clips = [self.clip(v, f"{source}: row {i}") for v in videos]
+                enc = self.processor.encode(
+                    self.render(content, imgs is not None or bool(videos)), imgs or [], clips
+                )
                 ids, raw, imgs = enc.ids, enc.raw_ids, enc.images
             else:
                 ids = self.tokenizer(self.render(content, history=history), add_special_tokens=False)[
                     "input_ids"
                 ]
                 raw = None
+            media = bool(imgs or videos)
             if len(ids) > self.max_len:
                 if not keep_all:
                     self.dropped += 1
                     self.longest = max(self.longest, len(ids))
                     continue
-                if imgs and not data_cfg.filter_overlong_prompts:
+                if media and not data_cfg.filter_overlong_prompts:
                     raise ValueError(
-                        f"{source}: row {i} is {len(ids)} tokens with its images, more than "
-                        f"data.max_prompt_length ({self.max_len}), and a prompt with images is never cut "
-                        "(the cut would fall in its image tokens): raise max_prompt_length, lower "
-                        "data.max_pixels, or set data.filter_overlong_prompts: true to drop such rows"
+                        f"{source}: row {i} is {len(ids)} tokens with its images or videos, more than "
+                        f"data.max_prompt_length ({self.max_len}), and such a prompt is never cut "
+                        "(the cut would fall in their tokens): raise max_prompt_length, lower "
+                        "data.max_pixels (or video_fps), or set data.filter_overlong_prompts: true to drop such rows"
                     )
             extra = {k: v for k, v in row.items() if k not in own and k in columns}
             self.prompts.append(
                 Prompt(
                     len(self.prompts),
-                    ids if imgs else ids[: self.max_len],
+                    ids if media else ids[: self.max_len],
                     str(row[data_cfg.answer_key]),
                     extra,
                     content,
                     len(ids),
-                    raw if imgs else None,
+                    raw if media else None,
                     imgs or [],
                     history,
-                    self.reset_input(row, f"{source}: row {i}", content, history, bool(imgs))
+                    self.reset_input(row, f"{source}: row {i}", content, history, media)
                     if environment
                     else None,
+                    videos,
                 )
             )
         self.columns = sorted(columns - {data_cfg.image_key, data_cfg.video_key})
@@ -247,6 +249,41 @@ class PromptSet:
                 ) from None
         return out
 
+    def row_videos(self, source: str, i: int, row: dict, content: str) -> list:
+        """The row's videos as written (files or frame lists, decoded when used: `clip`); one
+        `<video>` in the prompt for each."""
+        d = self.cfg
+        items = row.get(d.video_key) or []
+        items = items if isinstance(items, list) and not _frame_list(items) else [items]
+        if content.count(video.PLACEHOLDER) != len(items):
+            raise ValueError(
+                f"{source}: row {i} has {content.count(video.PLACEHOLDER)} <video> in its prompt and "
+                f"{len(items)} videos in {d.video_key!r}: put one <video> where each video goes"
+            )
+        if items and self.processor is None:
+            raise ValueError(
+                f"{source}: row {i} has videos, and the model is a text model; train a vision-language "
+                f"model (its config has a vision_config), or drop the {d.video_key!r} column"
+            )
+        return items
+
+    def clip(self, item, where: str) -> video.Clip:
+        """One video of a row, sampled at data.video_fps and resized as EasyR1's fetch_video does."""
+        d = self.cfg
+        try:
+            if not isinstance(item, str):  # a list of frames
+                item = [vision.open_image(f, d.image_dir) for f in item]
+            return video.load(
+                item, d.image_dir, d.video_fps, d.min_pixels, d.max_pixels, self.processor.video_factor
+            )
+        except FileNotFoundError as e:
+            raise ValueError(
+                f"{where}: video {e} not found (relative paths are joined with data.image_dir"
+                f"{', ' + d.image_dir if d.image_dir else ', which is not set'})"
+            ) from None
+        except Exception as e:  # OpenCV or PIL cannot read it, or an unknown form
+            raise ValueError(f"{where}: cannot read its video ({type(e).__name__}: {e})") from None
+
     def check_images(self, name: str, limit: int) -> None:
         """More images per prompt than `limit_images`, said before a step (vLLM would refuse the
         prompt mid-run)."""
@@ -280,13 +317,19 @@ class PromptSet:
         keep = {k: v for k, v in row.items() if k not in (self.cfg.image_key, self.cfg.video_key)}
         return {"row": keep, "around": (head, tail), "where": where}
 
-    def image_inputs(self, index: int) -> dict:
-        """The processor's image tensors for prompt `index` (recomputed: a data set's pixels would
-        not fit in memory at once)."""
+    def image_inputs(self, index: int, clips: list | None = None) -> dict:
+        """The processor's image and video tensors for prompt `index` (recomputed: a data set's
+        pixels would not fit in memory at once); `clips`: its videos, decoded already."""
         p = self.prompts[index]
-        if not p.images:
+        if not p.images and not p.videos:
             return {}
-        return self.processor.encode(self.render(p.content, True), p.images).image_inputs
+        clips = self.clips(index) if clips is None else clips
+        return self.processor.encode(self.render(p.content, True), p.images, clips).image_inputs
+
+    def clips(self, index: int) -> list[video.Clip]:
+        """Prompt `index`'s videos, decoded (again: a data set's frames would not fit in memory)."""
+        p = self.prompts[index]
+        return [self.clip(v, f"prompt {index}") for v in p.videos]
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -374,3 +417,8 @@ def chunk_evenly(items: list, parts: int) -> list[list]:
         out.append(items[start:end])
         start = end
     return out
+
+
+def _frame_list(items: list) -> bool:
+    """Whether a row's video column holds one video as its frames rather than a list of videos."""
+    return bool(items) and not isinstance(items[0], str | list | tuple)

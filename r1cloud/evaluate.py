@@ -221,7 +221,14 @@ def _engine(spec, job: dict, sampling):
             m.model_path, r, [len(p.prompt_ids) for p in prompts.prompts], sampling.max_tokens
         )
         r = r.model_copy(update={"max_model_len": length})
-        engine = VLLMEngine(m.model_path, m.tokenizer_path, r, eos, seed=r.seed)
+        engine = VLLMEngine(
+            m.model_path,
+            m.tokenizer_path,
+            r,
+            eos,
+            seed=r.seed,
+            videos=max((len(p.videos) for p in prompts.prompts), default=0),
+        )
     else:
         from .rollout.hf import HFEngine
 
@@ -234,7 +241,8 @@ def _engine(spec, job: dict, sampling):
         for i in indices:
             p = prompts.prompts[i]
             tensors = prompts.image_inputs(i) if engine.name == "hf" else {}
-            requests.append(Request(p.prompt_ids, p.raw_ids, p.images, tensors, p.reset))
+            clips = prompts.clips(i) if engine.name == "vllm" else []
+            requests.append(Request(p.prompt_ids, p.raw_ids, p.images, tensors, p.reset, clips))
         if agent is None:
             return [
                 (indices[s.prompt], s.response, len(s.response), s.finished, None)

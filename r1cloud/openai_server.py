@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from transformers import AutoConfig, AutoTokenizer, TextIteratorStreamer
 
 from . import vision
-from .vision import auto_class, image_inputs
+from .vision import auto_class, image_inputs, use_qwen2_rope
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -42,6 +42,7 @@ class Engine:
         else:
             self.tokenizer = AutoTokenizer.from_pretrained(model)
         self.model = auto_class(config).from_pretrained(model, dtype="auto").eval()
+        use_qwen2_rope(self.model)  # the positions vLLM gives videos
         self.max_len = max_model_len or getattr(self.model.config, "max_position_embeddings", 2048)
         self.lock = threading.Lock()  # one generation at a time: the model is not re-entrant
 

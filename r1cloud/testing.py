@@ -105,6 +105,7 @@ VL_CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
     "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
     "{% if c['type'] == 'image' or c['type'] == 'image_url' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif c['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>"
     "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
@@ -309,3 +310,22 @@ def per_sequence(flat, lengths: list[int]) -> list[list[float]]:
         out.append(flat[at : at + n].tolist())
         at += n
     return out
+
+
+def write_video(
+    path: str | Path, frames: int = 20, fps: float = 10.0, size: tuple[int, int] = (84, 56)
+) -> Path:
+    """An mp4 (OpenCV's mp4v) of `frames` solid frames at `fps`, `size` (width, height): frame i
+    is red i × 8 (mod 256), green 255 − that, blue 128 — its colour says which frame it is."""
+    import cv2
+    import numpy as np
+
+    path = Path(path)
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, size)
+    try:
+        for i in range(frames):
+            red = (i * 8) % 256
+            writer.write(np.full((size[1], size[0], 3), (128, 255 - red, red), np.uint8))  # BGR
+    finally:
+        writer.release()
+    return path

@@ -16,14 +16,17 @@ from __future__ import annotations
 import io
 import math
 import os
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from . import video
+
 PLACEHOLDER = "<image>"
-# the processor's outputs that are per image (the rest, input_ids and masks, are per token)
-IMAGE_KEYS = ("pixel_values", "image_grid_thw", "pixel_attention_mask")
+# the processor's outputs that are per image or video (the rest, input_ids and masks, are per token)
+IMAGE_KEYS = ("pixel_values", "image_grid_thw", "pixel_attention_mask", *video.VIDEO_KEYS)
 
 
 def is_vision_config(config) -> bool:
@@ -72,14 +75,15 @@ def resize(image, min_pixels: int | None, max_pixels: int | None):
 
 
 def messages(text: str, with_images: bool) -> list[dict]:
-    """The user turn: text and image parts in the order of the `<image>` placeholders (EasyR1)."""
+    """The user turn: text, image and video parts in the order of the `<image>` and `<video>`
+    placeholders (EasyR1)."""
     if not with_images:
         return [{"role": "user", "content": text}]
     content: list[dict] = []
-    for i, part in enumerate(text.split(PLACEHOLDER)):
-        if i:
-            content.append({"type": "image"})
-        if part:
+    for part in re.split(f"({PLACEHOLDER}|{video.PLACEHOLDER})", text):
+        if part in (PLACEHOLDER, video.PLACEHOLDER):
+            content.append({"type": "image" if part == PLACEHOLDER else "video"})
+        elif part:
             content.append({"type": "text", "text": part})
     return [{"role": "user", "content": content}]
 
@@ -89,7 +93,8 @@ class Encoded:
     ids: list[int]  # image tokens expanded: what the model sees, and what lengths count
     raw_ids: list[int]  # one placeholder per image: what vLLM takes
     images: list  # PIL, resized
-    image_inputs: dict[str, torch.Tensor]  # the processor's per-image outputs (IMAGE_KEYS)
+    image_inputs: dict[str, torch.Tensor]  # the processor's per-image and per-video outputs (IMAGE_KEYS)
+    videos: list = field(default_factory=list)  # video.Clip
 
 
 class ImageProcessor:
@@ -104,7 +109,7 @@ class ImageProcessor:
         """The processor as separate files, as model repositories ship it: tokenizer, image
         processor (preprocessor_config.json), chat template, and processor_config.json with the
         processor's class and own settings (e.g. Idefics3's image_seq_len). Not the processor's
-        own save, which would nest a stand-in video processor (vision_compat) into its config."""
+        own save, which would nest r1cloud's video processor (video.VideoProcessor) into its config."""
         import json
         from pathlib import Path
 
@@ -131,25 +136,37 @@ class ImageProcessor:
         source = self.processor if getattr(self.processor, "chat_template", None) else self.tokenizer
         return source.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
 
-    def encode(self, prompt: str, images: list) -> Encoded:
+    @property
+    def video_factor(self) -> int:
+        """What a video frame's sides are a multiple of: the vision tower's patch × merge size."""
+        vp = getattr(self.processor, "video_processor", None)
+        return getattr(vp, "patch_size", 14) * getattr(vp, "merge_size", 2)
+
+    def encode(self, prompt: str, images: list, videos: list = ()) -> Encoded:
+        """`prompt`'s ids with its images (PIL) and videos (video.Clip: sampled frames and where
+        they came from, for Qwen2.5-VL's seconds per grid and Qwen3-VL's timestamps)."""
         raw = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        if not images:
+        if not images and not videos:
             return Encoded(raw, raw, [], {})
-        out = self.processor(images=images, text=[prompt], add_special_tokens=False, return_tensors="pt")
-        tensors = {k: out[k] for k in IMAGE_KEYS if k in out}
-        return Encoded(out["input_ids"][0].tolist(), raw, images, tensors)
+        clips = {}
+        if videos:
+            clips = dict(videos=[c.frames for c in videos], video_metadata=[c.metadata for c in videos])
+            clips["do_sample_frames"] = False  # sampled already (video.load), as EasyR1's fetch_video
+        out = self.processor(
+            images=images or None, text=[prompt], add_special_tokens=False, return_tensors="pt", **clips
+        )
+        tensors = {k: torch.as_tensor(out[k]) for k in IMAGE_KEYS if k in out}
+        return Encoded(out["input_ids"][0].tolist(), raw, images, tensors, list(videos))
 
 
 def merge(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Several prompts' image tensors as one packed row's: Qwen-VL's patches and grids end to end
+    """Several prompts' image and video tensors as one packed row's: Qwen-VL's patches and grids end to end
     (dim 0); Idefics3's (1, images, C, H, W) pixels side by side (dim 1), padded to the largest
     image with its pixel mask False there."""
     parts = [p for p in parts if p]
-    if not parts:
-        return {}
     out = {}
-    for key in parts[0]:
-        xs = [p[key] for p in parts]
+    for key in dict.fromkeys(k for p in parts for k in p):  # a prompt may hold pictures, videos or both
+        xs = [p[key] for p in parts if key in p]
         if xs[0].dim() >= 4:  # (1, n, C, H, W) or its mask (1, n, H, W)
             h = max(x.shape[-2] for x in xs)
             w = max(x.shape[-1] for x in xs)
@@ -213,11 +230,90 @@ def uses_mrope(model) -> bool:
 
 
 def image_inputs(model, ids: torch.Tensor, tensors: dict) -> dict:
-    """`generate`'s image kwargs for prompt ids (B, L): the processor's tensors and, for Qwen-VL,
-    `mm_token_type_ids`, without which it silently gives image tokens 1-D positions."""
+    """`generate`'s image and video kwargs for prompt ids (B, L): the processor's tensors and, for
+    Qwen-VL, `mm_token_type_ids`, without which it silently gives their tokens 1-D positions."""
     if not tensors or not uses_mrope(model):
         return dict(tensors)
-    return {**tensors, "mm_token_type_ids": (ids == model.config.image_token_id).int()}
+    return {**tensors, "mm_token_type_ids": token_types(model.config, ids)}
+
+
+def token_types(config, ids: torch.Tensor) -> torch.Tensor:
+    """Qwen-VL's `mm_token_type_ids`: 1 at image tokens, 2 at video tokens, else 0."""
+    video_token = getattr(config, "video_token_id", None)
+    types = (ids == config.image_token_id).int()
+    return types + 2 * (ids == video_token).int() if video_token is not None else types
+
+
+QWEN2_ROPE = ("qwen2_vl", "qwen2_5_vl")  # the families whose positions qwen2_rope_index gives
+
+
+def qwen2_rope_index(config, ids: torch.Tensor, types: torch.Tensor, image_grid_thw=None, video_grid_thw=None,
+                     second_per_grid_ts=None) -> tuple[torch.Tensor, int]:  # fmt: skip
+    """Qwen2-VL's and Qwen2.5-VL's mRoPE positions (3, L) of one sequence and its delta, by the rule
+    the models were trained with (Qwen's get_rope_index, vLLM's get_mrope_input_positions): a
+    picture's or video's tokens at (t × interval, row, column) after the text before it, the text
+    after it from one past the largest of those. transformers 5.19 resumes the text at
+    max(rows, columns) instead, which differs after a video whose temporal positions run further
+    (Qwen2.5-VL's interval is seconds per grid × tokens_per_second) — and from what vLLM samples."""
+    grids = {1: iter(image_grid_thw if image_grid_thw is not None else []),
+             2: iter(video_grid_thw if video_grid_thw is not None else [])}  # fmt: skip
+    return _qwen2_positions(
+        config, types.tolist(), grids, iter(second_per_grid_ts if second_per_grid_ts is not None else [])
+    )
+
+
+def _qwen2_positions(config, kinds: list[int], grids: dict, seconds) -> tuple[torch.Tensor, int]:
+    merge = config.vision_config.spatial_merge_size
+    per_second = getattr(config.vision_config, "tokens_per_second", None)
+    parts, start, at = [], 0, 0
+    while at < len(kinds):
+        if kinds[at] == 0:
+            at += 1
+            continue
+        t, h, w = (int(x) for x in next(grids[kinds[at]]))
+        h, w = h // merge, w // merge
+        base = int(parts[-1].max()) + 1 if parts else 0
+        parts.append(torch.arange(at - start).expand(3, -1) + base)
+        step = 1.0  # Qwen2-VL: one position per temporal patch
+        if per_second is not None:  # Qwen2.5-VL: a video's by its seconds; a picture has one patch
+            step = float(next(seconds, 1.0)) * per_second if kinds[at] == 2 else 0.0
+        grid = torch.stack(torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij"))
+        grid = grid.reshape(3, -1)
+        grid[0] = (grid[0] * step).long()
+        parts.append(grid + base + at - start)
+        at = start = at + t * h * w
+    base = int(parts[-1].max()) + 1 if parts else 0
+    parts.append(torch.arange(len(kinds) - start).expand(3, -1) + base)
+    positions = torch.cat(parts, dim=1)
+    return positions, int(positions.max()) + 1 - len(kinds)
+
+
+def use_qwen2_rope(model) -> None:
+    """Make a Qwen2/2.5-VL model's own position computation (its generate) follow
+    qwen2_rope_index, so the hf engine samples with the positions the trainer and vLLM use."""
+    if model.config.model_type not in QWEN2_ROPE:
+        return
+    config = model.config
+
+    def get_rope_index(input_ids, mm_token_type_ids, image_grid_thw=None, video_grid_thw=None,
+                       second_per_grid_ts=None, attention_mask=None, **kwargs):  # fmt: skip
+        grids = {1: iter(image_grid_thw if image_grid_thw is not None else []),
+                 2: iter(video_grid_thw if video_grid_thw is not None else [])}  # fmt: skip
+        seconds = iter(second_per_grid_ts if second_per_grid_ts is not None else [])
+        out = torch.ones(3, *input_ids.shape, dtype=input_ids.dtype, device=input_ids.device)
+        deltas = []
+        for b in range(input_ids.shape[0]):  # left padding: the real tokens only
+            keep = (
+                attention_mask[b].bool()
+                if attention_mask is not None
+                else torch.ones_like(input_ids[b], dtype=torch.bool)
+            )
+            positions, delta = _qwen2_positions(config, mm_token_type_ids[b][keep].tolist(), grids, seconds)
+            out[:, b, keep] = positions.to(out)
+            deltas.append(delta)
+        return out, torch.tensor(deltas, device=input_ids.device)[:, None]
+
+    model.model.get_rope_index = get_rope_index
 
 
 def auto_class(config):

@@ -10,8 +10,8 @@ exists for torch 2.13, so scripts/install removes it. Without torchvision two th
    attributes (`valid_kwargs`, `size`, `merge_size`, …) even for image-only prompts.
 
 `install()` serves (1) from transformers' PIL image processor (the same resize and patching) and
-gives (2) a stand-in video processor that carries those attributes and refuses videos with one
-clear line. Where torchvision imports, it does nothing. Idefics3/SmolVLM need neither.
+(2) with video.VideoProcessor, which cuts video patches with that PIL image processor. Where
+torchvision imports, it does nothing. Idefics3/SmolVLM need neither.
 """
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import json
 import sys
-from pathlib import Path
 
 QWEN_IMAGE_PROCESSING = "transformers.models.qwen2_vl.image_processing_qwen2_vl"
 _installed = False
@@ -48,40 +46,6 @@ class _PilQwenImageProcessing(importlib.abc.MetaPathFinder, importlib.abc.Loader
         module.__all__ = ["Qwen2VLImageProcessor", "smart_resize"]
 
 
-class NoVideoProcessor(dict):
-    """Stands where a Qwen-VL processor expects its video processor. A dict, so the processor's
-    JSON repr works; its attributes are the image processor's (what vLLM reads). Checkpoints
-    write a processor's files without it (vision.ImageProcessor.save_pretrained)."""
-
-    class valid_kwargs:  # vLLM reads the annotations of this class
-        pass
-
-    def __init__(self, config: dict | None = None):
-        config = config or {}
-        super().__init__(video_processor_type="NoVideoProcessor")
-        self.merge_size = config.get("merge_size", 2)
-        self.temporal_patch_size = config.get("temporal_patch_size", 2)
-        self.patch_size = config.get("patch_size", 14)
-        self.size = config.get("size") or {"shortest_edge": 128 * 32 * 32, "longest_edge": 768 * 32 * 32}
-        self.fps, self.min_frames, self.max_frames = 2, 4, 8
-
-    @classmethod
-    def from_pretrained(cls, path, **kwargs) -> NoVideoProcessor:
-        config = {}
-        for name in ("video_preprocessor_config.json", "preprocessor_config.json"):
-            file = Path(str(path)) / name
-            if file.is_file():
-                config = json.loads(file.read_text())
-                break
-        return cls(config)
-
-    def __call__(self, *args, **kwargs):
-        raise ValueError(
-            "videos need torchvision, which has no build for this machine's torch; use images, or "
-            "train on a machine with torchvision installed"
-        )
-
-
 def install() -> None:
     """Make Qwen-VL processors and vLLM's Qwen-VL models load without torchvision (idempotent)."""
     global _installed
@@ -91,14 +55,16 @@ def install() -> None:
     sys.meta_path.insert(0, _PilQwenImageProcessing())
     from transformers import processing_utils
 
+    from .video import VideoProcessor
+
     processing_utils.MODALITY_TO_AUTOPROCESSOR_MAPPING._MAPPING_NAMES["video_processor"] = (
-        __name__,
-        "NoVideoProcessor",
+        "r1cloud.video",
+        "VideoProcessor",
     )
     check = processing_utils.ProcessorMixin.check_argument_for_proper_class
 
     def check_argument(self, name, argument):
-        if argument is None or isinstance(argument, NoVideoProcessor):
+        if argument is None or isinstance(argument, VideoProcessor):
             return None
         return check(self, name, argument)
 

@@ -40,15 +40,16 @@ def refuse_unknown_sampling(engine: str, val_override: dict) -> None:
 
 @dataclass
 class Request:
-    """One prompt for an engine. With images, vLLM takes `raw_ids` (one placeholder per image,
-    which it expands) and the PIL `images`; the hf engine takes `ids` (expanded) and the
-    processor's `image_inputs`."""
+    """One prompt for an engine. With images or videos, vLLM takes `raw_ids` (one placeholder per
+    image or video, which it expands) and the PIL `images` and `videos`' frames; the hf engine
+    takes `ids` (expanded) and the processor's `image_inputs`."""
 
     ids: list[int]
     raw_ids: list[int] | None = None
     images: list = field(default_factory=list)
     image_inputs: dict = field(default_factory=dict)
     reset: dict | None = None  # an environment's episode: {"row", "around": (head, tail), "where"}
+    videos: list = field(default_factory=list)  # video.Clip: vLLM takes the frames and their metadata
 
 
 @dataclass

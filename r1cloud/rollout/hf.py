@@ -33,8 +33,11 @@ class HFEngine:
 
         config = AutoConfig.from_pretrained(model_path)
         self.model = auto_class(config).from_pretrained(model_path, dtype=dtype).to(device).eval()
-        image_token = getattr(config, "image_token_id", None)
-        self.forbidden = {image_token} if image_token is not None else set()  # see cut_at_eos
+        vision.use_qwen2_rope(self.model)  # the positions the trainer and vLLM give videos
+        # a picture's or video's placeholder is never sampled (see cut_at_eos)
+        self.forbidden = {
+            t for t in (getattr(config, f"{k}_token_id", None) for k in ("image", "video")) if t is not None
+        }
         if dtype == torch.float32 and device == "cpu":
             onednn.use_in(self.model)  # fp32 linear layers at twice MKL's speed on AMD CPUs
         self.eos, self.pad, self.device, self.micro_batch = eos_ids, pad_id, device, micro_batch
@@ -50,12 +53,12 @@ class HFEngine:
     def generate(self, prompts: list[Request], sampling: Sampling) -> list[Sample]:
         work = [(i, j) for i in range(len(prompts)) for j in range(sampling.n)]
         samples: list[Sample] = []
-        text = [w for w in work if not prompts[w[0]].images]
+        text = [w for w in work if not prompts[w[0]].image_inputs]
         for start in range(0, len(text), self.micro_batch):
             chunk = text[start : start + self.micro_batch]
             samples += self._generate([prompts[i] for i, _ in chunk], [i for i, _ in chunk], sampling, start)
-        for i, p in enumerate(prompts):  # with images: one prompt's samples at a time
-            if p.images:
+        for i, p in enumerate(prompts):  # with images or videos: one prompt's samples at a time
+            if p.image_inputs:
                 offset = work.index((i, 0))
                 samples += self._generate([p] * sampling.n, [i] * sampling.n, sampling, offset)
         return sorted(samples, key=lambda x: x.prompt)  # stable: each prompt's samples in order

@@ -29,9 +29,11 @@ class VLLMEngine:
     name = "vllm"
 
     def __init__(
-        self, model_path: str, tokenizer_path: str, cfg, eos_ids: set[int], seed: int, lora_rank: int = 0
-    ):
-        """`lora_rank`: LoRA enabled, for adapter syncs (`load_adapter`) instead of merged weights."""
+        self, model_path: str, tokenizer_path: str, cfg, eos_ids: set[int], seed: int, lora_rank: int = 0,
+        videos: int = 0,
+    ):  # fmt: skip
+        """`lora_rank`: LoRA enabled, for adapter syncs (`load_adapter`) instead of merged weights;
+        `videos`: the most videos a prompt holds (vLLM reserves room for that many)."""
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         from transformers import AutoConfig
 
@@ -44,11 +46,15 @@ class VLLMEngine:
         if is_vision_config(config):
             vision_compat.prepare_vllm(config.architectures or [])
             # images as the data allow (EasyR1: limit_images > 0 caps a prompt's; an episode's
-            # observations add their own, so there vLLM's own limit applies); never videos
+            # observations add their own, so there vLLM's own limit applies); videos as the data has
             cap = cfg.limit_images if not cfg.multi_turn.enable else 0
-            mm = {"limit_mm_per_prompt": {"video": 0, **({"image": cap} if cap else {})}}
-            # an image token sampled into a response would have no image behind it (cut_at_eos)
-            self.forbidden = {config.image_token_id}
+            mm = {"limit_mm_per_prompt": {"video": videos, **({"image": cap} if cap else {})}}
+            if videos:  # normalized by the processor: vLLM's Qwen3-VL video path does not tell it
+                mm["mm_device_do_normalize"] = False  # that the model would normalize on the device
+            # a picture's or video's token sampled into a response would have nothing behind it (cut_at_eos)
+            self.forbidden = {
+                t for t in (config.image_token_id, getattr(config, "video_token_id", None)) if t is not None
+            }
         from vllm import LLM
 
         self.cuda = torch.cuda.is_available()
@@ -208,7 +214,13 @@ def _ram_disk() -> str | None:
 
 
 def _input(p: Request) -> dict:
-    """With images: one placeholder per image in the ids, the images beside them (vLLM expands)."""
-    if p.images:
-        return {"prompt_token_ids": p.raw_ids, "multi_modal_data": {"image": p.images}}
+    """With images or videos: one placeholder each in the ids, the pictures and each video's frames
+    (T, H, W, 3) with their metadata beside them (vLLM expands)."""
+    media = {"image": p.images} if p.images else {}
+    if p.videos:
+        import numpy as np
+
+        media["video"] = [(np.stack([np.asarray(f) for f in c.frames]), c.metadata) for c in p.videos]
+    if media:
+        return {"prompt_token_ids": p.raw_ids, "multi_modal_data": media}
     return {"prompt_token_ids": p.ids}

@@ -231,13 +231,19 @@ def _row_problem(row: dict, d, at: str, where: str, kinds: dict[str, tuple[str, 
 
 
 def check_file(
-    path: Path, d, added: int = 0, text_model: bool = False, limit_images: int = 0
+    path: Path,
+    d,
+    added: int = 0,
+    text_model: bool = False,
+    limit_images: int = 0,
+    no_videos: str | None = None,
 ) -> tuple[list[str], str | None]:
     """One pass over a local data file: its first ROWS rows checked whole (columns, types, the first
-    IMAGES images opened), and its first PLACED rows' images against their `<image>` placeholders
-    (the prompt's, plus `added` by the format prompt) and `limit_images`, for videos and images for
-    a text-only model. Returns the problem (one line naming the file and row) and the first row's
-    prompt (to render the format prompt over)."""
+    IMAGES images opened), and its first PLACED rows' images and videos against their `<image>` and
+    `<video>` placeholders (the prompt's, plus `added` by the format prompt) and `limit_images`,
+    their video files' presence, images and videos for a text-only model, and videos where the run
+    takes none (`no_videos` says why). Returns the problem (one line naming the file and row) and
+    the first row's prompt (to render the format prompt over)."""
     first: str | None = None
     images = 0
     kinds: dict[str, tuple[str, str]] = {}
@@ -254,10 +260,8 @@ def check_file(
                     images += 1
                     if message := _image_problem(item, d.image_dir):
                         return [f"{at}: {message}"], first
-            if row.get(d.video_key):
-                return [
-                    f"{path.name}: row {i} holds videos ({d.video_key!r}), which are not supported yet; give their frames as images"
-                ], first
+            if message := _video_problem(row, d, f"{path.name}: row {i}", text_model, no_videos):
+                return [message], first
             if d.image_key not in row:  # no image column: a text prompt, as EasyR1 decides
                 continue
             found = _items(row[d.image_key])
@@ -279,6 +283,31 @@ def check_file(
     if first is None:
         return [f"{path.name} holds no rows: a data set needs at least one"], first
     return [], first
+
+
+def _video_problem(row: dict, d, at: str, text_model: bool, no_videos: str | None) -> str | None:
+    """A row's videos against its `<video>` placeholders, the run and their files (data.py reads them)."""
+    value = row.get(d.video_key) or []
+    videos = (
+        value
+        if isinstance(value, list) and value and isinstance(value[0], str | list)
+        else _items(value or None)
+    )
+    wanted = str(row.get(d.prompt_key, "")).count("<video>")
+    if wanted != len(videos):
+        return f"{at} has {wanted} <video> in its prompt and {len(videos)} videos in {d.video_key!r}: put one <video> where each video goes"
+    if videos and text_model:
+        return f"{at} has videos, and the model is text-only (its config has no vision_config): train a vision-language model, or drop the {d.video_key!r} column"
+    if videos and no_videos:
+        return (
+            f"{at} has videos, and {no_videos}: drop the {d.video_key!r} column, or give the frames as images"
+        )
+    for item in videos:
+        source = image_source(item, d.image_dir) if isinstance(item, str) else None
+        if source is not None and not os.path.isfile(source):
+            where = "data.image_dir" if d.image_dir else "the working directory (data.image_dir is not set)"
+            return f"{at}: video {item!r} not found (relative paths are joined with {where})"
+    return None
 
 
 def _items(value) -> list:

@@ -133,7 +133,11 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
         problem("worker.reward.reward_function", msg)
     config = model_config(spec.worker.actor.model.model_path)
     text_model = config is not None and "vision_config" not in config
-    for at, message in [*check_data(d, text_model, limit_images=w.rollout.limit_images),
+    family = (config or {}).get("model_type", "")
+    no_videos = ("multi-turn episodes take no videos yet" if w.rollout.multi_turn.enable else
+                 f"the model's family ({family}) takes no videos" if config and not text_model
+                 and family not in VIDEO_FAMILIES else None)  # fmt: skip
+    for at, message in [*check_data(d, text_model, limit_images=w.rollout.limit_images, no_videos=no_videos),
                         *check_model(spec, config)]:  # fmt: skip
         problem(at, message)
     return problems
@@ -213,6 +217,7 @@ def model_config(path: str | None) -> dict | None:
 
 
 VISION_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "idefics3")  # tested: testing.make_tiny_vlm
+VIDEO_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # tested with videos: tests/trainer/test_video.py
 
 
 def unsupported(config: dict) -> str | None:
@@ -442,7 +447,11 @@ def _check_template(path: Path, origin: str | None) -> list[Problem]:
 
 
 def check_data(
-    d, text_model: bool = False, keys=("train_files", "val_files"), limit_images: int = 0
+    d,
+    text_model: bool = False,
+    keys=("train_files", "val_files"),
+    limit_images: int = 0,
+    no_videos: str | None = None,
 ) -> list[tuple[str, str]]:
     """(key, message) for each local data file's problems (data_check.py), the format prompt
     rendered over the first real row, and a train set smaller than one rollout batch."""
@@ -466,7 +475,7 @@ def check_data(
                 found.append((f"data.{key}", str(e)))
                 continue
             for file in files:
-                messages, prompt = data_check.check_file(file, d, added, text_model, limit_images)
+                messages, prompt = data_check.check_file(file, d, added, text_model, limit_images, no_videos)
                 first = prompt if first is None else first
                 found += [(f"data.{key}", m) for m in messages]
     sample = first if first is not None else "What is 1 + 1?"

@@ -26,7 +26,10 @@ KEYS: dict[str, tuple[str, str]] = {
         INERT,
         "prompts are measured once, in the driver, with the fast tokenizer: there are no workers to size",
     ),
-    "data.video_fps": (INERT, "videos are refused by validate (no video path yet), so no frame rate applies"),
+    "data.video_fps": (
+        HONOURED,
+        "video.load: a video file sampled at this rate, as qwen_vl_utils' fetch_video",
+    ),
     "data.*": (HONOURED, "the prompt sets (data.py, vision.py)"),
     # algorithm
     "algorithm.*": (HONOURED, "advantages, KL and filtering (trainer/algorithms.py, trainer/driver.py)"),

@@ -129,7 +129,11 @@ class Trainer:
         self.workers = launch(self.spec, self.world)
         self.share_prompts = self.call("shares_prompts")[0]
         self.adapter = self.call("adapter")[0]  # LoRA: adapter_config.json and what it trains
-        names = self.call("start_engine", engine)
+        videos = max(
+            (len(p.videos) for rows in (self.train_set, self.val_set) if rows for p in rows.prompts),
+            default=0,
+        )
+        names = self.call("start_engine", engine, videos)
         self.call("set_schedule", self.steps)
         return names[0]
 
@@ -142,11 +146,14 @@ class Trainer:
         tp = self.spec.worker.rollout.tensor_parallel_size if self.engine == "vllm" else 1
         chunks = chunk_evenly(indices, self.world // tp)
         uids = {i: uuid.uuid4().hex for i in indices}
-        inputs = {i: t for i in indices if (t := prompt_set.image_inputs(i))}  # once per prompt
+        clips = {i: prompt_set.clips(i) for i in indices if prompt_set.prompts[i].videos}  # decoded once
+        inputs = {i: t for i in indices if (t := prompt_set.image_inputs(i, clips.get(i)))}  # once per prompt
         requests = {}
         for i in indices:
             p = prompt_set.prompts[i]
-            requests[i] = Request(p.prompt_ids, p.raw_ids, p.images, inputs.get(i, {}), p.reset)
+            requests[i] = Request(
+                p.prompt_ids, p.raw_ids, p.images, inputs.get(i, {}), p.reset, clips.get(i, [])
+            )
         calls = [
             w.generate.remote([requests[i] for i in chunks[rank // tp]], for_rank(sampling, rank // tp))
             for rank, w in enumerate(self.workers)

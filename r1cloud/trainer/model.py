@@ -192,14 +192,18 @@ def rope_index(model):
     """`pack`'s rope for a Qwen-VL model (mRoPE), else None."""
     if not uses_mrope(model):
         return None
-    get = model.model.get_rope_index
-    image_token = model.config.image_token_id
+    get, config = model.model.get_rope_index, model.config
+    grids = ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")
+    qwen2 = config.model_type in vision.QWEN2_ROPE  # Qwen's own rule (vision.qwen2_rope_index)
 
     def rope(prompt: list[int], images: dict) -> tuple[torch.Tensor, int]:
-        if "image_grid_thw" not in images:  # a text prompt: plain positions
+        if "image_grid_thw" not in images and "video_grid_thw" not in images:  # a text prompt
             return torch.arange(len(prompt)).expand(3, -1), 0
         ids = torch.tensor(prompt)[None]
-        at, delta = get(ids, (ids == image_token).int(), image_grid_thw=images["image_grid_thw"].cpu())
+        given = {k: images[k].cpu() for k in grids if k in images}
+        if qwen2:
+            return vision.qwen2_rope_index(config, ids[0], vision.token_types(config, ids)[0], **given)
+        at, delta = get(ids, vision.token_types(config, ids), **given)
         return at[:, 0].cpu(), int(delta.reshape(-1)[0])
 
     return rope

@@ -234,7 +234,8 @@ class HybridWorker:
     def shares_prompts(self) -> bool:
         return self.share_prompts
 
-    def start_engine(self, engine: str) -> str:
+    def start_engine(self, engine: str, videos: int = 0) -> str:
+        """The rollout engine; `videos`: the most videos a prompt holds (vLLM makes room for them)."""
         from transformers import AutoTokenizer
 
         m, r = self.spec.worker.actor.model, self.spec.worker.rollout
@@ -250,7 +251,9 @@ class HybridWorker:
 
             self.adapter_sync = self.lora and lora.sync_adapters(m.lora, self.cuda)
             rank = vllm_max_rank(m.lora.rank) if self.adapter_sync else 0
-            self.engine = VLLMEngine(m.model_path, m.tokenizer_path, r, eos, seed=r.seed, lora_rank=rank)
+            self.engine = VLLMEngine(
+                m.model_path, m.tokenizer_path, r, eos, seed=r.seed, lora_rank=rank, videos=videos
+            )
         else:
             from ..rollout.hf import HFEngine
 

@@ -570,8 +570,8 @@ def test_a_run_whose_environment_answers_with_pictures_trains_on_them(
 
 def test_ulysses_on_a_vlm_gives_one_process_log_probs_and_gradients(tmp_path):
     """ulysses_size 2 on the tiny Qwen2/2.5/3-VL and Idefics3 (two gloo processes, ulysses_vlm.py):
-    each embeds the whole row (its vision tower on every picture) and runs the language model on
-    its half, Qwen3-VL's deepstack features included. Log-probs equal one process's and the group's
+    each embeds the whole row (its vision tower on every picture and, for Qwen, a video) and runs the
+    language model on its half, Qwen3-VL's deepstack features included. Log-probs equal one process's and the group's
     gradients add up to its, vision tower and merger included, ≤ 1e-5."""
     import subprocess
     import sys

@@ -1,5 +1,5 @@
 """Ulysses on a vision-language model without Ray or FSDP: two gloo processes, one group of 2,
-each running the tiny VLM's packed rows (pictures, shared prompts, a text-only row) over its half.
+each running the tiny VLM's packed rows (pictures, a video, shared prompts, a text-only row) over its half.
 Rank 0 writes the log-probs and the group's summed gradients of a weighted log-prob sum to
 ROOT/ARCH/ulysses.pt for the test to hold against one process (test_vision.py).
 Run: python ulysses_vlm.py ROOT PORT ARCH..."""
@@ -14,8 +14,10 @@ import torch.multiprocessing as mp
 
 def rows(processor) -> list[list[tuple]]:
     """Two micro-batches: pictures (a shared prompt, two pictures in one prompt) with a text-only
-    sequence among them, then text-only sequences."""
+    sequence among them (and, for Qwen-VL, a video), then text-only sequences."""
     from PIL import Image
+
+    from r1cloud import video
 
     a, b = Image.new("RGB", (56, 84), (200, 20, 20)), Image.new("RGB", (84, 56), (20, 20, 200))
     one = processor.encode(processor.render("<image>How many?", True), [a])
@@ -27,6 +29,11 @@ def rows(processor) -> list[list[tuple]]:
         (two.ids, [10, 11, 12, 13], {"key": "b", **two.image_inputs}),
         (one.ids, [8, 9], {"key": "a", **one.image_inputs}),
     ]
+    if isinstance(getattr(processor.processor, "video_processor", None), video.VideoProcessor):  # Qwen-VL
+        frames = [Image.new("RGB", (84, 56), (50 * k, 90, 200 - 50 * k)) for k in range(4)]
+        clip = video.load(frames, None, 2.0, 784, 4704, processor.video_factor)
+        moving = processor.encode(processor.render("<video>What moves?", True), [], [clip])
+        first.append((moving.ids, [14, 15, 16], {"key": "v", **moving.image_inputs}))
     return [first, [(text, [40, 41, 42]), (text[:5], [43])]]
 
 
