@@ -136,23 +136,27 @@ def render(template_file: str | None, text: str) -> str:
     return prompts.load(template_file).render(content=text)
 
 
-def content(text: str, images: list[str]) -> str | list[dict]:
-    """A user message's content: the text, or with images OpenAI's parts (data URLs), each image
-    where the text has an `<image>` placeholder (the format prompt's own), else all first."""
-    if not images:
+def content(text: str, images: list[str], videos: list[str] = ()) -> str | list[dict]:
+    """A user message's content: the text, or with images and videos OpenAI's parts (data URLs),
+    each where the text has its `<image>` / `<video>` placeholder (the format prompt's own), else
+    all first, pictures then videos."""
+    if not images and not videos:
         return text
+    import re
+
+    from .video import PLACEHOLDER as VIDEO
     from .vision import PLACEHOLDER, data_url
 
-    pieces = (
-        text.split(PLACEHOLDER)
-        if text.count(PLACEHOLDER) == len(images)
-        else ["", *[""] * (len(images) - 1), text]
-    )
+    placed = text.count(PLACEHOLDER) == len(images) and text.count(VIDEO) == len(videos)
+    pieces = re.split(f"({PLACEHOLDER}|{VIDEO})", text) if placed else [
+        *([PLACEHOLDER] * len(images)), *([VIDEO] * len(videos)), text]  # fmt: skip
+    media = {PLACEHOLDER: iter(images), VIDEO: iter(videos)}
     parts: list[dict] = []
-    for i, piece in enumerate(pieces):
-        if i:
-            parts.append({"type": "image_url", "image_url": {"url": data_url(images[i - 1])}})
-        if piece:
+    for piece in pieces:
+        if piece in media:
+            kind = "image_url" if piece == PLACEHOLDER else "video_url"
+            parts.append({"type": kind, kind: {"url": data_url(next(media[piece]))}})
+        elif piece:
             parts.append({"type": "text", "text": piece})
     return parts
 

@@ -2,8 +2,9 @@
 `python -m r1cloud.openai_server MODEL [--host H] [--port P] [--served-model-name N] [--max-model-len L]`.
 
 It answers `/v1/models`, `/v1/completions` and `/v1/chat/completions` (streaming as server-sent
-events, as OpenAI's API does; a vision-language model's chat takes `image_url` parts as data URLs
-or file:// paths), enforces `Authorization: Bearer KEY` when R1CLOUD_API_KEY or VLLM_API_KEY is
+events, as OpenAI's API does; a vision-language model's chat takes `image_url` parts — and for
+Qwen-VL `video_url` parts, sampled at 2 frames a second as vLLM's Qwen loaders and EasyR1's
+default `video_fps` do — as data URLs or file:// paths), enforces `Authorization: Bearer KEY` when R1CLOUD_API_KEY or VLLM_API_KEY is
 set, and generates one request at a time. vLLM is the engine for throughput; this one is for
 correctness anywhere.
 """
@@ -24,8 +25,10 @@ from fastapi import Body, FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from transformers import AutoConfig, AutoTokenizer, TextIteratorStreamer
 
-from . import vision
+from . import video, vision
 from .vision import auto_class, image_inputs, use_qwen2_rope
+
+VIDEO_FPS = 2.0  # frames a second sampled from a video in a chat message
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -50,15 +53,18 @@ class Engine:
         """Prompt ids and, with images, the generate kwargs that carry them. `tools` reach the chat
         template (calls come back as the text the model writes: this server has no tool parser)."""
         if self.processor is None:
-            if any(isinstance(m.get("content"), list) and any(p.get("type") == "image_url" for p in m["content"])
-                   for m in messages):  # fmt: skip
-                raise ValueError("this is a text model: it takes no images")
+            if any(isinstance(m.get("content"), list) and any(p.get("type") in ("image_url", "video_url")
+                   for p in m["content"]) for m in messages):  # fmt: skip
+                raise ValueError("this is a text model: it takes no images or videos")
             ids = self.tokenizer.apply_chat_template(
                 messages, tools=tools or None, add_generation_prompt=True, tokenize=True
             )
             return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "input_ids") else ids), {}
-        messages, images = vision.split_chat(messages)
-        enc = self.processor.encode(self.processor.apply_template(messages), images)
+        messages, images, videos = vision.split_chat(messages)
+        clips = [
+            video.Clip(*video.read_frames(v, VIDEO_FPS)) for v in videos
+        ]  # sized by the processor, as vLLM
+        enc = self.processor.encode(self.processor.apply_template(messages), images, clips)
         return enc.ids, image_inputs(self.model, torch.tensor([enc.ids]), enc.image_inputs)
 
     def stream(

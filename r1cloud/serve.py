@@ -249,13 +249,26 @@ def command(
     return [*head, "--host", host, "--port", str(port), "--served-model-name", name, *limit, *extra]
 
 
-def images_only(argv: list[str], config) -> list[str]:
-    """`argv` with videos turned off for a vision-language model, unless it limits modalities itself."""
-    if getattr(config, "vision_config", None) is None or any(
-        a.startswith("--limit-mm-per-prompt") for a in argv
-    ):
+VIDEO_MODELS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # r1cloud's video processor serves these
+
+
+def media_limits(argv: list[str], config) -> list[str]:
+    """`argv` for a vision-language model: a video per prompt for Qwen-VL (pixels normalized by the
+    processor: vLLM's Qwen3-VL video path would normalize them twice; frames sampled by vLLM's Qwen
+    loader, which it picks only for transformers' own video processor class), none for the others —
+    unless the arguments say otherwise."""
+    if getattr(config, "vision_config", None) is None:
         return argv
-    return [*argv, "--limit-mm-per-prompt", json.dumps({"video": 0})]
+    out = list(argv)
+    video = getattr(config, "model_type", "") in VIDEO_MODELS
+    if not any(a.startswith("--limit-mm-per-prompt") for a in argv):
+        out += ["--limit-mm-per-prompt", json.dumps({"video": 1 if video else 0})]
+    if video and not any(a.endswith("mm-device-do-normalize") for a in argv):
+        out.append("--no-mm-device-do-normalize")
+    if video and not any(a.startswith("--media-io-kwargs") for a in argv):  # vLLM's Qwen frame sampling
+        loader = "qwen3_vl" if config.model_type.startswith("qwen3") else "qwen2_vl"  # (2 a second), which
+        out += ["--media-io-kwargs", json.dumps({"video": {"video_backend": loader}})]  # it picks by class
+    return out
 
 
 def key_env(api_key: str | None) -> dict[str, str]:

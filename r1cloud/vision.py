@@ -193,35 +193,60 @@ def image_from_url(url: str):
 
 
 def data_url(path: str) -> str:
-    """A local image file as a data URL, for an OpenAI chat message."""
+    """A local image or video file as a data URL, for an OpenAI chat message."""
     import base64
     import mimetypes
 
-    kind = mimetypes.guess_type(path)[0] or "image/png"
+    kind = mimetypes.guess_type(path)[0] or (
+        "video/mp4" if path.endswith((".mp4", ".webm", ".avi", ".mov")) else "image/png"
+    )
     with open(path, "rb") as f:
         return f"data:{kind};base64,{base64.b64encode(f.read()).decode()}"
 
 
-def split_chat(messages: list[dict]) -> tuple[list[dict], list]:
-    """OpenAI chat messages -> (messages with `{"type": "image"}` parts, the images in order), for
-    a processor's chat template."""
-    out, images = [], []
+def split_chat(messages: list[dict]) -> tuple[list[dict], list, list[str]]:
+    """OpenAI chat messages -> (messages with `{"type": "image"}` and `{"type": "video"}` parts, the
+    images in order, the videos' files in order), for a processor's chat template."""
+    out, images, videos = [], [], []
     for m in messages:
         content = m.get("content")
         if isinstance(content, list):
             parts = []
             for part in content:
-                if part.get("type") == "image_url":
-                    url = (
-                        part["image_url"]["url"] if isinstance(part["image_url"], dict) else part["image_url"]
-                    )
-                    images.append(image_from_url(url))
-                    parts.append({"type": "image"})
-                elif part.get("type") == "text":
+                kind = part.get("type")
+                if kind in ("image_url", "video_url"):
+                    url = part[kind]["url"] if isinstance(part[kind], dict) else part[kind]
+                    if kind == "image_url":
+                        images.append(image_from_url(url))
+                    else:
+                        videos.append(video_file(url))
+                    parts.append({"type": kind.removesuffix("_url")})
+                elif kind == "text":
                     parts.append({"type": "text", "text": part.get("text", "")})
             m = {**m, "content": parts}
         out.append(m)
-    return out, images
+    return out, images, videos
+
+
+def video_file(url: str) -> str:
+    """An OpenAI chat `video_url` as a file OpenCV reads: a file:// path, or a base64 data URL
+    written to a temporary file (removed when the process ends)."""
+    import atexit
+    import base64
+    import tempfile
+    import urllib.parse
+
+    if url.startswith("file://"):
+        return urllib.parse.unquote(url.removeprefix("file://"))
+    head, _, data = url.partition(",")
+    if not url.startswith("data:") or ";base64" not in head:
+        raise ValueError(
+            "video_url must be a base64 data URL (data:video/mp4;base64,…) or a file:// path on the server"
+        )
+    with tempfile.NamedTemporaryFile(suffix=".mp4", delete=False) as f:
+        f.write(base64.b64decode(data))
+    atexit.register(os.unlink, f.name)
+    return f.name
 
 
 def uses_mrope(model) -> bool:

@@ -1,7 +1,6 @@
 """`python -m r1cloud.vllm_server ARGS`: vLLM's OpenAI-compatible server (the same arguments), with
-`vision_compat` in place, so Qwen-VL models serve on a machine without torchvision — for images:
-there a vision-language model is served with `--limit-mm-per-prompt {"video": 0}` (unless the
-arguments set it), or vLLM's start-up profiling feeds it a dummy video it cannot process.
+`vision_compat` in place, so Qwen-VL models serve on a machine without torchvision, pictures and
+videos (r1cloud's video processor; `serve.media_limits` says how many and how they are normalized).
 
 vLLM's CPU build starts its engine and worker processes with `spawn`, and a spawned process
 imports the parent's main module again (as `__mp_main__`): so the shim is installed at this
@@ -13,7 +12,7 @@ from __future__ import annotations
 import sys
 
 from . import vision_compat
-from .serve import images_only
+from .serve import media_limits
 
 
 def _config(argv: list[str]):
@@ -36,7 +35,7 @@ def main() -> None:
     from vllm.entrypoints.launchers.api_server.entry import main as serve
 
     if vision_compat.torchvision_missing():
-        sys.argv[1:] = images_only(sys.argv[1:], _found)
+        sys.argv[1:] = media_limits(sys.argv[1:], _found)
     serve()
 
 

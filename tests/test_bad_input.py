@@ -501,13 +501,28 @@ def test_a_failed_servers_reason_is_the_root_cause_not_vllms_summary(tmp_path):
     assert last_error(log) == "error: the trainer's own words"
 
 
-def test_a_vision_language_model_is_served_for_images_where_videos_cannot_be_processed():
+def test_a_vision_language_model_is_served_with_the_videos_r1cloud_can_process():
+    """What r1cloud.vllm_server adds for a VLM without torchvision: one video per prompt and
+    processor-normalized pixels for Qwen-VL (r1cloud's video processor), no video for the others;
+    a user's own limit or normalization flag stays theirs."""
     from types import SimpleNamespace
 
-    from r1cloud.serve import images_only  # what r1cloud.vllm_server applies
+    from r1cloud.serve import media_limits
 
-    vlm, text = SimpleNamespace(vision_config={}), SimpleNamespace()
-    assert images_only(["--model", "m"], vlm) == ["--model", "m", "--limit-mm-per-prompt", '{"video": 0}']
-    assert images_only(["--model", "m"], text) == ["--model", "m"]
-    assert images_only(["--limit-mm-per-prompt={}"], vlm) == ["--limit-mm-per-prompt={}"]  # the user's own
-    assert images_only([], None) == []
+    qwen, idefics = (
+        SimpleNamespace(vision_config={}, model_type="qwen2_5_vl"),
+        SimpleNamespace(vision_config={}, model_type="idefics3"),
+    )
+    assert media_limits(["--model", "m"], qwen) == [
+        "--model", "m", "--limit-mm-per-prompt", '{"video": 1}', "--no-mm-device-do-normalize",
+        "--media-io-kwargs", '{"video": {"video_backend": "qwen2_vl"}}']  # fmt: skip
+    assert media_limits(["--model", "m"], idefics) == [
+        "--model",
+        "m",
+        "--limit-mm-per-prompt",
+        '{"video": 0}',
+    ]
+    assert media_limits(["--model", "m"], SimpleNamespace()) == ["--model", "m"]  # a text model
+    own = ["--limit-mm-per-prompt={}", "--mm-device-do-normalize", "--media-io-kwargs={}"]
+    assert media_limits(own, qwen) == own
+    assert media_limits([], None) == []

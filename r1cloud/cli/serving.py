@@ -322,6 +322,14 @@ def chat(
             show_default=False,
         ),
     ] = None,
+    video: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--video",
+            help="A video (mp4) for a Qwen-VL model (repeat for several), sent with the first question.",
+            show_default=False,
+        ),
+    ] = None,
     api_key: Annotated[
         str | None,
         typer.Option(
@@ -368,10 +376,11 @@ def chat(
             " (--raw for none)",
             markup=False,
         )
-    images = [str(p) for p in image or []]
-    for path in images:
-        if not Path(path).is_file():
-            fail(f"error: --image {path}: no such file", ["give a PNG or JPEG file"])
+    images, videos = [str(p) for p in image or []], [str(p) for p in video or []]
+    for flag, paths, kind in (("--image", images, "a PNG or JPEG file"), ("--video", videos, "an mp4 file")):
+        for path in paths:
+            if not Path(path).is_file():
+                fail(f"error: {flag} {path}: no such file", [f"give {kind}"])
     if sys.stdin.isatty() or prompt is not None:
         prompts = None
     else:
@@ -400,9 +409,14 @@ def chat(
             if show_prompt:
                 err.print(f"[dim]sent:[/] {message}", highlight=False)
             answers = []
-            pictures = images if len(histories[0]) == len(lead) else []  # with the first question
+            first = len(histories[0]) == len(lead)  # pictures and videos go with the first question
             for k, (side, history) in enumerate(zip(sides, histories, strict=True)):
-                history.append({"role": "user", "content": ch.content(message, pictures)})
+                history.append(
+                    {
+                        "role": "user",
+                        "content": ch.content(message, *((images, videos) if first else ([], []))),
+                    }
+                )
                 if box is None:
                     stream = None if compare else (lambda piece: out.print(piece, end="", markup=False))
                     answer = ch.ask(side, history, max_tokens, temperature, stream)

@@ -275,6 +275,11 @@ def test_hf_engine_samples_images_with_the_trainer_log_probs(tiny_vlm):
     assert cut_at_eos([5, pad_id, 6], [-1.0, -2.0, -3.0], {7}, {pad_id}) == ([5], [-1.0], False)
 
 
+def expected_text(processor, prompt: str) -> int:
+    """The rendered prompt's tokens without the video's: one <|video_pad|> stands for it."""
+    return len(processor.encode(processor.render(prompt, True), []).ids) - 1
+
+
 def vision_request(prompt, tensors):
     from r1cloud.rollout import Request
 
@@ -286,7 +291,7 @@ def test_vl_config_trains_with_two_workers_through_the_cli(tmp_path, tiny_vlm, s
     """An EasyR1-format VL config with local pictures: 2 steps on 2 workers with vLLM, an INFERENCE
     READY checkpoint that loads with its processor, merged, served by vLLM and by the fallback and
     asked with a picture through the official `openai` client, `chat --image`; a placeholder/image
-    mismatch is exit 2 naming the row."""
+    mismatch is exit 2 naming the row. Both servers and `chat --video` take a clip too."""
     pytest.importorskip("vllm")
     home = {"R1CLOUD_HOME": str(tmp_path / "home")}
     bp = tmp_path / "vl.yaml"
@@ -326,8 +331,21 @@ def test_vl_config_trains_with_two_workers_through_the_cli(tmp_path, tiny_vlm, s
             [vision.open_image(str(picture)).convert("RGB")],
         ).ids
     )
-    # vLLM serves the merged folder at the model's whole context (its start-up profiling once fed a
-    # dummy video that this machine cannot process); the fallback serves the job's checkpoint
+    # and with a 2 s clip (20 frames at 10 fps): both servers sample 4 frames, 2 a second, and
+    # size them by the processor, so the prompt holds 2 × 2 × 3 merged patches
+    from r1cloud import video
+    from r1cloud.testing import write_video
+
+    clip = write_video(tmp_path / "clip.mp4", frames=20, fps=10, size=(84, 56))
+    watch = [{"role": "user", "content": [
+        {"type": "video_url", "video_url": {"url": vision.data_url(str(clip))}},
+        {"type": "text", "text": "What moves?"},
+    ]}]  # fmt: skip
+    frames = video.Clip(*video.read_frames(str(clip), 2.0))
+    seen = len(processor.encode(processor.render("<video>What moves?", True), [], [frames]).ids)
+    assert len(frames.frames) == 4 and seen == expected_text(processor, "<video>What moves?") + 12
+    # vLLM serves the merged folder at the model's whole context (its start-up profiling feeds it a
+    # dummy video, which r1cloud's video processor handles); the fallback serves the job's checkpoint
     for engine, what, extra in (
         ("vllm", [tmp_path / "merged"], ["--", "--enforce-eager"]),
         ("transformers", ["vl-job", "--max-model-len", "256"], []),
@@ -345,6 +363,10 @@ def test_vl_config_trains_with_two_workers_through_the_cli(tmp_path, tiny_vlm, s
             )
             assert reply.usage.prompt_tokens == expected, engine  # the picture's tokens are in the prompt
             assert reply.usage.completion_tokens >= 1
+            reply = client.chat.completions.create(
+                model="vl-job-step-2", messages=watch, max_tokens=4, temperature=0
+            )
+            assert reply.usage.prompt_tokens == seen, engine  # the clip's frames are in the prompt
         finally:
             assert r1("stop", f"vl-{engine}", env=home).returncode == 0
     chatted = r1(
@@ -361,6 +383,8 @@ def test_vl_config_trains_with_two_workers_through_the_cli(tmp_path, tiny_vlm, s
     assert chatted.returncode == 0, chatted.stderr
     missing = r1("chat", "vl-job", "How many?", "--image", tmp_path / "nowhere.png", env=home)
     assert missing.returncode == 2 and "no such file" in missing.stderr
+    watched = r1("chat", "vl-job", "What moves?", "--video", clip, "--max-tokens", "2", env=home)
+    assert watched.returncode == 0, watched.stderr
     rows = [json.loads(line) for line in (shapes / "train.jsonl").read_text().splitlines()]
     rows[1]["problem"] = "How many shapes?"  # no placeholder for its image
     bad = tmp_path / "bad.jsonl"
