@@ -280,11 +280,16 @@ def qwen2_rope_index(config, ids: torch.Tensor, types: torch.Tensor, image_grid_
     after it from one past the largest of those. transformers 5.19 resumes the text at
     max(rows, columns) instead, which differs after a video whose temporal positions run further
     (Qwen2.5-VL's interval is seconds per grid × tokens_per_second) — and from what vLLM samples."""
-    grids = {1: iter(image_grid_thw if image_grid_thw is not None else []),
-             2: iter(video_grid_thw if video_grid_thw is not None else [])}  # fmt: skip
     return _qwen2_positions(
-        config, types.tolist(), grids, iter(second_per_grid_ts if second_per_grid_ts is not None else [])
+        config, types.tolist(), *_grid_iters(image_grid_thw, video_grid_thw, second_per_grid_ts)
     )
+
+
+def _grid_iters(image_grid_thw, video_grid_thw, second_per_grid_ts) -> tuple[dict, object]:
+    """The pictures' and videos' grids (by token type) and the videos' seconds, in order."""
+    grids = {1: iter([] if image_grid_thw is None else image_grid_thw),
+             2: iter([] if video_grid_thw is None else video_grid_thw)}  # fmt: skip
+    return grids, iter([] if second_per_grid_ts is None else second_per_grid_ts)
 
 
 def _qwen2_positions(config, kinds: list[int], grids: dict, seconds) -> tuple[torch.Tensor, int]:
@@ -322,9 +327,7 @@ def use_qwen2_rope(model) -> None:
 
     def get_rope_index(input_ids, mm_token_type_ids, image_grid_thw=None, video_grid_thw=None,
                        second_per_grid_ts=None, attention_mask=None, **kwargs):  # fmt: skip
-        grids = {1: iter(image_grid_thw if image_grid_thw is not None else []),
-                 2: iter(video_grid_thw if video_grid_thw is not None else [])}  # fmt: skip
-        seconds = iter(second_per_grid_ts if second_per_grid_ts is not None else [])
+        grids, seconds = _grid_iters(image_grid_thw, video_grid_thw, second_per_grid_ts)
         out = torch.ones(3, *input_ids.shape, dtype=input_ids.dtype, device=input_ids.device)
         deltas = []
         for b in range(input_ids.shape[0]):  # left padding: the real tokens only
