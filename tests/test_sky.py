@@ -142,6 +142,8 @@ def test_alternatives_nodes_image_and_paths_in_the_task(tmp_path, sky_home):
     # and the Ray cluster's token, drawn at each launch (two nodes)
     assert config["secrets"] == {"HF_TOKEN": None, "WANDB_API_KEY": None, "RAY_AUTH_TOKEN": None}
     assert "[train,wandb]" in config["setup"]  # the default logger is EasyR1's: console and wandb
+    assert '-c "$HOME/.r1cloud/src/requirements/lock-gpu.txt"' in config["setup"]  # the lock
+    assert subprocess.run(["bash", "-n"], input=config["setup"], text=True).returncode == 0
     assert config["envs"]["HF_HUB_ENABLE_HF_TRANSFER"] == "1"
     assert config["workdir"] == str(project)
     node = yaml.safe_load((folder / "node-spec.yaml").read_text())
@@ -336,6 +338,32 @@ def test_the_real_sdk_with_no_api_server_gives_the_clear_message(blueprint, tmp_
     assert r.returncode == 2, r.stdout + r.stderr
     assert "no API server" in r.stderr and "sky check" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "r1home" / "jobs" / "job").exists()
+
+
+@pytest.mark.slow
+def test_the_real_sdk_through_a_local_api_server_with_no_cloud(blueprint, tmp_path, sky_home):
+    """SkyPilot's own local API server, started by its CLI in this environment (click and uvicorn
+    as the lock pins them, past SkyPilot's click<8.2: requirements/overrides.txt), takes the
+    launch; with no cloud credentials the job ends as one message, and nothing is kept."""
+    env = {**os.environ, "HOME": str(sky_home), "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"}
+    env.pop("SKYPILOT_DISABLE_LOCAL_API_SERVER", None)
+    sky_cli = str(Path(sys.executable).parent / "sky")
+    r = subprocess.run([sky_cli, "api", "start"], capture_output=True, text=True, env=env, timeout=180)
+    try:
+        assert r.returncode == 0 and "API server started" in r.stdout + r.stderr, r.stdout + r.stderr
+        r = subprocess.run(
+            [R1CLOUD, "train", str(cloud_blueprint(blueprint)), "--secret", "HF_TOKEN=x", "--detach"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**env, "R1CLOUD_HOME": str(tmp_path / "r1home")},
+            timeout=300,
+        )
+    finally:
+        subprocess.run([sky_cli, "api", "stop"], capture_output=True, env=env, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "no cloud is set up for SkyPilot" in r.stderr and "sky check" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "r1home" / "jobs" / "job").exists()
 
 
 def test_skyserve_service_for_a_model(cli, fake_sdk, monkeypatch, tmp_path, sky_home):

@@ -416,6 +416,10 @@ def test_a_cloud_job_needs_its_reward_packages_in_requirements_txt(blueprint, cl
     (tmp_path / "requirements.txt").write_text("# graders\nmathruler==0.1.0  # EasyR1's\n")
     r = cli(*args)
     assert r.exit_code == 0, r.stderr
+    # what r1cloud[train] brings (through its train-libs extra) needs no listing
+    (tmp_path / "math.py").write_text(easyr1.read_text() + "\nimport peft\nimport cv2\nimport transformers\n")
+    r = cli(*args)
+    assert r.exit_code == 0, r.stderr
     # a package requirements.txt lists that r1cloud[train] also brings keeps its dependencies
     # (tokenizers comes with transformers); an optional import and one not installed here pass
     (tmp_path / "requirements.txt").write_text("mathruler\ntransformers>=4.56\n")

@@ -62,12 +62,13 @@ if where.startswith("cloud:"):
             m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line.split("#")[0])
             if m:
                 listed.append((m.group(1), set()))
-    have = set()
+    have, seen = set(), set()
     todo = [("r1cloud", set(extras)), *listed]
     while todo:  # what pip installs: the closure of r1cloud[extras]'s and requirements.txt's requirements
         dist, wanted = todo.pop()
-        if norm(dist) in have and not wanted:
+        if (norm(dist), frozenset(wanted)) in seen:
             continue
+        seen.add((norm(dist), frozenset(wanted)))
         have.add(norm(dist))
         try:
             requires = metadata.distribution(dist).requires or []
@@ -77,8 +78,7 @@ if where.startswith("cloud:"):
         for text in requires:
             req = Requirement(text)
             if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in wanted or {""}):
-                if norm(req.name) not in have:
-                    todo.append((req.name, set(req.extras)))
+                todo.append((req.name, set(req.extras)))  # with its extras: r1cloud[train-libs]
     owners = metadata.packages_distributions()
     for name in names:  # a module not installed here maps to no package: not judged
         dists = owners.get(name) or []
