@@ -222,3 +222,41 @@ def when(ts: float | None) -> str:
     import datetime
 
     return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else "—"
+
+
+AccelsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--accels",
+        min=1,
+        max=4096,
+        help="Devices per node; locally, worker slots (CPU processes or local GPUs).",
+    ),
+]
+GpuOption = Annotated[str | None, typer.Option("--gpu", help="Accelerator type: H100, A100-80GB, …")]
+
+
+def accelerator_overrides(
+    blueprint: Path, overrides: list[str], accels: int | None, gpu: str | None
+) -> list[str]:
+    """--accels/--gpu set resources.accelerators and trainer.n_gpus_per_node together."""
+    if accels is None and gpu is None:
+        return []
+    import contextlib
+
+    from ..spec import SpecError, load_spec
+    from ..spec.models import accelerator_options
+
+    current = None
+    with contextlib.suppress(SpecError):  # reported by the real load below
+        current = load_spec(blueprint, overrides, check_files=False).spec
+    count = accels
+    if count is None:
+        count = current.trainer.n_gpus_per_node if current else 1
+    out = [f"trainer.n_gpus_per_node={count}"]
+    if gpu:
+        out.append(f"resources.accelerators={gpu}:{count}")
+    elif current is not None and current.resources.accelerators is not None:
+        options = accelerator_options(current.resources.accelerators)
+        out.append("resources.accelerators={" + ", ".join(f"{n}: {count}" for n, _ in options) + "}")
+    return out

@@ -9,7 +9,18 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .common import SecretOption, app, err, fail, load_blueprint, out, parse_secrets
+from .common import (
+    AccelsOption,
+    GpuOption,
+    SecretOption,
+    accelerator_overrides,
+    app,
+    err,
+    fail,
+    load_blueprint,
+    out,
+    parse_secrets,
+)
 
 
 @app.command()
@@ -32,12 +43,24 @@ def validate(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the fully resolved spec as JSON.")] = False,
     secret: SecretOption = None,
+    accels: AccelsOption = None,
+    gpu: GpuOption = None,
+    cost: Annotated[
+        bool,
+        typer.Option(
+            "--cost/--no-cost",
+            help="Estimate each step's time, the run's, and its dollars on the blueprint's accelerators "
+            "and the alternatives (prices from SkyPilot's catalog), cheapest first.",
+        ),
+    ] = True,
 ) -> None:
     """Check a blueprint without running anything: unknown keys, types, ranges, batch arithmetic,
-    files, secrets. Every problem is listed at once; exit code 2 when there is any."""
+    files, secrets. Every problem is listed at once; exit code 2 when there is any. Then what the
+    run will take: time per step and in all, and dollars where SkyPilot's catalog has prices."""
     from ..spec import summarize
 
-    spec = load_blueprint(blueprint, overrides or [], parse_secrets(secret or []), str(blueprint))
+    overrides = list(overrides or []) + accelerator_overrides(blueprint, overrides or [], accels, gpu)
+    spec = load_blueprint(blueprint, overrides, parse_secrets(secret or []), str(blueprint))
     if as_json:
         print(json.dumps(spec.model_dump(mode="json"), indent=2))
         return
@@ -47,7 +70,37 @@ def validate(
     for label, value in summarize(spec):
         table.add_row(label, value)
     out.print(table)
+    if cost:
+        print_estimate(spec, out)
     out.print(f"✓ {blueprint} is valid", style="green", markup=False)
+
+
+def print_estimate(spec, console) -> None:
+    """The cost table (costs.plan): one row per accelerator and offer, cheapest first."""
+    from ..costs import plan
+    from ..estimate import hours
+    from ..jobs.store import home
+
+    e = plan(spec, home())
+    if e.rows:
+        table = Table(box=None, pad_edge=False, header_style="bold")
+        priced = any(r.dollars_per_hour is not None for r in e.rows)
+        total = any(r.total_s is not None for r in e.rows)
+        columns = ["estimate", "a step"] + ["in all"] * total + ["$/hour"] * priced
+        columns += (["$ in all"] if total else ["$ a step"]) * priced
+        for c in columns:
+            table.add_column(c, justify="left" if c == "estimate" else "right")
+        for r in e.rows:
+            cells = [r.where, hours(r.step_s)] + [hours(r.total_s) if r.total_s else "?"] * total
+            if priced:
+                rate = r.dollars_per_hour
+                cells.append(f"{rate:.2f}" if rate is not None else "")
+                spend = r.dollars if total else (rate * r.step_s / 3600 if rate is not None else None)
+                cells.append(f"{spend:,.2f}" if spend is not None else "")
+            table.add_row(*cells)
+        console.print(table)
+    for note in e.notes:
+        console.print(f"  {note}", style="dim", markup=False, highlight=False)
 
 
 @app.command("try")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -12,7 +11,10 @@ from typing import Annotated
 import typer
 
 from .common import (
+    AccelsOption,
+    GpuOption,
     SecretOption,
+    accelerator_overrides,
     app,
     cloud_logs,
     err,
@@ -24,30 +26,7 @@ from .common import (
     parse_secrets,
     report_end,
 )
-
-
-def _accelerator_overrides(
-    blueprint: Path, overrides: list[str], accels: int | None, gpu: str | None
-) -> list[str]:
-    """--accels/--gpu set resources.accelerators and trainer.n_gpus_per_node together."""
-    if accels is None and gpu is None:
-        return []
-    from ..spec import SpecError, load_spec
-    from ..spec.models import accelerator_options
-
-    current = None
-    with contextlib.suppress(SpecError):  # reported by the real load below
-        current = load_spec(blueprint, overrides, check_files=False).spec
-    count = accels
-    if count is None:
-        count = current.trainer.n_gpus_per_node if current else 1
-    out = [f"trainer.n_gpus_per_node={count}"]
-    if gpu:
-        out.append(f"resources.accelerators={gpu}:{count}")
-    elif current is not None and current.resources.accelerators is not None:
-        options = accelerator_options(current.resources.accelerators)
-        out.append("resources.accelerators={" + ", ".join(f"{n}: {count}" for n, _ in options) + "}")
-    return out
+from .spec_cmds import print_estimate
 
 
 @app.command()
@@ -71,17 +50,9 @@ def train(
             "trainer.experiment_name, else the file's name, with -2, -3, … added when taken.",
         ),
     ] = None,
-    accels: Annotated[
-        int | None,
-        typer.Option(
-            "--accels",
-            min=1,
-            max=4096,
-            help="Devices per node; locally, worker slots (CPU processes or local GPUs).",
-        ),
-    ] = None,
+    accels: AccelsOption = None,
     nodes: Annotated[int | None, typer.Option("--nodes", min=1, max=4096, help="Number of nodes.")] = None,
-    gpu: Annotated[str | None, typer.Option("--gpu", help="Accelerator type: H100, A100-80GB, …")] = None,
+    gpu: GpuOption = None,
     infra: Annotated[
         str | None, typer.Option("--infra", help="local (default) or a SkyPilot infra: aws, gcp, k8s, …")
     ] = None,
@@ -161,7 +132,7 @@ def train(
     extra += ["resources.use_spot=true"] if spot else []
     extra += [f"resources.bucket={bucket}"] if bucket else []
     extra += [f"resources.num_nodes={nodes}", f"trainer.nnodes={nodes}"] if nodes else []
-    extra += _accelerator_overrides(source, extra, accels, gpu)
+    extra += accelerator_overrides(source, extra, accels, gpu)
     provided = parse_secrets(secret or [])
     spec = load_blueprint(source, extra, provided, target)
     secrets = {n: provided.get(n) or os.environ[n] for n in spec.secrets}
@@ -189,6 +160,7 @@ def train(
             out.print(
                 f"env        {', '.join([*spec.envs, *(f'{k} (secret)' for k in secrets)])}", markup=False
             )
+        print_estimate(spec, out)
         return
     from ..jobs.local import JobRunning, submit
 
@@ -241,6 +213,7 @@ def _train_in_cloud(
             config, _ = prepare(spec, blueprint, folder, managed)
             err.print(f"# {spec.name} as {kind}; the nodes read {folder / 'node-spec.yaml'}", markup=False)
             print(to_yaml(config), end="")
+            print_estimate(spec, err)  # on stderr: stdout stays the YAML `sky launch` takes
             return
         from ..jobs.remote import submit
 

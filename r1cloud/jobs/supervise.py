@@ -79,6 +79,18 @@ def main(job_dir: str) -> int:
                 "FAILED",
                 last_error(log_path) or f"{what} exited with code {code}",
             )
+        finished = job.kind == "train" and job.status in ("SUCCEEDED", "STOPPED")
+        wall = job.ended_at - job.started_at
+    if finished:  # the run's speed, for later estimates (costs.py); never the job's outcome
+        try:
+            from ..costs import calibrate
+
+            calibrate(store.root.parent, path, name, wall)
+        except Exception as e:  # noqa: BLE001
+            with log_path.open("a") as log:
+                log.write(
+                    f"[cost] this run's speed was not recorded for estimates: {type(e).__name__}: {e}\n"
+                )
     return 0
 
 

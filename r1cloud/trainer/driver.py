@@ -508,6 +508,7 @@ class Trainer:
                     "total_steps": self.steps,
                     "engine": self.engine,
                     "workers": self.world,
+                    "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
                     "resumed_from": start,
                 }
             )

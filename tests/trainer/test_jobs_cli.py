@@ -88,6 +88,12 @@ def test_train_stop_resume_logs_status(home, blueprint):
     assert "step 40/40" in r.stdout
     assert f"[resume] from step {stopped_at}" in (home / "jobs/life/train.log").read_text()
     assert steps_done(home, "life") == list(range(1, 41))
+    # each finished segment (the stop's, then the rest) calibrates later estimates on this machine
+    runs = [json.loads(x) for x in (home / "throughput.jsonl").read_text().splitlines()]
+    assert [x["job"] for x in runs] == ["life", "life"], runs
+    assert all(x["device"] == "cpu" and x["devices"] == 2 and x["gen_flops"] > 0 for x in runs), runs
+    r = r1("validate", blueprint, "trainer.max_steps=40")
+    assert "calibrated by job life" in r.stdout and "cpu:2 (this machine)" in r.stdout, r.stdout
 
     r = r1("checkpoints")  # the latest job: the stop's checkpoint and the final, merged one
     assert r.returncode == 0, r.stderr

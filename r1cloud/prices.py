@@ -1,0 +1,99 @@
+"""Hourly prices from SkyPilot's own catalog (`sky.catalog.list_accelerators`, what `sky show-gpus`
+prints), never a table of ours. Read in a child process under a time limit: importing sky takes
+about 2 s, and SkyPilot fetches a cloud's catalog file that is missing from GitHub with no timeout,
+so only clouds whose file is already on this machine are asked (`sky show-gpus` fetches them).
+A price is per instance-hour for all its accelerators, as SkyPilot gives it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+TIME_LIMIT = 60  # seconds for the child (AWS's lookup also asks its account's zones)
+CATALOG_VERSION = "v8"  # sky/skylet/constants.py CATALOG_SCHEMA_VERSION in SkyPilot 0.14
+HOW = "prices: run `sky show-gpus H100` once (it fetches SkyPilot's catalog), with r1cloud[cloud] installed"
+
+CHILD = r"""
+import json, math, sys
+from sky import sky_logging
+from sky.utils import annotations
+annotations.is_on_api_server = False  # else the catalog prints request payload lines
+import sky.catalog as catalog
+wanted, clouds = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+rows = []
+with sky_logging.silent():
+    for cloud in clouds:
+        for name, count in wanted:
+            try:
+                found = catalog.list_accelerators(name_filter=f"^{name}$", quantity_filter=count,
+                                                  clouds=[cloud], case_sensitive=False)
+            except Exception as e:  # one cloud's catalog that cannot be read: the others still count
+                print(json.dumps({"error": f"{cloud}: {type(e).__name__}: {str(e)[:200]}"}), flush=True)
+                break
+            for infos in found.values():
+                for i in infos:
+                    known = lambda x: None if x is None or math.isnan(x) else x  # a blank cell: no offer
+                    rows.append({"cloud": i.cloud, "accelerator": i.accelerator_name,
+                                 "count": int(i.accelerator_count), "instance": i.instance_type,
+                                 "price": known(i.price), "spot_price": known(i.spot_price),
+                                 "region": i.region})
+print(json.dumps({"rows": rows}))
+"""
+
+
+@dataclass(frozen=True)
+class Offer:
+    cloud: str
+    accelerator: str
+    count: int
+    instance: str
+    region: str
+    price: float | None  # dollars an hour for the instance, on demand (None: not offered)
+    spot_price: float | None
+
+
+def catalog_dir() -> Path:
+    """Where SkyPilot keeps its catalogs (sky/skylet/runtime_utils.py: SKY_RUNTIME_DIR, else ~)."""
+    root = Path(os.path.expanduser(os.environ.get("SKY_RUNTIME_DIR", "~")))
+    return root / ".sky" / "catalogs" / CATALOG_VERSION
+
+
+def clouds_with_catalogs() -> list[str]:
+    here = catalog_dir()
+    if not here.is_dir():
+        return []
+    return sorted(p.name for p in here.iterdir() if (p / "vms.csv").is_file())
+
+
+def offers(wanted: list[tuple[str, int]], clouds: list[str] | None = None) -> tuple[list[Offer], str]:
+    """The catalog's offers of each (accelerator, count), cheapest on-demand price per cloud and
+    instance type; and a line saying why there are none, or which clouds could not be read."""
+    import importlib.util
+
+    if importlib.util.find_spec("sky") is None:
+        return [], "prices: SkyPilot is not installed here (pip install 'r1cloud[cloud]'), then " + HOW[8:]
+    on_disk = clouds_with_catalogs()
+    clouds = [c for c in (clouds or on_disk) if c in on_disk]
+    if not clouds:
+        return [], f"no SkyPilot catalog in {catalog_dir()}; {HOW}"
+    try:
+        r = subprocess.run(
+            [sys.executable, "-c", CHILD, json.dumps(wanted), json.dumps(clouds)],
+            capture_output=True,
+            text=True,
+            timeout=TIME_LIMIT,
+            env={**os.environ, "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"},
+        )
+    except subprocess.TimeoutExpired:
+        return [], f"prices: SkyPilot's catalog did not answer in {TIME_LIMIT} s"
+    lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    if r.returncode or not lines or "rows" not in lines[-1]:
+        tail = (r.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        return [], f"prices: SkyPilot's catalog could not be read ({tail})"
+    errors = "; ".join(x["error"] for x in lines if "error" in x)
+    found = [Offer(**row) for row in lines[-1]["rows"]]
+    return found, (f"prices: some catalogs could not be read: {errors}" if errors else "")
