@@ -8,7 +8,7 @@ estimator's figures under three sets of lengths, so the gap and its causes can b
 
 from __future__ import annotations
 
-import os
+import contextlib
 from pathlib import Path
 
 from r1cloud import estimate as est
@@ -29,8 +29,10 @@ PUBLISHED_S, TOKENS_PER_GPU_S, GPUS = 145.0, 1600.0, 8
 
 def main() -> None:
     overrides = ["trainer.logger=['console']", "trainer.n_gpus_per_node=8", "resources.accelerators=H100:8"]
-    os.chdir(SCRIPT.parent.parent)  # EasyR1's scripts run from its folder (config=examples/config.yaml)
-    spec = load_spec(SCRIPT, overrides, check_files=False).spec
+    with contextlib.chdir(
+        SCRIPT.parent.parent
+    ):  # EasyR1's scripts run from its folder (examples/config.yaml)
+        spec = load_spec(SCRIPT, overrides, check_files=False).spec
     m = est.model_of(QWEN25_VL_7B, "Qwen2.5-VL-7B's config")
     speed = est.default_speed("H100")
     samples = spec.data.rollout_batch_size * spec.worker.rollout.n

@@ -1,11 +1,11 @@
 """What a run will cost before it starts: its time on each accelerator it could run on (estimate.py)
 and dollars from SkyPilot's catalog (prices.py), cheapest first, with the assumptions in one line.
 
-Calibration: each finished local run leaves `throughput.json` in its folder (`measure`: the FLOP/s
-each device achieved in generation and in training, the mean response and prompt lengths, the
-seconds before the first step and per validation); the job's supervisor appends it to the store's
-`throughput.jsonl`, and the next estimate for the same device kind uses the run of the nearest
-model size and says which."""
+Calibration: when a local run ends (finished, or stopped), its supervisor measures it (`measure`:
+the FLOP/s each device achieved in generation and in training, the mean response and prompt
+lengths, the seconds per validation and those no step accounts for) into the store's
+`throughput.jsonl`; the next estimate on the same device kind uses the run nearest in model size
+and names it."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from . import estimate as est
 CALIBRATION = "throughput.jsonl"
 ALTERNATIVES = ("H100", "A100-80GB", "H200")  # offered beside the blueprint's own choice
 SHOWN = 10  # rows of the table
+HERE = "this machine"  # a local run on no named accelerator: the runs calibrated here
 
 
 def measure(run_dir: Path, spec, device: str, devices: int, wall_s: float, after: int = 0) -> dict | None:
@@ -72,35 +73,44 @@ def calibrate(home: Path, run_dir: Path, job: str, wall_s: float) -> dict | None
     got = measure(run_dir, spec, device, info["workers"], wall_s, info.get("resumed_from", 0))
     if got:
         with open(home / CALIBRATION, "a") as f:
-            f.write(json.dumps({"job": job, **got}) + "\n")
+            f.write(json.dumps({"job": job, "local": True, **got}) + "\n")
     return got
 
 
-def calibrated(home: Path | None, device: str, params: float) -> est.Speed | None:
-    """The speed of the finished run on this device kind nearest in model size (the latest of equals)."""
+def _speed(r: dict, device: str) -> est.Speed:
+    """A calibration line as a Speed; ValueError when any field is missing or not a finite number."""
+    numbers = ("params", "gen_flops", "train_flops", "response_fraction", "prompt_fraction", "overhead_s")
+    got = {k: float(r[k]) for k in (*numbers, "validation_s", "when")}
+    if not all(math.isfinite(v) for v in got.values()) or min(got[k] for k in numbers[:3]) <= 0:
+        raise ValueError("not a measurement")
+    source = f"calibrated by job {r['job']} ({r['model']}, {int(r['devices'])}× {device})"
+    return est.Speed(
+        got["gen_flops"],
+        got["train_flops"],
+        source,
+        got["response_fraction"],
+        got["prompt_fraction"],
+        got["overhead_s"],
+        got["validation_s"],
+    )
+
+
+def calibrated(home: Path | None, device: str | None, params: float) -> est.Speed | None:
+    """The speed of the finished run nearest in model size (the latest of equals) on this device
+    kind, or (device None) on this machine; lines that are not whole measurements are skipped."""
     path = home / CALIBRATION if home else None
     if not path or not path.is_file():
         return None
     runs = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text(errors="replace").splitlines():
         try:
             r = json.loads(line)
-            if r["device"].upper() == device.upper() and r["gen_flops"] > 0 and r["train_flops"] > 0:
-                runs.append(r)
+            if r.get("local") if device is None else str(r["device"]).upper() == device.upper():
+                speed = _speed(r, str(r["device"]))
+                runs.append((abs(math.log(float(r["params"]) / params)), -float(r["when"]), speed))
         except (ValueError, KeyError, TypeError, AttributeError):
-            continue  # a damaged line: the others still count
-    if not runs:
-        return None
-    best = min(runs, key=lambda r: (abs(math.log(r["params"] / params)), -r["when"]))
-    return est.Speed(
-        best["gen_flops"],
-        best["train_flops"],
-        f"calibrated by job {best['job']} ({best['model']}, {best['devices']}× {device})",
-        best["response_fraction"],
-        best["prompt_fraction"],
-        best["overhead_s"],
-        best["validation_s"],
-    )
+            continue  # a damaged or older line: the others still count
+    return min(runs, key=lambda x: x[:2])[2] if runs else None
 
 
 @dataclass
@@ -137,22 +147,23 @@ def plan(spec, home: Path | None, with_prices: bool = True) -> Estimate:
             "(no config.json in its folder or the Hugging Face cache, no size in its name)"
         )
         return out
-    steps, _ = total_steps(spec)
+    steps, how = total_steps(spec)
     t, r = spec.trainer, spec.resources
     count, nodes = t.n_gpus_per_node, t.nnodes
     kinds = [n for n, _ in accelerator_options(r.accelerators)] if r.accelerators else []
     local = r.infra == "local"
     if local and not kinds:
-        kinds = ["cpu"]
+        kinds = [HERE]
     if not local or r.accelerators:
-        kinds += [k for k in ALTERNATIVES if k not in kinds]
+        kinds += [k for k in ALTERNATIVES if k.upper() not in {x.upper() for x in kinds}]
     critic = est.model_size(spec.worker.critic.model.model_path or spec.worker.actor.model.model_path)
-    vals = (steps // t.val_freq if steps and t.val_freq > 0 else 0) + bool(t.val_before_train)
+    vals = validations(spec, steps) if steps else 0
     speeds = {}
     for kind in kinds:
-        speed = calibrated(home, kind, m.params) or est.default_speed(kind)
+        here = kind == HERE
+        speed = calibrated(home, None if here else kind, m.params) or est.default_speed(kind)
         if speed is None:
-            what = "this machine's CPU" if kind == "cpu" else kind
+            what = "this machine" if here else kind
             out.notes.append(
                 f"{what}: no time estimate until a run on it finishes (each finished run calibrates the next "
                 "estimate; scripts/quickstart is one)"
@@ -172,16 +183,14 @@ def plan(spec, home: Path | None, with_prices: bool = True) -> Estimate:
             f"{m.params / 1e9:.3g}B parameters (from {m.source})"
         )
     if not steps:
-        out.notes.append(f"total: unknown until the data loads ({total_steps(spec)[1]}); per step only")
+        out.notes.append(
+            f"in all: unknown until the data loads ({how.removesuffix(', known when the data loads')})"
+        )
     offers, why = ([], "") if not with_prices else _offers(kinds, count)
     if why:
         out.notes.append(why)
     for kind, (step, total, _) in speeds.items():
         mine = [o for o in offers if o.accelerator.upper() == kind.upper()]
-        if not mine:
-            out.rows.append(
-                Row(f"{kind}:{count}" + (" (this machine)" if kind == "cpu" else ""), step, total)
-            )
         best: dict[tuple[str, bool], tuple[float, str]] = {}  # (cloud, spot) -> the cheapest offer
         for o in mine:
             for spot, price in ((False, o.price), (True, o.spot_price)):
@@ -191,6 +200,10 @@ def plan(spec, home: Path | None, with_prices: bool = True) -> Estimate:
         for (cloud, spot), (price, region) in best.items():
             out.rows.append(
                 Row(f"{kind}:{count} {cloud} {region}" + " spot" * spot, step, total, price * nodes)
+            )
+        if not best:  # no price for it here: time only
+            out.rows.append(
+                Row(f"this machine, {count} worker slots" if kind == HERE else f"{kind}:{count}", step, total)
             )
     # cheapest first: dollars a step order the same as dollars in all (the steps are the same)
     out.rows.sort(key=lambda x: (x.dollars_per_hour is None, (x.dollars_per_hour or 0) * x.step_s, x.step_s))
@@ -202,8 +215,18 @@ def plan(spec, home: Path | None, with_prices: bool = True) -> Estimate:
     return out
 
 
+def validations(spec, steps: int) -> int:
+    """How many times the trainer validates in `steps` steps (driver.fit: before the first step if
+    asked, every val_freq steps, and after the last; never without a validation set)."""
+    t = spec.trainer
+    if not spec.data.val_files:
+        return 0
+    every = steps // t.val_freq if t.val_freq > 0 else 0
+    return bool(t.val_before_train) + every + (t.val_freq <= 0 or steps % t.val_freq != 0)
+
+
 def _offers(kinds: list[str], count: int):
     from . import prices
 
-    wanted = [(k, count) for k in kinds if k != "cpu"]
+    wanted = [(k, count) for k in kinds if k != HERE]
     return prices.offers(wanted) if wanted else ([], "")

@@ -70,6 +70,8 @@ class Work:
     ref: bool
     checkpointing: bool
     critic: Model | None
+    critic_epochs: int = 1
+    critic_checkpointing: bool = False
 
 
 def model_of(config: dict, source: str = "config.json") -> Model:
@@ -80,12 +82,16 @@ def model_of(config: dict, source: str = "config.json") -> Model:
     kv = c.get("num_key_value_heads") or heads
     hd = c.get("head_dim") or h // heads
     attention = h * heads * hd * 2 + h * kv * hd * 2
-    experts = c.get("num_experts_per_tok")
-    if experts and (c.get("num_experts") or c.get("n_routed_experts")):
-        mlp = 3 * h * c.get("moe_intermediate_size", c.get("intermediate_size")) * experts
-    else:
-        mlp = 3 * h * c["intermediate_size"]
-    params = layers * (attention + mlp) + c.get("vocab_size", 0) * h
+    dense = 3 * h * c["intermediate_size"]
+    routed = c.get("num_experts") or c.get("n_routed_experts") or c.get("num_local_experts")
+    mlp = dense
+    if routed and c.get("num_experts_per_tok"):  # a MoE: the experts a token is routed to, and shared ones
+        expert = 3 * h * (c.get("moe_intermediate_size") or c["intermediate_size"])
+        mlp = expert * (c["num_experts_per_tok"] + (c.get("n_shared_experts") or 0))
+        mlp += 3 * h * (c.get("shared_expert_intermediate_size") or 0)
+    dense_layers = c.get("first_k_dense_replace") or len(c.get("mlp_only_layers") or [])
+    params = dense_layers * (attention + dense) + (layers - dense_layers) * (attention + mlp)
+    params += c.get("vocab_size", 0) * h
     return Model(float(params), layers, h, source)
 
 
@@ -98,11 +104,13 @@ def model_size(path: str) -> Model | None:
     if config.is_file():
         try:
             return model_of(json.loads(config.read_text()), str(config))
-        except (KeyError, TypeError, ValueError):
-            pass
-    m = re.search(r"(?<![\d.])(\d+(?:\.\d+)?)\s*([BM])(?![a-z])", Path(path).name, re.IGNORECASE)
+        except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError):
+            pass  # a config this count does not know: the name may still tell
+    name = Path(path).name
+    active = re.search(r"-A(\d+(?:\.\d+)?)B(?![a-z])", name, re.IGNORECASE)  # Qwen3-30B-A3B: 3B a token
+    m = active or re.search(r"(?<![\d.])(\d+(?:\.\d+)?)\s*([BM])(?![a-z])", name, re.IGNORECASE)
     if m:
-        scale = 1e9 if m.group(2).upper() == "B" else 1e6
+        scale = 1e9 if active or m.group(2).upper() == "B" else 1e6
         return Model(float(m.group(1)) * scale, source=f"the name {Path(path).name!r}")
     return None
 
@@ -144,6 +152,8 @@ def work_of(spec, critic: Model | None, response_fraction: float, prompt_fractio
         ref=not a.disable_kl,
         checkpointing=actor.model.enable_gradient_checkpointing,
         critic=critic if a.adv_estimator == "gae" else None,
+        critic_epochs=spec.worker.critic.ppo_epochs,
+        critic_checkpointing=spec.worker.critic.model.enable_gradient_checkpointing,
     )
 
 
@@ -165,7 +175,7 @@ def step_flops(m: Model, w: Work) -> tuple[float, float]:
     train = forward * passes
     if w.critic is not None:
         c_forward = forward * w.critic.params / m.params
-        train += c_forward * (1 + w.epochs * (3 + w.checkpointing))
+        train += c_forward * (1 + w.critic_epochs * (3 + w.critic_checkpointing))
     return gen, train
 
 
@@ -198,7 +208,11 @@ def default_speed(device: str) -> Speed | None:
     if peak is None:
         return None
     mfu = DEFAULT_MFU * peak
-    return Speed(mfu, mfu, f"{DEFAULT_MFU:.0%} MFU (EasyR1's published 7B figure on H100)")
+    return Speed(
+        mfu,
+        mfu,
+        f"{DEFAULT_MFU:.0%} MFU in generation and training (EasyR1's published 7B actor MFU on H100)",
+    )
 
 
 def step_seconds(m: Model, w: Work, speed: Speed, devices: int) -> float:

@@ -6,6 +6,7 @@ A price is per instance-hour for all its accelerators, as SkyPilot gives it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-TIME_LIMIT = 60  # seconds for the child (AWS's lookup also asks its account's zones)
+TIME_LIMIT = 30  # seconds for the child (AWS's lookup also asks its account's zones)
 CATALOG_VERSION = "v8"  # sky/skylet/constants.py CATALOG_SCHEMA_VERSION in SkyPilot 0.14
 HOW = "prices: run `sky show-gpus H100` once (it fetches SkyPilot's catalog), with r1cloud[cloud] installed"
 
@@ -90,10 +91,14 @@ def offers(wanted: list[tuple[str, int]], clouds: list[str] | None = None) -> tu
         )
     except subprocess.TimeoutExpired:
         return [], f"prices: SkyPilot's catalog did not answer in {TIME_LIMIT} s"
-    lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
-    if r.returncode or not lines or "rows" not in lines[-1]:
+    lines = []
+    for x in r.stdout.splitlines():
+        if x.startswith("{"):
+            with contextlib.suppress(ValueError):  # SkyPilot's own output may start with a brace too
+                lines.append(json.loads(x))
+    if r.returncode or not lines or not isinstance(lines[-1], dict) or "rows" not in lines[-1]:
         tail = (r.stderr.strip().splitlines() or ["no output"])[-1][:200]
         return [], f"prices: SkyPilot's catalog could not be read ({tail})"
-    errors = "; ".join(x["error"] for x in lines if "error" in x)
+    errors = "; ".join(str(x["error"]) for x in lines if isinstance(x, dict) and "error" in x)
     found = [Offer(**row) for row in lines[-1]["rows"]]
     return found, (f"prices: some catalogs could not be read: {errors}" if errors else "")

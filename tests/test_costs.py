@@ -50,7 +50,20 @@ def test_step_flops_are_the_formulas_by_hand():
     assert gen == 2e9 * (2 * 10 + 8 * 20)  # the prompt prefilled once a group, each response decoded
     trained = 2 * 10 + 8 * 20  # the group's prompt packed once, and its four answers
     assert train == 2e9 * trained * (1 + 3)  # the reference's forward; forward and backward
-    w2 = estimate.Work(2, 4, 10, 20, False, 2, True, True, True, critic=estimate.Model(5e8))
+    w2 = estimate.Work(
+        2,
+        4,
+        10,
+        20,
+        False,
+        2,
+        True,
+        True,
+        True,
+        estimate.Model(5e8),
+        critic_epochs=2,
+        critic_checkpointing=True,
+    )
     _, train2 = estimate.step_flops(m, w2)
     trained2 = 8 * (10 + 20)  # a prompt copy per sample
     actor = 2e9 * trained2 * (2 + 2 * 4)  # old + ref, and two epochs of forward, recompute, backward
@@ -88,6 +101,12 @@ def test_model_size_from_config_counts_what_a_token_passes_through(tmp_path):
         mp.setenv("HF_HUB_CACHE", str(hub))
         cached = estimate.model_size("Qwen/Qwen2.5-7B-Instruct")
         assert cached.params == big.params and cached.source.endswith("snapshots/abc123/config.json")
+    mixtral = {**QWEN25_7B, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32}
+    mixtral |= {"num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000}
+    mixtral |= {"num_local_experts": 8, "num_experts_per_tok": 2}  # a token passes through 2 of 8
+    attention = 4096 * 128 * 32 * 2 + 4096 * 8 * 128 * 2
+    assert estimate.model_of(mixtral).params == 32 * (attention + 2 * 3 * 4096 * 14336) + 32000 * 4096
+    assert estimate.model_size("Qwen/Qwen3-VL-30B-A3B-Instruct-no-such").params == 3e9  # active, by name
     assert estimate.model_size("Qwen/Qwen2.5-VL-7B-Instruct-no-such").params == 7e9  # its name
     assert estimate.model_size("HuggingFaceTB/SmolLM2-135M-Instruct-x").params == 135e6
     assert estimate.model_size("someone/mystery-model") is None
@@ -173,11 +192,18 @@ def test_a_runs_metrics_calibrate_the_next_estimate(tmp_path, blueprint):
     assert got["overhead_s"] == 200.0 - 80.0 - 7.0 and got["validation_s"] == 7.0
     home = tmp_path / "r1"
     home.mkdir()
-    (home / costs.CALIBRATION).write_text("not json\n" + json.dumps({"job": "j1", **got}) + "\n")
-    speed = costs.calibrated(home, "cpu", m.params)
+    damaged = [
+        "not json",
+        '{"job": "old", "device": "cpu", "local": true, "gen_flops": 1e12, "train_flops": 1e12}',
+    ]
+    damaged.append(json.dumps({**got, "job": "zero", "local": True, "params": 0}))
+    (home / costs.CALIBRATION).write_text(
+        "\n".join([*damaged, json.dumps({"job": "j1", "local": True, **got})])
+    )
+    speed = costs.calibrated(home, None, m.params)  # this machine's runs
     assert speed.gen == got["gen_flops"] and "calibrated by job j1" in speed.source
     e = costs.plan(spec.model_copy(update={}), home, with_prices=False)
-    assert [r.where for r in e.rows] == ["cpu:2 (this machine)"]
+    assert [r.where for r in e.rows] == ["this machine, 2 worker slots"]
     share = f"responses {512 / d.max_response_length:.0%} of {d.max_response_length}"
     assert "calibrated by job j1" in e.notes[0] and share in e.notes[0]
 

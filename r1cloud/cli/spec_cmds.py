@@ -81,7 +81,11 @@ def print_estimate(spec, console) -> None:
     from ..estimate import hours
     from ..jobs.store import home
 
-    e = plan(spec, home())
+    try:
+        e = plan(spec, home())
+    except Exception as ex:  # noqa: BLE001 - an estimate never fails validate
+        console.print(f"  no estimate: {type(ex).__name__}: {ex}", style="dim", markup=False)
+        return
     if e.rows:
         table = Table(box=None, pad_edge=False, header_style="bold")
         priced = any(r.dollars_per_hour is not None for r in e.rows)

@@ -194,7 +194,8 @@ def setup_script(source: Path | None, loggers: tuple[str, ...] = ()) -> str:
     on_node = SOURCE_ON_NODE.replace("~", "$HOME")  # quoted, so the shell would not expand ~
     extras = ",".join(["train", *(x for x in ("wandb", "swanlab", "mlflow") if x in loggers)])
     package = f'"{on_node}[{extras}]"' if source else f'"r1cloud[{extras}]=={__version__}"'
-    lock = f' -c "{on_node}/requirements/lock-gpu.txt"' if source else ""
+    lock = f' -c "{on_node}/requirements/lock-gpu.txt" --override "{on_node}/requirements/overrides.txt"'
+    lock = lock if source else ""
     uv = 'python -m uv pip install -q --python "$(command -v python)"'
     return "\n".join(
         [
