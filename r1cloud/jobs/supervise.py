@@ -79,19 +79,20 @@ def main(job_dir: str) -> int:
                 "FAILED",
                 last_error(log_path) or f"{what} exited with code {code}",
             )
-        finished = job.kind == "train" and job.status in ("SUCCEEDED", "STOPPED")
-        wall = job.ended_at - job.started_at
-    if finished:  # the run's speed, for later estimates (costs.py); never the job's outcome
-        try:
-            from ..costs import calibrate
-
-            calibrate(store.root.parent, path, name, wall)
-        except Exception as e:  # noqa: BLE001
-            with log_path.open("a") as log:
-                log.write(
-                    f"[cost] this run's speed was not recorded for estimates: {type(e).__name__}: {e}\n"
-                )
+        if job.kind == "train" and job.status in ("SUCCEEDED", "STOPPED"):  # before the status is seen
+            calibrate(store, path, job, log_path)
     return 0
+
+
+def calibrate(store: JobStore, path: Path, job, log_path: Path) -> None:
+    """The run's speed, for later estimates (costs.py); never the job's outcome."""
+    try:
+        from ..costs import calibrate as measure
+
+        measure(store.root.parent, path, job.name, job.ended_at - job.started_at)
+    except Exception as e:  # noqa: BLE001
+        with log_path.open("a") as log:
+            log.write(f"[cost] this run's speed was not recorded for estimates: {type(e).__name__}: {e}\n")
 
 
 if __name__ == "__main__":

@@ -92,7 +92,7 @@ def test_train_stop_resume_logs_status(home, blueprint):
     runs = [json.loads(x) for x in (home / "throughput.jsonl").read_text().splitlines()]
     assert [x["job"] for x in runs] == ["life", "life"], runs
     assert all(x["device"] == "cpu" and x["devices"] == 2 and x["gen_flops"] > 0 for x in runs), runs
-    r = r1("validate", blueprint, "trainer.max_steps=40")
+    r = r1("validate", blueprint, "trainer.max_steps=40", "--secret", f"HF_TOKEN={SECRET}")
     assert "calibrated by job life" in r.stdout and "this machine, 2 worker slots" in r.stdout, r.stdout
 
     r = r1("checkpoints")  # the latest job: the stop's checkpoint and the final, merged one
