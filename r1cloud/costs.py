@@ -23,18 +23,23 @@ SHOWN = 10  # rows of the table
 HERE = "this machine"  # a local run on no named accelerator: the runs calibrated here
 
 
+def sizes(spec) -> tuple[est.Model | None, est.Model | None]:
+    """The actor's size and the critic's (its own model_path, else the actor's)."""
+    actor = spec.worker.actor.model.model_path
+    return est.model_size(actor), est.model_size(spec.worker.critic.model.model_path or actor)
+
+
 def measure(run_dir: Path, spec, device: str, devices: int, wall_s: float, after: int = 0) -> dict | None:
     """A finished run's achieved speed, from its metrics.jsonl (steps after `after`, where it
     resumed); None under 2 steps (the first step's warm-up would be most of the figure) or for a
     model of unknown size. Overhead is the wall time no step or validation accounts for: start-up
     (Ray, the model, the engine), checkpoints, shutdown."""
-    m = est.model_size(spec.worker.actor.model.model_path)
+    m, critic = sizes(spec)
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     lines = [x for x in lines if x.get("step", 0) > after or (after == 0 and x.get("step") == 0)]
     steps = [x for x in lines if "timing_s/step" in x and "timing_s/gen" in x]
     if m is None or len(steps) < 2:
         return None
-    critic = est.model_size(spec.worker.critic.model.model_path or spec.worker.actor.model.model_path)
     d = spec.data
     gen_s = train_s = gen_f = train_f = 0.0
     for x in steps[1:]:  # the first step pays for warm-up
@@ -140,7 +145,7 @@ def plan(spec, home: Path | None, with_prices: bool = True) -> Estimate:
     from .spec.summary import total_steps
 
     out = Estimate()
-    m = est.model_size(spec.worker.actor.model.model_path)
+    m, critic = sizes(spec)
     if m is None:
         out.notes.append(
             f"no estimate: the size of {spec.worker.actor.model.model_path!r} is unknown here "
@@ -156,7 +161,6 @@ def plan(spec, home: Path | None, with_prices: bool = True) -> Estimate:
         kinds = [HERE]
     if not local or r.accelerators:
         kinds += [k for k in ALTERNATIVES if k.upper() not in {x.upper() for x in kinds}]
-    critic = est.model_size(spec.worker.critic.model.model_path or spec.worker.actor.model.model_path)
     vals = validations(spec, steps) if steps else 0
     speeds = {}
     for kind in kinds:

@@ -16,7 +16,6 @@ Trained tokens count a group's prompt once where the trainer packs it once (GRPO
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from dataclasses import dataclass
@@ -228,7 +227,3 @@ def hours(seconds: float) -> str:
     if seconds < 5400:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
-
-
-def round_sig(x: float, digits: int = 2) -> float:
-    return 0.0 if x == 0 else round(x, digits - 1 - int(math.floor(math.log10(abs(x)))))
