@@ -56,11 +56,14 @@ def launch(spec, world: int) -> list:
             f"Ray cannot place {world} workers ({nnodes} node(s) × {per_node}); the cluster has "
             f"{ray.cluster_resources()}: lower trainer.n_gpus_per_node or nnodes, or add machines"
         ) from None
-    master = ray.get(
-        ray.remote(num_cpus=0)(_free_address)
-        .options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0))
-        .remote()
-    )
+    if len([n for n in ray.nodes() if n["Alive"]]) == 1:  # this machine (a driver runs on a node)
+        master = _free_address()  # without a task's worker process to start first (about 2 s)
+    else:  # rank 0's node
+        master = ray.get(
+            ray.remote(num_cpus=0)(_free_address)
+            .options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0))
+            .remote()
+        )
     threads = max(1, (os.cpu_count() or 1) // world)
     actor = ray.remote(num_cpus=1, num_gpus=1 if cuda else 0)(HybridWorker)
     config = spec.model_dump(mode="json")
