@@ -164,17 +164,14 @@ def plan(spec, home: Path | None, with_prices: bool = True) -> Estimate:
     vals = validations(spec, steps) if steps else 0
     speeds = {}
     for kind in kinds:
-        here = kind == HERE
-        speed = calibrated(home, None if here else kind, m.params) or est.default_speed(kind)
-        if speed is None:
-            what = "this machine" if here else kind
+        found = one_step(spec, home, kind, m, critic)
+        if found is None:
             out.notes.append(
-                f"{what}: no time estimate until a run on it finishes (each finished run calibrates the next "
+                f"{kind}: no time estimate until a run on it finishes (each finished run calibrates the next "
                 "estimate; scripts/quickstart is one)"
             )
             continue
-        w = est.work_of(spec, critic, speed.response_fraction, speed.prompt_fraction)
-        step = est.step_seconds(m, w, speed, count * nodes)
+        step, speed = found
         total = steps * step + speed.overhead_s + vals * speed.validation_s if steps else None
         speeds[kind] = (step, total, speed)
     sources = sorted({s.source for _, _, s in speeds.values()})
@@ -217,6 +214,26 @@ def plan(spec, home: Path | None, with_prices: bool = True) -> Estimate:
         )
         out.rows = out.rows[:SHOWN]
     return out
+
+
+def one_step(spec, home: Path | None, kind: str, m: est.Model, critic: est.Model | None):
+    """(seconds, speed) of one step on `kind` (HERE: this machine), or None with no speed for it."""
+    speed = calibrated(home, None if kind == HERE else kind, m.params) or est.default_speed(kind)
+    if speed is None:
+        return None
+    w = est.work_of(spec, critic, speed.response_fraction, speed.prompt_fraction)
+    return est.step_seconds(m, w, speed, spec.trainer.n_gpus_per_node * spec.trainer.nnodes), speed
+
+
+def step_seconds(spec, home: Path | None) -> float | None:
+    """One step's estimate on the job's own accelerators (the slowest of its alternatives)."""
+    from .spec.models import accelerator_options
+
+    m, critic = sizes(spec)
+    r = spec.resources
+    kinds = [n for n, _ in accelerator_options(r.accelerators)] if r.accelerators else [HERE]
+    found = [one_step(spec, home, k, m, critic) for k in kinds] if m else []
+    return max((f[0] for f in found if f), default=None)
 
 
 def validations(spec, steps: int) -> int:

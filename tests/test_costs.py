@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from r1cloud import costs, estimate, prices
+from r1cloud import budget, costs, estimate, prices
 from r1cloud.spec import load_spec
 from spec_helpers import MINIMAL
 
@@ -215,3 +215,108 @@ def test_the_paper_comparison_with_easyr1_is_what_the_readme_says(capsys):
     assert "EasyR1's sequences average 725 tokens" in printed
     seconds = [int(re.search(r"(\d+)s +[\d.]+×$", line).group(1)) for line in printed.splitlines()[2:]]
     assert seconds == [258, 398, 83, 137], printed
+
+
+# ---------------------------------------------------------------------------- the budget
+
+
+def test_the_budget_stops_before_the_step_that_would_pass_it():
+    b = budget.Budget(cap=10.0, price=36.0, spent_before=2.0, started=1000.0)  # $0.01 a second
+    assert b.spent(now=1500.0) == pytest.approx(7.0)
+    assert b.stop_line(step_s=300, now=1500.0) is None  # 7 + 3 = 10: the cap is reached, not passed
+    line = b.stop_line(step_s=301, now=1500.0)
+    assert line.startswith("budget reached: $7.00 spent of $10.00") and "to $10.01" in line
+    env = {budget.PRICE: "36", budget.SPENT: "2", budget.STARTED: "1000"}
+    assert budget.Budget.from_env(10.0, env) == b
+    assert budget.Budget.from_env(None, {}) is None  # no cap: no budget, with or without a price
+    for bad in ({}, {budget.PRICE: "nan"}, {budget.PRICE: "0"}, {budget.PRICE: "ten"}):
+        with pytest.raises(ValueError, match="resources.max_cost is set, but R1CLOUD_PRICE"):
+            budget.Budget.from_env(10.0, bad)
+    with pytest.raises(ValueError, match=r"already spent \$10.00 of its \$10.00"):  # a resume, no cap left
+        budget.Budget.from_env(10.0, {**env, budget.SPENT: "10"})
+
+
+def test_the_jobs_price_is_the_catalogs_for_its_accelerators_infra_and_spot(catalog, blueprint, monkeypatch):
+    pytest.importorskip("sky")
+    found, _ = prices.offers([("H100", 8), ("A100-80GB", 8)])  # SkyPilot's code reads the catalog once
+    asked = []
+
+    def offers(wanted, clouds=None):  # the same rows for each question after it, a cloud's only
+        asked.append(clouds)
+        return [o for o in found if not clouds or o.cloud.lower() in clouds], ""
+
+    monkeypatch.setattr(prices, "offers", offers)
+
+    def price(resources: str, *extra: str):
+        path = blueprint(MINIMAL.replace("trainer:", f"resources: {resources}\ntrainer:"))
+        extra = ["trainer.n_gpus_per_node=8", *extra]
+        return budget.hourly_price(load_spec(path, extra, check_files=False).spec)
+
+    assert price("{infra: aws, accelerators: H100:8}") == (98.32, "H100:8 AWS us-east-1, $98.32/hour")
+    # on this machine: the cheapest cloud; two nodes pay twice; spot where the catalog has it
+    assert price("{accelerators: H100:8}")[0] == 23.92
+    assert price("{infra: lambda, accelerators: H100:8, num_nodes: 2}", "trainer.nnodes=2")[0] == 2 * 23.92
+    assert price("{infra: aws, accelerators: H100:8, use_spot: true}")[0] == 40.0
+    assert price("{infra: aws/us-west-2, accelerators: H100:8}") == (
+        None,
+        "SkyPilot's catalog has no price for H100:8 in us-west-2",
+    )
+    assert (
+        price("{infra: k8s, accelerators: H100:8}")[1]
+        == "k8s has no catalog price (SkyPilot prices clouds only)"
+    )
+    # alternatives: the job may land on either, so the budget counts the dearer one's price
+    assert price("{infra: aws, accelerators: {H100: 8, A100-80GB: 8}}")[0] == 98.32
+    assert price("{infra: lambda, accelerators: H100:8, use_spot: true}") == (
+        None,
+        "SkyPilot's catalog has no spot price for H100:8",
+    )
+    assert asked == [["aws"], None, ["lambda"], ["aws"], ["aws"], ["aws"], ["lambda"]]
+    assert price("{infra: aws}")[0] is None
+
+
+def test_validate_refuses_a_budget_it_cannot_keep(cli, blueprint, tmp_path, monkeypatch):
+    monkeypatch.setenv("R1CLOUD_HOME", str(tmp_path / "r1"))
+    h100 = prices.Offer("AWS", "H100", 8, "p5.48xlarge", "us-east-1", 98.32, 40.0)  # a fake catalog row
+    monkeypatch.setattr(prices, "offers", lambda wanted, clouds=None: ([h100], ""))
+    path = blueprint(MINIMAL.replace("trainer:", "resources: {infra: aws, accelerators: H100:8}\ntrainer:"))
+    r = cli("validate", path, "resources.max_cost=0.0001", "--accels", "8", "--no-cost")
+    assert r.exit_code == 2 and "resources.max_cost $0.0001 does not pay for one step: about $" in r.stderr
+    assert "on H100:8 AWS us-east-1, $98.32/hour; raise it (--max-cost)" in r.stderr
+    r = cli("validate", path, "resources.max_cost=500", "--accels", "8", "--no-cost")
+    assert r.exit_code == 0 and "at most $500.00" in r.stdout, r.stderr
+    unpriced = blueprint(MINIMAL.replace("trainer:", "resources: {max_cost: 50}\ntrainer:"), name="b.yaml")
+    r = cli("validate", unpriced)
+    assert (
+        r.exit_code == 2 and "resources.max_cost needs the job's hourly price: the job names no" in r.stderr
+    )
+    r = cli("validate", path, "resources.max_cost=-1")
+    assert r.exit_code == 2 and "resources.max_cost" in r.stderr
+
+
+def test_a_running_jobs_cost_is_its_spend_and_the_steps_left_at_the_last_steps_time(
+    cli, tmp_path, monkeypatch
+):
+    import os
+    import time
+
+    from r1cloud.jobs.store import Job, JobStore, process_start_time
+
+    monkeypatch.setenv("R1CLOUD_HOME", str(tmp_path / "r1"))
+    store = JobStore()
+    began = time.time() - 3600  # an hour at $36 an hour, plus $1.00 from an earlier attempt
+    job = Job("priced", status="RUNNING", started_at=began, price=36.0, spent=1.0)
+    job.pid, job.pid_started = os.getpid(), process_start_time(os.getpid())  # alive: this process
+    store.create(job)
+    (job.dir / "trainer.json").write_text(json.dumps({"total_steps": 10}))
+    (job.dir / "metrics.jsonl").write_text(
+        json.dumps({"step": 2, "reward/overall": 0.5, "timing_s/step": 100})
+    )
+    r = cli("jobs")
+    # 8 steps left at 100 s each: 800 s at $36 an hour is $8.00 more (a cent each second after)
+    assert re.search(r"\$37\.[0-2]\d of ~\$45\.[0-2]\d", r.stdout), r.stdout
+    r = cli("status", "priced")
+    found = re.search(
+        r"cost       \$37\.[0-2]\d spent, about \$45\.[0-2]\d in all, at \$36\.00/hour", r.stdout
+    )
+    assert found, r.stdout

@@ -6,9 +6,11 @@ and no credentials."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -224,15 +226,21 @@ def cloud_blueprint(blueprint, extra: str = "") -> Path:
     )
 
 
-def test_cloud_job_lifecycle_through_the_sdk(blueprint, cli, fake_sdk, tmp_path):
+def test_cloud_job_lifecycle_through_the_sdk(blueprint, cli, fake_sdk, tmp_path, monkeypatch):
     calls, state = fake_sdk
+    from r1cloud import prices
+
+    h100 = prices.Offer("AWS", "H100", 2, "p5.fake", "us-east-1", 10.0, 4.0)  # a fake catalog row
+    monkeypatch.setattr(prices, "offers", lambda wanted, clouds=None: ([h100], ""))
     bp = cloud_blueprint(blueprint)
-    r = cli("train", bp, "--secret", "HF_TOKEN=hf_top_secret", "--detach")
+    r = cli("train", bp, "--secret", "HF_TOKEN=hf_top_secret", "--detach", "--max-cost", "50")
     assert r.exit_code == 0, r.stderr
     assert "managed job 7" in r.stdout
     name, args, kwargs = next(c for c in calls if c[0] == "jobs.launch")
     task = args[0]
     assert kwargs["name"] == "job" and task.num_nodes == 1
+    # the budget reaches the trainer on the node: the price, and the launch time to count from
+    assert task.envs["R1CLOUD_PRICE"] == "10" and abs(float(task.envs["R1CLOUD_STARTED"]) - time.time()) < 60
     assert task.secrets["HF_TOKEN"].get_secret_value() == "hf_top_secret"  # passed as an override
     job_dir = tmp_path / "r1home" / "jobs" / "job"
     written = "".join(p.read_text() for p in job_dir.iterdir() if p.is_file())
@@ -246,8 +254,12 @@ def test_cloud_job_lifecycle_through_the_sdk(blueprint, cli, fake_sdk, tmp_path)
     assert r.exit_code == 0 and "PENDING" in r.stdout, r.stdout + r.stderr
     state["queue"] = [{"job_id": 7, "status": sky.jobs.ManagedJobStatus.RECOVERING, "recovery_count": 1}]
     r = cli("jobs")
-    assert "RUNNING" in r.stdout
+    assert "RUNNING" in r.stdout and "COST" in r.stdout  # seconds at $10 an hour: under a cent
+    assert re.search(r"RUNNING .* \$0\.00\d\d\b", r.stdout), r.stdout
     assert json.loads((job_dir / "job.json").read_text())["attempts"] == 2  # one recovery
+    assert record["price"] == 10.0
+    r = cli("status", "job")
+    assert "spent, at $10.00/hour" in r.stdout and "at most $50.00" in r.stdout, r.stdout
 
     r = cli("logs", "job")
     assert r.exit_code == 0 and "step 2/2" in r.stdout

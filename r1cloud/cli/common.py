@@ -117,6 +117,21 @@ def load_blueprint(path: Path, overrides: list[str], secrets: dict[str, str], sh
     return loaded.spec
 
 
+def budget_price(spec) -> float | None:
+    """The job's hourly price when it has a budget (resources.max_cost); exit 2 when the budget
+    cannot be kept (no price to count it by, or less than one step)."""
+    if spec.resources.max_cost is None:
+        return None
+    from ..budget import check
+    from ..costs import step_seconds
+    from ..jobs.store import home
+
+    price, problem = check(spec, step_seconds(spec, home()))
+    if problem:
+        fail("error: the budget cannot be kept:", [problem])
+    return price
+
+
 def job_store():
     from ..jobs.store import JobStore
 
@@ -172,7 +187,8 @@ def cloud_logs(job, follow: bool) -> int:
 def report_end(job) -> int:
     from ..jobs.follow import exit_code
 
-    style = {"SUCCEEDED": "green", "STOPPED": "yellow", "ENDED": "yellow"}.get(job.status, "bold red")
+    style = {"SUCCEEDED": "green", "STOPPED": "yellow", "ENDED": "yellow", "BUDGET_REACHED": "yellow"}
+    style = style.get(job.status, "bold red")
     tail = f": {job.reason}" if job.reason else ""
     (out if job.status != "FAILED" else err).print(
         f"{job.name} {job.status}{tail}", style=style, markup=False
@@ -189,6 +205,8 @@ def next_steps(job) -> list[str]:
     name = job.name
     if job.status == "FAILED":
         return [f"the whole log: r1cloud logs {name}", f"after a fix, resume: r1cloud train --resume {name}"]
+    if job.status == "BUDGET_REACHED":
+        return [f"resume with a new cap: r1cloud train --resume {name} --max-cost DOLLARS"]
     if job.status != "SUCCEEDED":
         return [f"resume: r1cloud train --resume {name}", f"the curves so far: r1cloud plot {name}"]
     base = _base_model(job)

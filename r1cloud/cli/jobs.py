@@ -56,6 +56,33 @@ def _duration(job) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
+def _spend(job, m: dict, total: int | None) -> tuple[float, float | None] | None:
+    """Dollars spent so far at the job's hourly price, and the projected total while it runs (the
+    last step's time for each step left); None without a price."""
+    from ..records import finite, whole
+
+    if not job.price or not job.started_at:
+        return None
+    running = job.status in ("PENDING", "RUNNING")
+    now = job.spent + job.price * ((job.ended_at or time.time()) - job.started_at) / 3600
+    spent = now if job.cloud or running else job.spent  # a local job adds each attempt as it ends
+    if not running:
+        return spent, spent
+    left = (total or 0) - (whole(m.get("step")) or 0)
+    step_s = finite(m.get("timing_s/step"))
+    return spent, spent + job.price * left * step_s / 3600 if total and step_s else None
+
+
+def _dollars(job, m: dict, total: int | None) -> str:
+    from ..budget import usd
+
+    found = _spend(job, m, total)
+    if found is None:
+        return "—"
+    spent, projected = found
+    return usd(spent) + (f" of ~{usd(projected)}" if projected is not None and projected != spent else "")
+
+
 STATUS_STYLE = {
     "RUNNING": "cyan",
     "PENDING": "cyan",
@@ -63,6 +90,7 @@ STATUS_STYLE = {
     "FAILED": "red",
     "STOPPED": "yellow",
     "ENDED": "yellow",
+    "BUDGET_REACHED": "yellow",
     "DAMAGED": "bold red",
 }
 
@@ -90,9 +118,9 @@ def _jobs_table() -> None:
         out.print("no jobs yet — start one with: r1cloud train blueprints/quickstart.yaml")
         return
     table = Table(box=None, header_style="bold")
-    servers = any(j.kind == "serve" for j in jobs)
+    servers, priced = any(j.kind == "serve" for j in jobs), any(j.price for j in jobs)
     cols = ("NAME", "INFRA", "ACCELERATORS", "STATUS", "STEP", "REWARD", "STARTED", "DURATION")
-    for col in (*cols, "URL") if servers else cols:
+    for col in (*cols, *["COST"] * priced, *["URL"] * servers):
         table.add_column(col, no_wrap=True)
     for j in jobs:
         m = f.last_train_metrics(j.dir) or {}
@@ -109,6 +137,7 @@ def _jobs_table() -> None:
             reward,
             when(j.started_at),
             _duration(j),
+            *[_dollars(j, m, total)] * priced,
             *url,
         )
     out.print(table)
@@ -172,6 +201,11 @@ def status(
             markup=False,
         )
         out.print(f"trend      {_trend(run)}  (r1cloud plot {record.name})", markup=False)
+    if (spend := _spend(record, m or {}, f.total_steps(run))) is not None:
+        from ..budget import usd
+
+        ahead = f", about {usd(spend[1])} in all" if spend[1] is not None and spend[1] != spend[0] else ""
+        out.print(f"cost       {usd(spend[0])} spent{ahead}, at {usd(record.price)}/hour", markup=False)
     from ..checkpoint.store import job_checkpoint_root, list_checkpoints
 
     root = job_checkpoint_root(run)  # honours save_checkpoint_path (a cloud job's bucket)

@@ -15,6 +15,7 @@ from .common import (
     SecretOption,
     accelerator_overrides,
     app,
+    budget_price,
     err,
     fail,
     load_blueprint,
@@ -61,6 +62,7 @@ def validate(
 
     overrides = list(overrides or []) + accelerator_overrides(blueprint, overrides or [], accels, gpu)
     spec = load_blueprint(blueprint, overrides, parse_secrets(secret or []), str(blueprint))
+    budget_price(spec)
     if as_json:
         print(json.dumps(spec.model_dump(mode="json"), indent=2))
         return

@@ -16,6 +16,7 @@ from .common import (
     SecretOption,
     accelerator_overrides,
     app,
+    budget_price,
     cloud_logs,
     err,
     fail,
@@ -90,6 +91,17 @@ def train(
             "--bucket", help="Cloud: where checkpoints go, s3://BUCKET[/PREFIX] (resources.bucket)."
         ),
     ] = None,
+    max_cost: Annotated[
+        float | None,
+        typer.Option(
+            "--max-cost",
+            min=0.0001,
+            max=1e9,
+            help="Dollars for the whole job at its catalog price (resources.max_cost): the trainer saves "
+            "and stops before the next step would pass it; with --resume, the new cap.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Validate a blueprint, start it as a job, and follow its progress (Ctrl-C detaches; the
     job keeps running)."""
@@ -131,14 +143,18 @@ def train(
     extra += [f"resources.infra={infra}"] if infra else []
     extra += ["resources.use_spot=true"] if spot else []
     extra += [f"resources.bucket={bucket}"] if bucket else []
+    extra += [f"resources.max_cost={max_cost}"] if max_cost is not None else []
     extra += [f"resources.num_nodes={nodes}", f"trainer.nnodes={nodes}"] if nodes else []
     extra += accelerator_overrides(source, extra, accels, gpu)
     provided = parse_secrets(secret or [])
     spec = load_blueprint(source, extra, provided, target)
     secrets = {n: provided.get(n) or os.environ[n] for n in spec.secrets}
     secrets.update(provided)
+    price = budget_price(spec)
+    if resuming_job and price:
+        _check_spent(store.get(target), spec.resources.max_cost)
     if spec.resources.infra != "local":
-        _train_in_cloud(store, spec, secrets, source, managed, dry_run, detach, unique=name is None)
+        _train_in_cloud(store, spec, secrets, source, managed, dry_run, detach, name is None, price)
         return
     if dry_run:
         taken = store.path(spec.name).exists() and not resume
@@ -172,6 +188,7 @@ def train(
             resume=resume,
             blueprint="" if resuming_job else target,
             unique=name is None,
+            price=price,
         )
     except JobExists as e:
         fail(
@@ -195,8 +212,26 @@ def train(
     raise typer.Exit(_follow_with_progress(store, job.name, log_start))
 
 
+def _check_spent(job, cap: float) -> None:
+    from ..budget import usd
+
+    if job.spent >= cap:
+        fail(
+            f"error: {job.name} has already spent {usd(job.spent)} of its {usd(cap)} (resources.max_cost)",
+            [f"give it a higher cap: r1cloud train --resume {job.name} --max-cost DOLLARS"],
+        )
+
+
 def _train_in_cloud(
-    store, spec, secrets: dict, blueprint: Path, managed: bool, dry_run: bool, detach: bool, unique: bool
+    store,
+    spec,
+    secrets: dict,
+    blueprint: Path,
+    managed: bool,
+    dry_run: bool,
+    detach: bool,
+    unique: bool,
+    price,
 ):
     from ..jobs.cloud import CloudError
     from ..jobs.sky_task import TaskError
@@ -210,7 +245,7 @@ def _train_in_cloud(
 
             folder = home() / "dry-run" / spec.name
             folder.mkdir(parents=True, exist_ok=True)
-            config, _ = prepare(spec, blueprint, folder, managed)
+            config, _ = prepare(spec, blueprint, folder, managed, price)
             err.print(f"# {spec.name} as {kind}; the nodes read {folder / 'node-spec.yaml'}", markup=False)
             print(to_yaml(config), end="")
             print_estimate(spec, err)  # on stderr: stdout stays the YAML `sky launch` takes
@@ -218,7 +253,11 @@ def _train_in_cloud(
         from ..jobs.remote import submit
 
         err.print(f"launching {spec.name} on {spec.resources.infra} as {kind}…", markup=False)
-        job = submit(store, spec, secrets, blueprint, managed, unique)
+        if price is None:  # no budget: the price still shows the spend in `jobs` and `status`
+            from ..budget import hourly_price
+
+            price = hourly_price(spec)[0]
+        job = submit(store, spec, secrets, blueprint, managed, unique, price)
         if job.name != spec.name:
             err.print(f"a job named {spec.name} exists; this one is {job.name}", markup=False)
     except (TaskError, CloudError) as e:

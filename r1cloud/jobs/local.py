@@ -16,13 +16,20 @@ class JobRunning(Exception):
 
 
 def submit(
-    store: JobStore, spec, secrets: dict[str, str], *, resume: bool, blueprint: str = "", unique: bool = False
+    store: JobStore,
+    spec,
+    secrets: dict[str, str],
+    *,
+    resume: bool,
+    blueprint: str = "",
+    unique: bool = False,
+    price: float | None = None,
 ) -> tuple[Job, bool, int]:
     """Create the job (or, with `resume`, reuse a finished one), write its spec, launch it.
 
     Returns the job, whether it is new, and where its log stood before (a resumed job's log goes on).
     Raises JobExists(name, status) for a taken name without `resume` or `unique` (which takes the
-    first free of NAME-2, NAME-3, …), JobRunning if it runs."""
+    first free of NAME-2, NAME-3, …), JobRunning if it runs. `price`: dollars an hour, for a budget."""
     from ..spec import dump_spec
 
     accel = str(spec.resources.accelerators or f"{spec.trainer.n_gpus_per_node} slots")
@@ -32,6 +39,7 @@ def submit(
         accelerators=accel,
         nodes=spec.trainer.nnodes,
         blueprint=blueprint,
+        price=price,
     )
     fresh = True
     try:
@@ -51,7 +59,9 @@ def submit(
         fresh = False
         with store.locked(spec.name) as j:  # submitted again: a new attempt of the same job
             j.status, j.pid, j.pid_started, j.reason, j.stop_requested = "PENDING", None, None, "", False
+            j.started_at = j.ended_at = None  # the new attempt's, once its supervisor starts
             j.accelerators, j.nodes, j.created_at = accel, spec.trainer.nnodes, time.time()
+            j.price = price
     (job.dir / "spec.yaml").write_text(dump_spec(spec))
     log = job.dir / "train.log"
     log_start = log.stat().st_size if log.exists() else 0
@@ -92,9 +102,6 @@ def stop(store: JobStore, name: str, grace: float) -> str:
         time.sleep(0.5)
     os.killpg(pid, signal.SIGKILL)  # the supervisor's session: trainer, Ray, workers
     with store.locked(name) as job:
-        job.status, job.reason, job.ended_at = (
-            "STOPPED",
-            f"killed after a {grace:.0f}s grace period",
-            time.time(),
-        )
+        job.status, job.reason = "STOPPED", f"killed after a {grace:.0f}s grace period"
+        job.settle(time.time())
     return "killed"

@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from .. import budget
+
 RAY_PORT = int(os.environ.get("R1CLOUD_RAY_PORT", "6379"))
 DASHBOARD_AGENT_PORT = int(os.environ.get("R1CLOUD_RAY_AGENT_PORT", "52366"))
 JOIN_TIMEOUT = float(os.environ.get("R1CLOUD_JOIN_TIMEOUT", "600"))
@@ -88,7 +90,7 @@ def main(run_dir: str) -> int:
     rank, nodes, ips, gpus = cluster_env()
     trainer = [sys.executable, "-m", "r1cloud.trainer", run_dir]
     if nodes == 1:
-        return subprocess.call(trainer)
+        return finished(subprocess.call(trainer))
     if len(ips) != nodes:
         say(f"SKYPILOT_NODE_IPS lists {len(ips)} addresses for {nodes} nodes")
         return 2
@@ -128,7 +130,16 @@ def run_head(ray: subprocess.Popen, address: str, nodes: int, trainer: list[str]
         if joined < nodes:
             time.sleep(2)
     say(f"all {nodes} nodes joined the Ray cluster at {address}; starting the trainer")
-    return subprocess.call(trainer, env={**os.environ, "RAY_ADDRESS": address})
+    return finished(subprocess.call(trainer, env={**os.environ, "RAY_ADDRESS": address}))
+
+
+def finished(code: int) -> int:
+    """The trainer's exit code for SkyPilot; a budget stop ends the job as done, not as an error
+    a managed job would restart and pay for again."""
+    if code == budget.EXIT:
+        say("the job's budget stopped the trainer (its [budget] line above); ending without a restart")
+        return 0
+    return code
 
 
 def stay_attached(ray: subprocess.Popen, address: str) -> int:

@@ -13,6 +13,7 @@ from secrets import token_hex
 
 import yaml
 
+from .. import budget
 from ..spec import Spec, dump_spec
 from . import cloud
 from .sky_task import RAY_TOKEN, check_cloud, checkpoint_url, node_spec, task_config
@@ -21,13 +22,19 @@ from .store import ACTIVE, Job, JobStore
 NODE_SPEC = "node-spec.yaml"
 
 
-def prepare(spec: Spec, blueprint: Path, folder: Path, managed: bool) -> tuple[dict, Spec]:
+def prepare(
+    spec: Spec, blueprint: Path, folder: Path, managed: bool, price: float | None = None, started=None
+) -> tuple[dict, Spec]:
     """Write the node spec into `folder`; return the SkyPilot task config and the spec as this
-    machine keeps it (checkpoints in the bucket)."""
+    machine keeps it (checkpoints in the bucket). A budget (resources.max_cost) reaches the
+    trainer as its `price` and the launch time `started` (budget.py; without it, the trainer's)."""
     check_cloud(spec, managed)
     data, root = node_spec(spec, blueprint)
     (folder / NODE_SPEC).write_text(yaml.safe_dump(data, sort_keys=False))
     config = task_config(spec, root, folder / NODE_SPEC, managed=managed)
+    if spec.resources.max_cost is not None and price:
+        config["envs"][budget.PRICE] = f"{price:.6g}"
+        config["envs"].update({budget.STARTED: f"{started:.0f}"} if started else {})
     local = spec.model_copy(deep=True)
     if spec.resources.bucket:
         local.trainer.save_checkpoint_path = checkpoint_url(spec)
@@ -35,7 +42,13 @@ def prepare(spec: Spec, blueprint: Path, folder: Path, managed: bool) -> tuple[d
 
 
 def submit(
-    store: JobStore, spec: Spec, secrets: dict[str, str], blueprint: Path, managed: bool, unique: bool = False
+    store: JobStore,
+    spec: Spec,
+    secrets: dict[str, str],
+    blueprint: Path,
+    managed: bool,
+    unique: bool = False,
+    price: float | None = None,
 ) -> Job:
     """Claim the job name (with `unique`, the first free of NAME, NAME-2, …), launch, record what
     SkyPilot returned. Raises JobExists, CloudError or TaskError; on any failure the job's folder
@@ -46,11 +59,13 @@ def submit(
         accelerators=str(spec.resources.accelerators or ""),
         nodes=spec.trainer.nnodes,
         blueprint=str(blueprint),
+        price=price,
     )
     store.create_unique(job) if unique else store.create(job)
     spec = spec.model_copy(update={"name": job.name})
     try:
-        config, local = prepare(spec, blueprint, job.dir, managed)
+        started = time.time()  # the budget and `jobs` count from here, provisioning included
+        config, local = prepare(spec, blueprint, job.dir, managed, price, started)
         (job.dir / "spec.yaml").write_text(dump_spec(local))
         if RAY_TOKEN in config.get("secrets", {}):
             secrets = {**secrets, RAY_TOKEN: token_hex(32)}
@@ -67,7 +82,7 @@ def submit(
         store.remove(spec.name)
         raise
     with store.locked(spec.name) as j:
-        j.cloud, j.started_at = record, time.time()
+        j.cloud, j.started_at = record, started
     return store.get(spec.name)
 
 

@@ -29,7 +29,8 @@ from pathlib import Path
 from ..records import loads
 
 ACTIVE = ("PENDING", "RUNNING")
-TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED", "ENDED")  # ENDED: a cloud job whose outcome is unknown
+# ENDED: a cloud job whose outcome is unknown; BUDGET_REACHED: stopped by resources.max_cost
+TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED", "ENDED", "BUDGET_REACHED")
 DIED = "its process ended without a word (killed, or the machine restarted)"
 
 
@@ -59,6 +60,14 @@ class Job:
     url: str = ""  # a server's base URL
     model: str = ""  # a server's model: served name and where it comes from
     cloud: dict = field(default_factory=dict)  # a cloud job: {"managed", "job_id", "cluster"}
+    price: float | None = None  # dollars an hour, all nodes (budget.hourly_price), when known
+    spent: float = 0.0  # dollars over the attempts that ended (a local job with a price)
+
+    def settle(self, now: float) -> None:
+        """End this attempt: its time at the price joins what the job has spent."""
+        self.ended_at = now
+        if self.price and self.started_at:
+            self.spent += self.price * max(0.0, now - self.started_at) / 3600
 
     @property
     def dir(self) -> Path:
@@ -235,7 +244,8 @@ class JobStore:
         ):
             with self.locked(name) as job:
                 if job.status in ACTIVE and not alive(job):
-                    job.status, job.reason, job.ended_at = "FAILED", DIED, job.ended_at or time.time()
+                    job.status, job.reason = "FAILED", DIED
+                    job.settle(job.ended_at or time.time())
         return job
 
     def list(self) -> list[Job]:

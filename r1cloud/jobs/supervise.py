@@ -8,6 +8,7 @@ checkpoint before its Ray workers go — and records how the job ended in job.js
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -15,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from .. import budget
+from .follow import tail_lines
 from .store import JobStore, process_start_time
 
 PREFIX = re.compile(r"^(\(\w+ pid=\d+\)\s*)?((ERROR|WARNING|INFO) [\d-]+ [\d:]+ \[[^\]]*\]\s*)?")
@@ -53,25 +56,35 @@ def main(job_dir: str) -> int:
             None,
             "",
         )
-        job.pid, job.pid_started = __import__("os").getpid(), process_start_time(__import__("os").getpid())
+        job.pid, job.pid_started = os.getpid(), process_start_time(os.getpid())
         job.stop_requested = False
         job.attempts += 1
         command = job.command or [sys.executable, "-m", "r1cloud.trainer", str(path)]
         what, log_path = ("the trainer" if job.kind == "train" else "the server"), path / job.log.name
+        priced = {
+            budget.PRICE: str(job.price),
+            budget.SPENT: str(job.spent),
+            budget.STARTED: str(job.started_at),
+        }
+        env = {**os.environ, **(priced if job.price else {})}
     with log_path.open("ab") as log:
         child = subprocess.Popen(
             command,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            env=env,
         )
         signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         code = child.wait()
     with store.locked(name) as job:
-        job.exit_code, job.ended_at = code, time.time()
+        job.exit_code = code
+        job.settle(time.time())
         if job.stop_requested:
             job.status, job.reason = "STOPPED", "stopped by r1cloud stop"
+        elif code == budget.EXIT and job.kind == "train" and (said := budget_line(log_path)):
+            job.status, job.reason = budget.STATUS, said
         elif code == 0:
             job.status, job.reason = "SUCCEEDED", ""
         else:
@@ -79,9 +92,19 @@ def main(job_dir: str) -> int:
                 "FAILED",
                 last_error(log_path) or f"{what} exited with code {code}",
             )
-        if job.kind == "train" and job.status in ("SUCCEEDED", "STOPPED"):  # before the status is seen
+        if job.kind == "train" and job.status in (
+            "SUCCEEDED",
+            "STOPPED",
+            budget.STATUS,
+        ):  # before the status is seen
             calibrate(store, path, job, log_path)
     return 0
+
+
+def budget_line(log: Path) -> str:
+    """The trainer's own words when its budget stopped it, else nothing."""
+    said = [ln for ln in tail_lines(log, 50) if ln.startswith("[budget] ")]
+    return said[-1].removeprefix("[budget] ") if said else ""
 
 
 def calibrate(store: JobStore, path: Path, job, log_path: Path) -> None:

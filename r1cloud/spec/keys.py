@@ -18,6 +18,11 @@ KEYS: dict[str, tuple[str, str]] = {
     # r1cloud's own keys
     "name": (HONOURED, "the job's name (jobs/store.py)"),
     "resources.infra": (HONOURED, "local, or the SkyPilot infra (jobs/sky_task.py)"),
+    "resources.max_cost": (
+        HONOURED,
+        "the trainer saves and stops before the next step would pass it (budget.py); validate refuses "
+        "a cap with no price or below one step",
+    ),
     "resources.*": (HONOURED, "the SkyPilot task (jobs/sky_task.py); a local job uses accelerators only"),
     "envs": (HONOURED, "the job's environment (jobs/local.py, jobs/sky_task.py)"),
     "secrets": (HONOURED, "the job's environment, never a file (jobs/local.py, jobs/sky_task.py)"),

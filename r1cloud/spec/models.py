@@ -415,6 +415,8 @@ class Resources(Model):
     region: str | None = None
     # Cloud jobs: checkpoints go to <bucket>/<job name>/checkpoints (s3://, gs://, r2://, …)
     bucket: str | None = None
+    # Dollars for the whole job at its catalog price: the trainer saves and stops before passing it
+    max_cost: float | None = Field(None, gt=0, allow_inf_nan=False)
 
     @field_validator("infra")
     @classmethod

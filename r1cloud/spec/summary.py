@@ -40,9 +40,8 @@ def resources_line(spec: Spec) -> str:
     else:
         accel = f"{t.n_gpus_per_node} GPUs (type chosen by the backend)"
     nodes = f" × {t.nnodes} nodes" if t.nnodes > 1 else ""
-    extra = [
-        x for x in ("spot" if r.use_spot else "", f"image {r.image}" if r.image else "", r.region or "") if x
-    ]
+    cap = f"at most ${r.max_cost:,.2f}" if r.max_cost is not None else ""
+    extra = [x for x in ("spot" * r.use_spot, f"image {r.image}" * bool(r.image), r.region or "", cap) if x]
     return f"{r.infra}: {accel}{nodes}" + (f" ({', '.join(extra)})" if extra else "")
 
 

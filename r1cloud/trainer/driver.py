@@ -20,6 +20,7 @@ import torch
 from .. import rewards
 from ..agents.episodes import STATS, BadRow, last_turn, with_environment
 from ..agents.tools import tool_schemas
+from ..budget import EXIT, Budget
 from ..checkpoint.write import Bucket, Checkpoints, DamagedCheckpoint, read_state, write_hf_files
 from ..data import Loader, PromptSet, check_sets, chunk_evenly, load_tokenizer, total_steps
 from ..rollout import Request, pick_engine, refuse_unknown_sampling
@@ -60,10 +61,12 @@ from .trackers import TrackerError, Trackers, val_samples
 
 
 class Trainer:
-    def __init__(self, run_dir: str | Path, spec: Spec | None = None):
+    def __init__(self, run_dir: str | Path, spec: Spec | None = None, launch_first: bool = False):
         self.run_dir = Path(run_dir)
         self.spec = spec or load_resolved(self.run_dir / "spec.yaml")
-        s = self.spec
+        s, self.world, self.workers = self.spec, self.spec.world_size, []
+        if launch_first:  # the workers load their models while this process reads the data
+            self.launch_workers()
         self.tokenizer, self.processor = load_tokenizer(s.worker.actor.model, s.data)
         sets = {
             "processor": self.processor,
@@ -107,11 +110,10 @@ class Trainer:
         # a bucket URL: every worker writes its shards there directly (see Bucket)
         self.checkpoints = Bucket(ckpt_root) if "://" in ckpt_root else Checkpoints(ckpt_root)
         self.trackers = Trackers(s, self.run_dir, self.log, mirror=ckpt_root if "://" in ckpt_root else None)
-        self.world = s.world_size
         self.kl_coef = s.algorithm.kl_coef
-        self.workers: list = []
         self.share_prompts = False  # whether the workers pack a group's prompt once (start_workers)
-        self.stopped = False  # a stop request ended the run early (fit)
+        self.stopped = ""  # what ended the run early (fit): "stop" (a request) or "budget"
+        self.budget = Budget.from_env(s.resources.max_cost)
 
     # ------------------------------------------------------------------ plumbing
     def log(self, text: str) -> None:
@@ -120,19 +122,21 @@ class Trainer:
     def call(self, method: str, *args, **kwargs) -> list:
         return gather([getattr(w, method).remote(*args, **kwargs) for w in self.workers])
 
-    def start_workers(self) -> str:
-        engine = pick_engine(self.spec.worker.rollout.name)
+    def launch_workers(self) -> None:
+        """Start the workers; they load their models while nothing waits for them."""
+        r = self.spec.worker.rollout
         try:  # before any worker starts
-            refuse_unknown_sampling(engine, self.spec.worker.rollout.val_override_config)
+            refuse_unknown_sampling(pick_engine(r.name), r.val_override_config)
         except ValueError as e:
             raise RunError(str(e)) from None
         self.workers = launch(self.spec, self.world)
+
+    def start_workers(self) -> str:
+        engine, _ = pick_engine(self.spec.worker.rollout.name), self.workers or self.launch_workers()
         self.share_prompts = self.call("shares_prompts")[0]
         self.adapter = self.call("adapter")[0]  # LoRA: adapter_config.json and what it trains
-        videos = max(
-            (len(p.videos) for rows in (self.train_set, self.val_set) if rows for p in rows.prompts),
-            default=0,
-        )
+        sets = [rows for rows in (self.train_set, self.val_set) if rows]
+        videos = max((len(p.videos) for rows in sets for p in rows.prompts), default=0)
         names = self.call("start_engine", engine, videos)
         self.call("set_schedule", self.steps)
         return names[0]
@@ -485,10 +489,10 @@ class Trainer:
     def fit(self) -> None:
         s = self.spec
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.trackers.start()  # before the workers: a tracker that cannot start costs no model load
+        self.trackers.start()  # before the workers' first call: a tracker that cannot start ends it here
         self.engine = self.start_workers()
         stop = []  # after ray.init, which installs its own SIGTERM handler
-        signal.signal(signal.SIGTERM, lambda *_: stop.append(True))  # finish the step, save, exit
+        signal.signal(signal.SIGTERM, lambda *_: stop.append("[stop] stopped"))  # finish the step, save, exit
         packing = "each group's prompt packed once" if self.share_prompts else "a prompt copy per sample"
         self.log(f"[start] {self.world} workers, rollout engine {self.engine}, {self.steps} steps, {packing}")
         if self.adapter:
@@ -502,41 +506,33 @@ class Trainer:
         forget_after(self.run_dir / "metrics.jsonl", start)
         if start:
             self.trackers.resumed(start)
-        (self.run_dir / "trainer.json").write_text(
-            json.dumps(
-                {
-                    "total_steps": self.steps,
-                    "engine": self.engine,
-                    "workers": self.world,
-                    "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
-                    "resumed_from": start,
-                }
-            )
-        )
+        device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+        info = {"total_steps": self.steps, "engine": self.engine, "workers": self.world, "device": device}
+        info["resumed_from"] = start
+        (self.run_dir / "trainer.json").write_text(json.dumps(info))
         self.call("sync_weights")
-        if self.val_set and (
-            s.trainer.val_only or s.trainer.val_before_train
-        ):  # resumed too: ray_trainer.py:578
+        if self.val_set and (s.trainer.val_only or s.trainer.val_before_train):  # resumed: ray_trainer.py:578
             m = self.validate(start)
             self.trackers.record(start, m)
             self.log(f"[val] step {start}: reward {m['val/reward_score']:.3f}")
             if s.trainer.val_only:
                 return
         for step in range(start + 1, self.steps + 1):
+            began = time.time()
             metrics = self.train_step(step)
             last = step == self.steps
             if self.val_set and ((s.trainer.val_freq > 0 and step % s.trainer.val_freq == 0) or last):
                 metrics.update(self.validate(step))
+            if self.budget and (over := self.budget.stop_line(time.time() - began)):
+                stop.append(f"[budget] {over}; stopped")  # the step's time with its validation
             saved = (s.trainer.save_freq > 0 and step % s.trainer.save_freq == 0) or last or bool(stop)
             if saved:
                 self.save(step, metrics, last=last)
             self.trackers.record(step, metrics, saved)
             self.log(progress_line(step, self.steps, metrics))
             if stop and not last:
-                self.log(
-                    f"[stop] stopped after step {step}; checkpoint saved, resume continues at step {step + 1}"
-                )
-                self.stopped = True
+                self.stopped = stop[-1][1 : stop[-1].index("]")]  # stop, or budget
+                self.log(f"{stop[-1]} after step {step}; checkpoint saved, resume goes on at step {step + 1}")
                 return
 
     def shutdown(self, status: str = "FINISHED") -> None:
@@ -564,15 +560,19 @@ def _error(text, code: int) -> int:
 
 def main(run_dir: str) -> int:
     try:
-        trainer = Trainer(run_dir)
+        trainer = Trainer(run_dir, launch_first=True)
     except (ValueError, FileNotFoundError) as e:  # bad data or files: say which, no traceback
         return _error(e, 2)
+    except RunError as e:
+        return _error(e, 1)
     from ray.exceptions import ActorDiedError, ActorUnavailableError, RayTaskError
 
     status = "FAILED"
     try:
         trainer.fit()
         status = "KILLED" if trainer.stopped else "FINISHED"
+        if trainer.stopped == "budget":
+            return EXIT
     except TrackerError as e:  # before the first step: a key or a setting to fix
         return _error(e, 2)
     except (RunError, DamagedCheckpoint) as e:

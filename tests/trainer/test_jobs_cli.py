@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from r1cloud.budget import usd
+from r1cloud.prices import catalog_dir
 from tinyrun import R1CLOUD, r1, tiny_blueprint
 
 SECRET = "hf_s3cr3t_ZX81_value"
@@ -112,7 +114,18 @@ def test_train_stop_resume_logs_status(home, blueprint):
     assert "HF_TOKEN" in r.stdout and SECRET not in r.stdout
 
 
-def test_envs_and_secrets_reach_the_trainer(home, tmp_path, tiny_model):
+def test_envs_and_secrets_reach_the_trainer_and_a_budget_stops_it(home, tmp_path, tiny_model, monkeypatch):
+    """The price is the one fake here, at its narrowest boundary: SkyPilot's own catalog code reads a
+    catalog row we wrote where SkyPilot reads catalogs (there is no cloud account to rent from)."""
+    monkeypatch.setenv("SKY_RUNTIME_DIR", str(tmp_path / "sky"))
+    catalog = catalog_dir() / "aws"
+    catalog.mkdir(parents=True)
+    (catalog / "vms.csv").write_text(
+        "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,Region,"
+        "AvailabilityZone\np5.fake,H100,2,52,512,\"{'Gpus': [{'Name': 'H100', 'Manufacturer': 'NVIDIA', "
+        "'Count': 2, 'MemoryInfo': {'SizeInMiB': 81920}}], 'TotalGpuMemoryInMiB': 163840}\",100.0,40.0,"
+        "us-east-1,use1-az1\n"
+    )
     reward = tmp_path / "env_reward.py"
     reward.write_text(
         "import os\n"
@@ -122,20 +135,32 @@ def test_envs_and_secrets_reach_the_trainer(home, tmp_path, tiny_model):
     )
     bp = tmp_path / "env.yaml"
     bp.write_text(tiny_blueprint(tiny_model, reward) + "secrets: [HF_TOKEN]\n")
-    r = r1(
-        "train",
-        bp,
-        "--name",
-        "envs",
-        "--env",
-        "MY_FLAG=on",
-        "--secret",
-        "HF_TOKEN=hf_abc",
-        "trainer.max_steps=1",
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
+    # $100 an hour on "H100:2": one step's estimate fits $0.01, but start-up and a step on this CPU do not
+    args = ("--env", "MY_FLAG=on", "--gpu", "H100", "--max-cost", "0.01", "trainer.max_steps=2")
+    r = r1("train", bp, "--name", "envs", "--secret", "HF_TOKEN=hf_abc", *args)
+    assert r.returncode == 75, r.stdout + r.stderr  # budget.EXIT: stopped by its budget, resumable
+    assert "envs BUDGET_REACHED: budget reached: $" in r.stdout and "spent of $0.0100" in r.stdout
+    assert "r1cloud train --resume envs --max-cost DOLLARS" in r.stdout
     first = json.loads((home / "jobs/envs/metrics.jsonl").read_text().splitlines()[0])
-    assert first["reward/overall"] == 1.0
+    assert first["reward/overall"] == 1.0  # the environment and the secret reached the reward
+    assert steps_done(home, "envs") == [1]
+    assert [p.name for p in (home / "jobs/envs/checkpoints").glob("global_step_*")] == ["global_step_1"]
+    record = job_record(home, "envs")
+    assert record["status"] == "BUDGET_REACHED" and record["price"] == 100.0 and record["spent"] > 0.01
+    assert "[budget] budget reached" in (home / "jobs/envs/train.log").read_text()
+    r = r1("jobs")
+    assert "COST" in r.stdout and "BUDGET_REACHED" in r.stdout and usd(record["spent"]) in r.stdout
+
+    r = r1("train", "--resume", "envs", "--secret", "HF_TOKEN=hf_abc")  # the same cap: nothing to spend
+    assert r.returncode == 2 and "has already spent $" in r.stderr and "--max-cost DOLLARS" in r.stderr
+    r = r1("train", "--resume", "envs", "--secret", "HF_TOKEN=hf_abc", "--max-cost", "1000")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "envs SUCCEEDED" in r.stdout and steps_done(home, "envs") == [1, 2]
+    assert "[resume] from step 1" in (home / "jobs/envs/train.log").read_text()
+    after = job_record(home, "envs")
+    assert after["spent"] > record["spent"]  # each attempt adds its time at the price
+    r = r1("status", "envs")
+    assert f"cost       {usd(after['spent'])} spent, at $100.00/hour" in r.stdout, r.stdout
 
 
 def test_kill_9_is_detected_as_failed(home, blueprint):
