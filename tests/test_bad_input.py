@@ -235,9 +235,10 @@ def _easyr1_checkpoint(root, shard: bytes | None = None, config: str = '{"archit
         '{"step": "one"}\n[1, 2]\n"text"\n{"step": 1, "reward": {"overall": "high"}}\n',
     ],
 )
-def test_checkpoint_metadata_of_the_wrong_shape_is_shown_as_unknown(cli, tmp_path, log):
-    root = _easyr1_checkpoint(tmp_path / "ck", log=log)
-    r = cli("checkpoints", root)
+def test_checkpoint_metadata_of_the_wrong_shape_is_shown_as_unknown(cli, tmp_path, log, monkeypatch):
+    _easyr1_checkpoint(tmp_path / "ck", log=log)
+    monkeypatch.chdir(tmp_path)  # a short ID: the table fits 80 columns, as a pipe gets them
+    r = cli("checkpoints", "ck")
     assert r.exit_code == 0 and "step-1" in r.stdout and "internal error" not in r.stderr, r.stderr
     state = tmp_path / "r1" / "global_step_2"
     (state / "actor").mkdir(parents=True)

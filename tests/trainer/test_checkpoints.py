@@ -106,7 +106,7 @@ def test_merge_shards_and_loads_in_vllm(trained, tmp_path):
         timeout=600,
         env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"},
     )
-    assert "TOKENS 4" in r.stdout, r.stderr[-3000:]
+    assert "TOKENS 4" in r.stdout, f"exit {r.returncode}: " + r.stderr[-3000:]
 
 
 def _free_port() -> int:
