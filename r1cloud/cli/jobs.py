@@ -64,8 +64,8 @@ def _spend(job, m: dict, total: int | None) -> tuple[float, float | None] | None
     if not job.price or not job.started_at:
         return None
     running = job.status in ("PENDING", "RUNNING")
-    now = job.spent + job.price * ((job.ended_at or time.time()) - job.started_at) / 3600
-    spent = now if job.cloud or running else job.spent  # a local job adds each attempt as it ends
+    # a local job settles each attempt as it ends; a cloud job's one attempt runs from its launch
+    spent = job.spent_by(job.ended_at or time.time()) if job.cloud or running else job.spent
     if not running:
         return spent, spent
     left = (total or 0) - (whole(m.get("step")) or 0)

@@ -63,11 +63,14 @@ class Job:
     price: float | None = None  # dollars an hour, all nodes (budget.hourly_price), when known
     spent: float = 0.0  # dollars over the attempts that ended (a local job with a price)
 
+    def spent_by(self, now: float) -> float:
+        """Dollars spent by `now`: the ended attempts' and this one's time at the price."""
+        ran = max(0.0, now - self.started_at) if self.price and self.started_at else 0.0
+        return self.spent + (self.price or 0.0) * ran / 3600
+
     def settle(self, now: float) -> None:
         """End this attempt: its time at the price joins what the job has spent."""
-        self.ended_at = now
-        if self.price and self.started_at:
-            self.spent += self.price * max(0.0, now - self.started_at) / 3600
+        self.spent, self.ended_at = self.spent_by(now), now
 
     @property
     def dir(self) -> Path:

@@ -132,7 +132,9 @@ class Trainer:
         self.workers = launch(self.spec, self.world)
 
     def start_workers(self) -> str:
-        engine, _ = pick_engine(self.spec.worker.rollout.name), self.workers or self.launch_workers()
+        if not self.workers:  # main() launched them first: Trainer(launch_first=True)
+            self.launch_workers()
+        engine = pick_engine(self.spec.worker.rollout.name)
         self.share_prompts = self.call("shares_prompts")[0]
         self.adapter = self.call("adapter")[0]  # LoRA: adapter_config.json and what it trains
         sets = [rows for rows in (self.train_set, self.val_set) if rows]
@@ -571,8 +573,6 @@ def main(run_dir: str) -> int:
     try:
         trainer.fit()
         status = "KILLED" if trainer.stopped else "FINISHED"
-        if trainer.stopped == "budget":
-            return EXIT
     except TrackerError as e:  # before the first step: a key or a setting to fix
         return _error(e, 2)
     except (RunError, DamagedCheckpoint) as e:
@@ -592,7 +592,7 @@ def main(run_dir: str) -> int:
         )
     finally:
         trainer.shutdown(status)
-    return 0
+    return EXIT if trainer.stopped == "budget" else 0
 
 
 if __name__ == "__main__":
