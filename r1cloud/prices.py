@@ -81,6 +81,10 @@ def offers(wanted: list[tuple[str, int]], clouds: list[str] | None = None) -> tu
     clouds = [c for c in (clouds or on_disk) if c in on_disk]
     if not clouds:
         return [], f"no SkyPilot catalog in {catalog_dir()}; {HOW}"
+    key = json.dumps([wanted, clouds, [_stamp(c) for c in clouds]])
+    with contextlib.suppress(TypeError):  # a damaged entry: asked again
+        if isinstance(hit := _cache().get(key), list):
+            return [Offer(**row) for row in hit], ""
     try:
         r = subprocess.run(
             [sys.executable, "-c", CHILD, json.dumps(wanted), json.dumps(clouds)],
@@ -101,4 +105,42 @@ def offers(wanted: list[tuple[str, int]], clouds: list[str] | None = None) -> tu
         return [], f"prices: SkyPilot's catalog could not be read ({tail})"
     errors = "; ".join(str(x["error"]) for x in lines if isinstance(x, dict) and "error" in x)
     found = [Offer(**row) for row in lines[-1]["rows"]]
+    if not errors:
+        _remember(key, lines[-1]["rows"])
     return found, (f"prices: some catalogs could not be read: {errors}" if errors else "")
+
+
+# The child takes 2-4 s (importing sky, reading the catalogs), and `validate` then `train` ask the
+# same: answers are kept as JSON beside the job store, each under its question and the catalog
+# files' size and time, so a catalog SkyPilot fetches anew is read anew.
+CACHE_ENTRIES = 64
+
+
+def _stamp(cloud: str) -> list[int]:
+    st = (catalog_dir() / cloud / "vms.csv").stat()
+    return [st.st_mtime_ns, st.st_size]
+
+
+def _cache_file() -> Path:
+    from .jobs.store import home
+
+    return home() / "cache" / "prices.json"
+
+
+def _cache() -> dict:
+    try:
+        data = json.loads(_cache_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _remember(key: str, rows: list[dict]) -> None:
+    data = {k: v for k, v in _cache().items() if k != key}
+    data[key] = rows
+    with contextlib.suppress(OSError):  # a cache that cannot be written: asked again next time
+        path = _cache_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(dict(list(data.items())[-CACHE_ENTRIES:])))
+        os.replace(tmp, path)

@@ -114,7 +114,7 @@ def test_model_size_from_config_counts_what_a_token_passes_through(tmp_path):
     assert estimate.device_kind("NVIDIA A100-SXM4-80GB") == "A100-80GB"
 
 
-def test_prices_come_from_skypilots_catalog_code(catalog):
+def test_prices_come_from_skypilots_catalog_code(catalog, monkeypatch):
     pytest.importorskip("sky")
     found, why = prices.offers([("H100", 8), ("A100-80GB", 8), ("H200", 8)])
     assert why == ""
@@ -124,6 +124,19 @@ def test_prices_come_from_skypilots_catalog_code(catalog):
         ("AWS", "H100", "p5.48xlarge", 98.32, 40.0),
         ("Lambda", "H100", "gpu_8x_h100_sxm5", 23.92, None),  # no spot price in Lambda's catalog
     ]
+    # asked again: the answer kept beside the job store, SkyPilot's child not run; a catalog that
+    # changes is read anew, and a damaged cache is only asked past
+    runs = []
+    real_run = prices.subprocess.run
+    monkeypatch.setattr(prices.subprocess, "run", lambda *a, **k: runs.append(a) or real_run(*a, **k))
+    assert prices.offers([("H100", 8), ("A100-80GB", 8), ("H200", 8)]) == (found, "") and runs == []
+    lam = catalog / ".sky/catalogs/v8/lambda/vms.csv"
+    lam.write_text(lam.read_text().replace("23.92", "21.50"))
+    again, _ = prices.offers([("H100", 8), ("A100-80GB", 8), ("H200", 8)])
+    assert len(runs) == 1 and ("Lambda", 21.50) in {(o.cloud, o.price) for o in again}
+    cache = catalog / ".r1cloud/cache/prices.json"
+    cache.write_text(json.dumps({k: [{"cloud": 1}] for k in json.loads(cache.read_text())}))
+    assert prices.offers([("H100", 8), ("A100-80GB", 8), ("H200", 8)]) == (again, "") and len(runs) == 2
 
 
 def test_validate_prints_the_cost_table_cheapest_first(blueprint, cli, catalog, tmp_path, monkeypatch):

@@ -106,3 +106,54 @@ def test_choice_reward(response, truth, accuracy, fmt):
         [{"response": response, "response_length": 1, "ground_truth": truth}]
     )
     assert (score["accuracy"], score["format"]) == (accuracy, fmt)
+
+
+def test_the_fast_verdicts_are_math_verifys_on_the_benchmark_and_the_tables():
+    """`settled` answers without parsing LaTeX; where it answers, math-verify (parsing both) must
+    answer the same: on every distinct (answer, truth) of benchmarks/rewards.py's 2,000 responses,
+    the table above, the reward tests' answers, and cases chosen to sit on its rules' edges."""
+    pytest.importorskip("math_verify")
+    from r1cloud.grading import extract_boxed, settled, verified
+
+    bench = load_benchmark()
+    pairs = {(extract_boxed(r["response"]), r["ground_truth"]) for r in bench.make(2000)}
+    pairs |= {(g, t) for g, t, _, _ in CASES} | {(t, g) for g, t, _, _ in CASES}
+    pairs |= {
+        ("0.333333", r"\frac{1}{3}"),  # rounded to 6 places: equal for math-verify
+        ("0.3333", r"\frac{1}{3}"),
+        ("0.1234565", "0.1234574"),  # 9e-7 apart, the same 6 places
+        ("0.1234565", "0.1234555"),
+        ("2.5", r"\frac{5}{2}"),
+        ("2.50001", r"\frac{5}{2}"),
+        ("-7", "7"),
+        (r"-\frac{1}{2}", r"\frac{-1}{2}"),
+        ("007", "7"),
+        (r"\{1,2,2\}", r"\{2,1\}"),
+        (r"\{1,2\}", r"\{1,2,3\}"),
+        (r"\left\{ 3, \frac{1}{2} \right\}", r"\{\frac{1}{2},3\}"),
+        (r"\{0.5, 1\}", r"\{\frac{1}{2}, 1\}"),  # a decimal in a set: left to math-verify
+        (r"\sqrt{12}", r"2\sqrt{3}"),
+        (r"\sqrt{12}", r"3\sqrt{2}"),
+        (r"-2\sqrt{3}", r"2\sqrt{3}"),
+        (r"\sqrt4", "2"),
+        (r"\sqrt{50}", r"5\sqrt2"),
+        (r"\sqrt{0}", "0"),
+        (r"3\sqrt{2}", "4"),
+        (r"50\%", "0.5"),
+        ("1,000", "1000"),
+        (r"\$5", "5"),
+    }
+    checked = 0
+    for given, truth in sorted(pairs):
+        verdict = settled(given, truth)
+        if verdict is not None:
+            assert verdict is verified(given, truth), (given, truth, verdict)
+            checked += 1
+    assert checked > 150  # most of the benchmark's wrong answers, sets and surds are settled
+
+
+def load_benchmark():
+    spec = importlib.util.spec_from_file_location("rewards_bench", ROOT / "benchmarks" / "rewards.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -489,3 +489,68 @@ def test_a_cloud_jobs_checkpoints_are_read_from_its_bucket(blueprint, cli, fake_
     assert "/r1cloud-model" in task.run and "--served-model-name job-step-3" in task.run
     (mount,) = task.storage_mounts.values()
     assert mount.source == "s3://ckpts/job/checkpoints/global_step_3/huggingface"
+
+
+def test_a_cloud_budget_stop_ends_as_budget_reached_and_resumes_with_its_spend(
+    blueprint, cli, fake_sdk, monkeypatch, s3
+):
+    """SkyPilot calls a budget-stopped job SUCCEEDED (its node exits 0, so a managed job is not
+    restarted); r1cloud reads the stop from the last checkpoint in the bucket (moto's S3 server
+    here) and shows BUDGET_REACHED. `train --resume JOB` launches the same job again (same name,
+    same bucket folder) with the first launch's spend carried into the budget; a launch that
+    fails puts the record back as it was. The fake: SkyPilot's request functions (fake_sdk)."""
+    calls, state = fake_sdk
+    from r1cloud import prices
+
+    h100 = prices.Offer("AWS", "H100", 2, "p5.fake", "us-east-1", 36.0, 14.0)
+    monkeypatch.setattr(prices, "offers", lambda wanted, clouds=None: ([h100], ""))
+    bp = cloud_blueprint(blueprint)
+    r = cli("train", bp, "--secret", "HF_TOKEN=x", "--detach", "--max-cost", "5")
+    assert r.exit_code == 0, r.stderr
+    home = Path(os.environ["R1CLOUD_HOME"]) / "jobs" / "job"
+    record = json.loads((home / "job.json").read_text())
+    started = record["started_at"] = record["started_at"] - 600  # as if launched 10 minutes ago
+    (home / "job.json").write_text(json.dumps(record))
+    # what the trainer leaves in the bucket when its budget stops it after step 1
+    why = "[budget] budget reached: $4.80 spent of $5.00 (resources.max_cost, at $36.00/hour); the next step would bring it to $5.20; stopped after step 1"
+    state_file = {"step": 1, "loader": {"epoch": 0, "position": 2}, "metrics": {}, "stopped": why}
+    s3.fs().pipe_file(
+        "ckpts/job/checkpoints/global_step_1/trainer_state.json", json.dumps(state_file).encode()
+    )
+    ended = started + 480  # SkyPilot's end time: 8 minutes at $36 an hour is $4.80
+    state["queue"] = [{"job_id": 7, "status": sky.jobs.ManagedJobStatus.SUCCEEDED, "end_at": ended}]
+    r = cli("jobs")
+    assert re.search(r"BUDGET_REACHED .* \$4\.80\b", r.stdout), r.stdout
+    record = json.loads((home / "job.json").read_text())
+    assert record["status"] == "BUDGET_REACHED" and record["exit_code"] == 75
+    assert record["reason"].startswith("budget reached: $4.80 spent of $5.00")
+    assert record["spent"] == pytest.approx(4.80) and record["ended_at"] == ended
+    r = cli("logs", "-f", "job")  # following it ends as `train` does on a budget stop
+    assert r.exit_code == 75 and "job BUDGET_REACHED: budget reached" in r.stdout, r.stdout
+    assert "r1cloud train --resume job --max-cost DOLLARS" in r.stdout
+
+    r = cli("train", "--resume", "job", "--secret", "HF_TOKEN=x", "--detach", "--max-cost", "4")
+    assert r.exit_code == 2 and "job has already spent $4.80 of its $4.00" in r.stderr, r.stderr
+    state["launch_error"] = sky.exceptions.ResourcesUnavailableError("no H100 anywhere")
+    r = cli("train", "--resume", "job", "--secret", "HF_TOKEN=x", "--detach", "--max-cost", "20")
+    assert r.exit_code == 2 and "Traceback" not in r.stderr, r.stderr
+    assert json.loads((home / "job.json").read_text()) == record  # as it was before the failed launch
+    assert "max_cost: 5" in (home / "spec.yaml").read_text()
+
+    state["launch_error"] = None
+    launches = sum(c[0] == "jobs.launch" for c in calls)
+    r = cli("train", "--resume", "job", "--secret", "HF_TOKEN=x", "--detach", "--max-cost", "20")
+    assert r.exit_code == 0 and "resumed job · managed job 7" in r.stdout, r.stderr
+    name, args, kwargs = [c for c in calls if c[0] == "jobs.launch"][launches]
+    task = args[0]
+    assert kwargs["name"] == "job" and float(task.envs["R1CLOUD_SPENT"]) == pytest.approx(4.80)
+    assert float(task.envs["R1CLOUD_STARTED"]) > ended
+    node = yaml.safe_load((home / "node-spec.yaml").read_text())
+    assert node["trainer"]["save_checkpoint_path"] == "s3://ckpts/job/checkpoints"  # where step 1 is
+    assert node["trainer"]["find_last_checkpoint"] is True and node["resources"]["max_cost"] == 20
+    assert not (home.parent / "job-2").exists()
+    state["queue"] = [{"job_id": 7, "status": sky.jobs.ManagedJobStatus.RUNNING}]
+    r = cli("status", "job")
+    assert "RUNNING" in r.stdout and re.search(r"cost +\$4\.8\d spent", r.stdout), r.stdout
+    r = cli("train", "--resume", "job", "--secret", "HF_TOKEN=x", "--detach", "--max-cost", "20")
+    assert r.exit_code == 2 and "job is already running" in r.stderr, r.stderr

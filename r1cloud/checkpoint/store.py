@@ -35,6 +35,9 @@ class Checkpoint:
     inference_ready: bool
     id: str
     lora_rank: int | None = None  # a LoRA run's checkpoint: its adapters only (actor/adapter_config.json)
+    stopped: str = (
+        ""  # why the run stopped at this checkpoint, if it stopped early (its [stop]/[budget] line)
+    )
 
     @property
     def hf_dir(self) -> str:
@@ -184,6 +187,7 @@ def _list_checkpoints(root: str, label: str | None) -> list[Checkpoint]:
             fmt, metrics = "r1cloud", _section(state, "metrics")
             train, val = finite(metrics.get("reward/overall")), finite(metrics.get("val/reward_score"))
             when = _mtime(fs.info(f"{path}/trainer_state.json"))
+            stopped = state.get("stopped") if isinstance(state.get("stopped"), str) else ""
         else:
             try:
                 shards = [p for p in fs.ls(f"{path}/actor", detail=False) if SHARD_RE.search(p)]
@@ -195,12 +199,13 @@ def _list_checkpoints(root: str, label: str | None) -> list[Checkpoint]:
             if easyr1_rows is None:
                 easyr1_rows = _easyr1_metrics(fs, base)
             row = easyr1_rows.get(step, {})
-            fmt, train = "easyr1", finite(_section(row, "reward").get("overall"))
+            fmt, train, stopped = "easyr1", finite(_section(row, "reward").get("overall")), ""
             val = finite(_section(row, "val").get("reward_score"))
             when = _mtime(fs.info(shards[0]))
         ck = Checkpoint(
             step, proto + path, fmt, when, train, val, int(fs.du(path)), False, f"{label}:step-{step}"
         )
+        ck.stopped = stopped
         ck.inference_ready = inference_ready(fs, ck.hf_dir.removeprefix(proto))
         if fmt == "r1cloud" and (adapter := _read_json(fs, f"{path}/actor/adapter_config.json")):
             ck.lora_rank = whole(adapter.get("r"), 1, 2**16)

@@ -169,8 +169,25 @@ def find_job(name: str | None):
         fail(f"error: no job named {name!r}", [f"{hint}`r1cloud jobs` lists the jobs ({len(names)} now)"])
 
 
+def refreshed(store, jobs: list) -> list:
+    """Cloud jobs' state from SkyPilot; if it cannot be reached, the last known state and a warning."""
+    if not any(j.cloud for j in jobs):
+        return jobs
+    from ..jobs.cloud import CloudError
+    from ..jobs.remote import refresh
+
+    try:
+        return refresh(store, jobs)
+    except CloudError as e:
+        err.print(f"warning: cloud jobs show their last known state: {e}", markup=False)
+        return jobs
+
+
 def cloud_logs(job, follow: bool) -> int:
+    """A cloud job's log; following it, the job's end as `report_end` says it (a budget stop
+    included), or the log's exit code while SkyPilot still calls the job running."""
     from ..jobs.cloud import CloudError, tail_logs
+    from ..jobs.store import ACTIVE
 
     try:
         code = tail_logs(job.cloud, follow)
@@ -181,6 +198,8 @@ def cloud_logs(job, follow: bool) -> int:
             f"\ndetached: {job.name} keeps running.  reattach: r1cloud logs -f {job.name}", markup=False
         )
         return 0
+    if follow and (job := refreshed(job_store(), [job_store().get(job.name)])[0]).status not in ACTIVE:
+        return report_end(job)
     return int(code or 0)
 
 

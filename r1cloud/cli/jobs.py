@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .common import app, cloud_logs, err, fail, find_job, job_store, not_nan, out, report_end, when
+from .common import app, cloud_logs, err, fail, find_job, job_store, not_nan, out, refreshed, report_end, when
 
 JobArg = Annotated[
     str | None, typer.Argument(help="Job name (default: the most recent job).", show_default=False)
@@ -64,8 +64,7 @@ def _spend(job, m: dict, total: int | None) -> tuple[float, float | None] | None
     if not job.price or not job.started_at:
         return None
     running = job.status in ("PENDING", "RUNNING")
-    # a local job settles each attempt as it ends; a cloud job's one attempt runs from its launch
-    spent = job.spent_by(job.ended_at or time.time()) if job.cloud or running else job.spent
+    spent = job.spent_by(time.time()) if running else job.spent  # each attempt is settled as it ends
     if not running:
         return spent, spent
     left = (total or 0) - (whole(m.get("step")) or 0)
@@ -95,25 +94,11 @@ STATUS_STYLE = {
 }
 
 
-def _refreshed(store, jobs: list) -> list:
-    """Cloud jobs' state from SkyPilot; if it cannot be reached, the last known state and a warning."""
-    if not any(j.cloud for j in jobs):
-        return jobs
-    from ..jobs.cloud import CloudError
-    from ..jobs.remote import refresh
-
-    try:
-        return refresh(store, jobs)
-    except CloudError as e:
-        err.print(f"warning: cloud jobs show their last known state: {e}", markup=False)
-        return jobs
-
-
 def _jobs_table() -> None:
     from ..jobs import follow as f
 
     store = job_store()
-    jobs = _refreshed(store, store.list())
+    jobs = refreshed(store, store.list())
     if not jobs:
         out.print("no jobs yet — start one with: r1cloud train blueprints/quickstart.yaml")
         return
@@ -166,7 +151,7 @@ def status(
     from ..spec import load_resolved, summarize
 
     store, record = find_job(job)
-    record = _refreshed(store, [record])[0]
+    record = refreshed(store, [record])[0]
     run = store.path(record.name)
     out.print(
         f"{record.name}  [{STATUS_STYLE.get(record.status, '')}]{record.status}[/]  {_duration(record)}  (started {when(record.started_at)})"
@@ -275,7 +260,8 @@ def stop(
         except CloudError as e:
             fail(f"error: {e}", e.hints)
         with store.locked(record.name) as j:
-            j.status, j.stop_requested, j.ended_at = "STOPPED", True, time.time()
+            j.status, j.stop_requested = "STOPPED", True
+            j.settle(time.time())
         kept = (
             ""
             if record.kind == "serve"

@@ -25,6 +25,7 @@ from .common import (
     load_blueprint,
     out,
     parse_secrets,
+    refreshed,
     report_end,
 )
 from .spec_cmds import print_estimate
@@ -151,10 +152,14 @@ def train(
     secrets = {n: provided.get(n) or os.environ[n] for n in spec.secrets}
     secrets.update(provided)
     price = budget_price(spec)
-    if resuming_job and price:
-        _check_spent(store.get(target), spec.resources.max_cost)
+    record = _resumable(store, target, spec) if resuming_job else None
+    if record and price:
+        _check_spent(record, spec.resources.max_cost)
     if spec.resources.infra != "local":
-        _train_in_cloud(store, spec, secrets, source, managed, dry_run, detach, name is None, price)
+        where = Path(record.blueprint) if record else source  # the folder a resumed job was launched from
+        _train_in_cloud(
+            store, spec, secrets, where, managed, dry_run, detach, name is None, price, bool(record)
+        )
         return
     if dry_run:
         taken = store.path(spec.name).exists() and not resume
@@ -178,7 +183,8 @@ def train(
             )
         print_estimate(spec, out)
         return
-    from ..jobs.local import JobRunning, submit
+    from ..jobs.local import submit
+    from ..jobs.store import JobRunning
 
     try:
         job, fresh, log_start = submit(
@@ -212,6 +218,22 @@ def train(
     raise typer.Exit(_follow_with_progress(store, job.name, log_start))
 
 
+def _resumable(store, name: str, spec):
+    """The job `train --resume` continues, brought up to date; refused where it cannot go on."""
+    from ..jobs.store import ACTIVE
+
+    job = refreshed(store, [store.get(name)])[0]
+    if bool(job.cloud) != (spec.resources.infra != "local"):
+        here = "in the cloud (checkpoints in its bucket)" if job.cloud else "on this machine"
+        fail(
+            f"error: {name} ran {here}",
+            [f"resume it where it ran: r1cloud train --resume {name} without --infra"],
+        )
+    if job.cloud and job.status in ACTIVE:
+        fail(f"error: {name} is already running ({job.status})", [f"follow it with: r1cloud logs -f {name}"])
+    return job
+
+
 def _check_spent(job, cap: float) -> None:
     from ..budget import usd
 
@@ -232,10 +254,11 @@ def _train_in_cloud(
     detach: bool,
     unique: bool,
     price,
+    resume: bool,
 ):
     from ..jobs.cloud import CloudError
     from ..jobs.sky_task import TaskError
-    from ..jobs.store import JobExists, home
+    from ..jobs.store import JobExists, JobRunning, home
 
     kind = "a managed job" if managed else "a cluster (autostop, down at the end)"
     try:
@@ -257,7 +280,7 @@ def _train_in_cloud(
             from ..budget import hourly_price
 
             price = hourly_price(spec)[0]
-        job = submit(store, spec, secrets, blueprint, managed, unique, price)
+        job = submit(store, spec, secrets, blueprint, managed, unique and not resume, price, resume)
         if job.name != spec.name:
             err.print(f"a job named {spec.name} exists; this one is {job.name}", markup=False)
     except (TaskError, CloudError) as e:
@@ -265,10 +288,15 @@ def _train_in_cloud(
     except JobExists:
         fail(
             f"error: a job named {spec.name!r} already exists",
-            [f"pick another name with --name {spec.name}-2"],
+            [
+                f"pick another name with --name {spec.name}-2, or continue it with: r1cloud train --resume {spec.name}"
+            ],
         )
+    except JobRunning:
+        fail(f"error: {spec.name} is already running", [f"follow it with: r1cloud logs -f {spec.name}"])
     ident = f"managed job {job.cloud['job_id']}" if managed else f"cluster {job.cloud['cluster']}"
-    out.print(f"started {job.name} · {ident} · checkpoints {spec.resources.bucket}", markup=False)
+    verb = "resumed" if resume else "started"
+    out.print(f"{verb} {job.name} · {ident} · checkpoints {spec.resources.bucket}", markup=False)
     if detach:
         out.print(f"follow: r1cloud logs -f {job.name}    stop: r1cloud stop {job.name}", markup=False)
         return

@@ -136,7 +136,7 @@ def _name(status) -> str:
 
 
 def managed_jobs(job_ids: list[int]) -> dict[int, dict]:
-    """{job id: {"status", "recoveries", "reason"}} for these managed jobs; {} when there are none."""
+    """{job id: {"status", "recoveries", "reason", "ended"}} for these managed jobs; {} when there are none."""
     if not job_ids:
         return {}
 
@@ -152,6 +152,7 @@ def managed_jobs(job_ids: list[int]) -> dict[int, dict]:
                 "status": STATUS.get(status, "RUNNING"),
                 "recoveries": rec.get("recovery_count") or 0,
                 "reason": rec.get("failure_reason") or "",
+                "ended": rec.get("end_at"),  # epoch seconds once it has ended
             }
         return out
 

@@ -8,11 +8,7 @@ import subprocess
 import sys
 import time
 
-from .store import ACTIVE, DamagedJob, Job, JobExists, JobStore, NoSuchJob, alive
-
-
-class JobRunning(Exception):
-    pass
+from .store import ACTIVE, DamagedJob, Job, JobExists, JobRunning, JobStore, NoSuchJob, alive
 
 
 def submit(

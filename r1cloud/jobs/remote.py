@@ -7,6 +7,7 @@ spec its nodes run. A launch that fails leaves no folder behind.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from secrets import token_hex
@@ -17,17 +18,24 @@ from .. import budget
 from ..spec import Spec, dump_spec
 from . import cloud
 from .sky_task import RAY_TOKEN, check_cloud, checkpoint_url, node_spec, task_config
-from .store import ACTIVE, Job, JobStore
+from .store import ACTIVE, Job, JobExists, JobRunning, JobStore
 
 NODE_SPEC = "node-spec.yaml"
 
 
 def prepare(
-    spec: Spec, blueprint: Path, folder: Path, managed: bool, price: float | None = None, started=None
+    spec: Spec,
+    blueprint: Path,
+    folder: Path,
+    managed: bool,
+    price: float | None = None,
+    started=None,
+    spent: float = 0.0,
 ) -> tuple[dict, Spec]:
     """Write the node spec into `folder`; return the SkyPilot task config and the spec as this
     machine keeps it (checkpoints in the bucket). A budget (resources.max_cost) reaches the
-    trainer as its `price` and the launch time `started` (budget.py; without it, the trainer's)."""
+    trainer as its `price`, the launch time `started` (without it, the trainer's) and what the
+    job's earlier launches `spent` (budget.py)."""
     check_cloud(spec, managed)
     data, root = node_spec(spec, blueprint)
     (folder / NODE_SPEC).write_text(yaml.safe_dump(data, sort_keys=False))
@@ -35,6 +43,7 @@ def prepare(
     if spec.resources.max_cost is not None and price:
         config["envs"][budget.PRICE] = f"{price:.6g}"
         config["envs"].update({budget.STARTED: f"{started:.0f}"} if started else {})
+        config["envs"].update({budget.SPENT: f"{spent:.6g}"} if spent else {})
     local = spec.model_copy(deep=True)
     if spec.resources.bucket:
         local.trainer.save_checkpoint_path = checkpoint_url(spec)
@@ -49,24 +58,33 @@ def submit(
     managed: bool,
     unique: bool = False,
     price: float | None = None,
+    resume: bool = False,
 ) -> Job:
     """Claim the job name (with `unique`, the first free of NAME, NAME-2, …), launch, record what
     SkyPilot returned. Raises JobExists, CloudError or TaskError; on any failure the job's folder
-    is removed."""
-    job = Job(
-        spec.name,
-        infra=spec.resources.infra,
-        accelerators=str(spec.resources.accelerators or ""),
-        nodes=spec.trainer.nnodes,
-        blueprint=str(blueprint),
-        price=price,
-    )
-    store.create_unique(job) if unique else store.create(job)
+    is removed. With `resume`, launch the ended cloud job NAME again: the same name, so the same
+    bucket folder its trainer goes on from, and its spend so far carried into the budget; on a
+    failure its record is put back as it was."""
+    accelerators = str(spec.resources.accelerators or "")
+    if resume:
+        before = reopen(store, spec.name, price, accelerators)
+        job = store.get(spec.name)
+    else:
+        job = Job(
+            spec.name,
+            infra=spec.resources.infra,
+            accelerators=accelerators,
+            nodes=spec.trainer.nnodes,
+            blueprint=str(blueprint),
+            price=price,
+        )
+        store.create_unique(job) if unique else store.create(job)
     spec = spec.model_copy(update={"name": job.name})
     try:
         started = time.time()  # the budget and `jobs` count from here, provisioning included
-        config, local = prepare(spec, blueprint, job.dir, managed, price, started)
-        (job.dir / "spec.yaml").write_text(dump_spec(local))
+        config, local = prepare(spec, blueprint, job.dir, managed, price, started, job.spent)
+        if not resume:  # a resumed job's spec stays as it was until its launch is in
+            (job.dir / "spec.yaml").write_text(dump_spec(local))
         if RAY_TOKEN in config.get("secrets", {}):
             secrets = {**secrets, RAY_TOKEN: token_hex(32)}
         record = cloud.launch(config, secrets, managed)
@@ -79,11 +97,45 @@ def submit(
             )
         raise
     except BaseException:  # refused before anything started: leave nothing behind
-        store.remove(spec.name)
+        if not resume:
+            store.remove(spec.name)
+            raise
+        with store.locked(spec.name) as j:
+            j.__dict__.update(before)
         raise
+    if resume:
+        (job.dir / "spec.yaml").write_text(dump_spec(local))
     with store.locked(spec.name) as j:
         j.cloud, j.started_at = record, started
     return store.get(spec.name)
+
+
+def reopen(store: JobStore, name: str, price: float | None, accelerators: str) -> dict:
+    """Make the ended cloud job `name` a pending new launch; return its record as it was."""
+    with store.locked(name) as j:
+        if j.status in ACTIVE:
+            raise JobRunning(name)
+        if not j.cloud or j.kind != "train":
+            raise JobExists(name, "it ran on this machine, and its checkpoints are here: resume it here")
+        before = dict(j.__dict__)
+        j.status, j.reason, j.stop_requested, j.exit_code = "PENDING", "", False, None
+        j.started_at = j.ended_at = None
+        j.price, j.accelerators = price, accelerators
+    return before
+
+
+def budget_stop(job: Job) -> str:
+    """The reason a cloud job SkyPilot calls SUCCEEDED stopped early on its budget, or "": its last
+    checkpoint says so (the trainer's [budget] line, kept in its trainer_state.json). A bucket that
+    cannot be read from here leaves the job as SkyPilot says."""
+    from ..checkpoint.store import BucketError, job_checkpoint_root, list_checkpoints
+
+    try:
+        found = list_checkpoints(job_checkpoint_root(job.dir))
+    except BucketError:
+        return ""
+    last = found[-1].stopped if found else ""
+    return last.removeprefix("[budget] ") if last.startswith("[budget] ") else ""
 
 
 def refresh(store: JobStore, jobs: list[Job]) -> list[Job]:
@@ -101,12 +153,15 @@ def refresh(store: JobStore, jobs: list[Job]) -> list[Job]:
     for j in jobs:
         state = states.get(j.name)
         if state and (state["status"], state["reason"]) != (j.status, j.reason):
+            if state["status"] == "SUCCEEDED" and j.kind == "train" and (why := budget_stop(j)):
+                state = {**state, "status": budget.STATUS, "reason": why}
             with store.locked(j.name) as rec:
                 rec.status = state["status"]
                 rec.attempts = 1 + state.get("recoveries", 0)
                 rec.reason = state["reason"]
-                if rec.status not in ACTIVE:
-                    rec.ended_at = rec.ended_at or time.time()
+                rec.exit_code = budget.EXIT if rec.status == budget.STATUS else rec.exit_code
+                if rec.status not in ACTIVE and rec.ended_at is None:  # this launch's time, at its price
+                    rec.settle(min(time.time(), state.get("ended") or math.inf))
             j = store.get(j.name)
         out.append(j)
     return out

@@ -61,7 +61,7 @@ class Job:
     model: str = ""  # a server's model: served name and where it comes from
     cloud: dict = field(default_factory=dict)  # a cloud job: {"managed", "job_id", "cluster"}
     price: float | None = None  # dollars an hour, all nodes (budget.hourly_price), when known
-    spent: float = 0.0  # dollars over the attempts that ended (a local job with a price)
+    spent: float = 0.0  # dollars over the attempts (a cloud job's launches) that ended, at the price
 
     def spent_by(self, now: float) -> float:
         """Dollars spent by `now`: the ended attempts' and this one's time at the price."""
@@ -82,6 +82,10 @@ class Job:
 
 
 class JobExists(Exception):
+    pass
+
+
+class JobRunning(Exception):
     pass
 
 

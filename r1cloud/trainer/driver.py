@@ -98,11 +98,8 @@ class Trainer:
         batch = s.data.mini_rollout_batch_size or s.data.rollout_batch_size
         sets = {"train": self.train_set, "val": self.val_set}
         check_sets(sets, s.data, s.worker.rollout.limit_images, self.reward.wants, batch, self.log)
-        self.loader = (
-            Loader(len(self.train_set), batch, s.data.seed, s.data.shuffle)
-            if self.train_set is not None
-            else None
-        )
+        train = self.train_set
+        self.loader = Loader(len(train), batch, s.data.seed, s.data.shuffle) if train is not None else None
         self.steps = total_steps(
             s.trainer.max_steps, s.trainer.total_epochs, self.loader.batches_per_epoch if self.loader else 0
         )
@@ -430,7 +427,7 @@ class Trainer:
         return m
 
     # ------------------------------------------------------------------ checkpoints
-    def save(self, step: int, metrics: dict, last: bool = False) -> None:
+    def save(self, step: int, metrics: dict, last: bool = False, stopped: str = "") -> None:
         tick = time.perf_counter()
         where = self.checkpoints.begin(step)
         only = self.spec.trainer.save_model_only
@@ -456,6 +453,7 @@ class Trainer:
             "metrics": metrics,
             "world_size": self.world,
             "model_only": only,
+            "stopped": stopped,  # why it stopped here, if it did (a cloud job's budget stop: remote.py)
         }
         self.checkpoints.publish(where, step, state, metrics.get("val/reward_score"))
         self.checkpoints.prune(self.spec.trainer.save_limit)
@@ -528,13 +526,14 @@ class Trainer:
             if self.budget and (over := self.budget.stop_line(time.time() - began)):
                 stop.append(f"[budget] {over}; stopped")  # the step's time with its validation
             saved = (s.trainer.save_freq > 0 and step % s.trainer.save_freq == 0) or last or bool(stop)
+            end = stop[-1] if stop and not last else ""
             if saved:
-                self.save(step, metrics, last=last)
+                self.save(step, metrics, last=last, stopped=end and f"{end} after step {step}")
             self.trackers.record(step, metrics, saved)
             self.log(progress_line(step, self.steps, metrics))
-            if stop and not last:
-                self.stopped = stop[-1][1 : stop[-1].index("]")]  # stop, or budget
-                self.log(f"{stop[-1]} after step {step}; checkpoint saved, resume goes on at step {step + 1}")
+            if end:
+                self.stopped = end[1 : end.index("]")]  # stop, or budget
+                self.log(f"{end} after step {step}; checkpoint saved, resume goes on at step {step + 1}")
                 return
 
     def shutdown(self, status: str = "FINISHED") -> None:
