@@ -1,5 +1,6 @@
-"""Math reward speed and agreement: r1cloud's `reward_functions/math.py` (exact check, then
-math-verify with its time limit on) against EasyR1's grader, mathruler, on the same responses.
+"""Math reward speed and agreement: r1cloud's `reward_functions/math.py` (exact check, the verdicts
+that need no parser, then math-verify with its time limit on) against EasyR1's grader, mathruler,
+on the same responses. Both graders' libraries are imported before either is timed.
 
 Responses are generated from a fixed seed: answers written in many equivalent forms (fractions,
 decimals, `\\dfrac`, `x = …`, units, sets, intervals) and wrong ones, all in EasyR1's format.
@@ -78,6 +79,8 @@ def main() -> None:
     from importlib.metadata import version
 
     from mathruler.grader import extract_boxed_content, grade_answer
+
+    import math_verify  # noqa: F401 - imported before the clocks start, as mathruler is above
 
     rows = make(args.n)
     math_reward = load_math()

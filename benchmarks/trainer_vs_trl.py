@@ -19,6 +19,8 @@ Reported per system: rollout tokens/s (response tokens ÷ generation time), trai
 (prompt + response tokens ÷ the rest of the step: log-probs, loss, backward, optimizer, weight
 sync), wall seconds per step, peak RSS of the whole process tree, the mean reward over all steps
 and of the last step; r1cloud's seconds per step by phase; and r1cloud's ratios to each TRL run.
+The anchor: the matmul throughput this CPU reaches in the run's dtype (`matmul_roofline`, measured
+in the same run), and r1cloud's update as a fraction of it (model FLOPs: `update_flops`).
 
 Usage: python benchmarks/trainer_vs_trl.py [--model tiny|smollm2|tinyvlm|smolvlm|PATH] [--steps 4] [--repeats 1]
        [--precision fp32|bf16] [--workers 2] [--json out.json]
@@ -237,8 +239,9 @@ def launch(run: Path, text: str, overrides: list[str] = ()) -> tuple[str, list[d
 
 def run_r1cloud(model: Path, engine: str, steps: int, work: Path) -> dict:
     run = Path(tempfile.mkdtemp(prefix=f"r1-{engine}-", dir=work))
-    _, rows, rss = launch(run, blueprint(model, engine, steps))
+    out, rows, rss = launch(run, blueprint(model, engine, steps))
     n = SETTINGS["prompts_per_step"] * SETTINGS["group"]
+    shared = "each group's prompt packed once" in out
     steps_out = [
         {
             "gen_s": m["timing_s/gen"],
@@ -247,10 +250,58 @@ def run_r1cloud(model: Path, engine: str, steps: int, work: Path) -> dict:
             "tokens": m["perf/total_num_tokens"],
             "reward": m["reward/overall"],
             "timing": {k.split("/", 1)[1]: v for k, v in m.items() if k.startswith("timing_s/")},
+            "update_flops": update_flops(model, m["prompt_length/mean"], m["response_length/mean"], shared),
         }
         for m in rows
     ]
-    return {**summarize(steps_out), "peak_rss": rss.peak}
+    result = summarize(steps_out)
+    timed = steps_out[1:] or steps_out
+    result["update_flop_s"] = sum(s["update_flops"] for s in timed) / sum(
+        s["timing"]["update_actor"] for s in timed
+    )
+    return {**result, "peak_rss": rss.peak}
+
+
+def update_flops(model: Path, prompt_mean: float, response_mean: float, shared: bool) -> float:
+    """The model FLOPs of one step's actor update: forward and backward (three forwards) over the
+    tokens it trains — a group's prompt once when the trainer packs it once — attention included,
+    recomputation not (MFU's convention); a VLM's vision encoder left out (its image tokens count)."""
+    from r1cloud import estimate
+
+    m = estimate.model_size(str(model))
+    s = SETTINGS
+    work = estimate.Work(
+        s["prompts_per_step"], s["group"], prompt_mean, response_mean, shared,
+        epochs=1, old=False, ref=False, checkpointing=False, critic=None,
+    )  # fmt: skip
+    return estimate.step_flops(m, work)[1]
+
+
+def matmul_roofline(precision: str, threads: int) -> dict[str, float]:
+    """FLOP/s of a large square matmul in the run's compute dtype on `threads` threads — torch.mm,
+    and oneDNN's linear (what r1cloud's fp32 layers use) — the most this CPU does of an update's
+    main work: its anchor. Best of 5 timings of 4 products each, after a warm-up."""
+    import torch
+
+    from r1cloud import onednn
+
+    torch.set_num_threads(threads)
+    n = 2048
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(n, n, generator=gen).to(dtype) for _ in range(2))
+    out = {}
+    for name, product in (("torch.mm", lambda: a @ b), ("onednn", lambda: onednn.mm_nt(a, b))):
+        for _ in range(2):
+            product()
+        best = float("inf")
+        for _ in range(5):
+            t = time.perf_counter()
+            for _ in range(4):
+                product()
+            best = min(best, (time.perf_counter() - t) / 4)
+        out[name] = 2 * n**3 / best
+    return out
 
 
 # ---------------------------------------------------------------------------- TRL
@@ -525,6 +576,17 @@ def report(results: dict[str, list[dict]]) -> dict:
             table[system]["phases"] = phases
             top = sorted(phases.items(), key=lambda kv: -kv[1])
             print(f"{system} s/step by phase: " + ", ".join(f"{k} {v:.2f}" for k, v in top if v >= 0.01))
+    roof = matmul_roofline(SETTINGS["precision"], SETTINGS["threads"])
+    peak = max(roof.values())
+    print(
+        f"matmul roofline ({SETTINGS['precision']}, 2048², {SETTINGS['threads']} threads): "
+        + ", ".join(f"{k} {v / 1e9:.1f} GFLOP/s" for k, v in roof.items())
+    )
+    for system, runs in results.items():
+        if runs and "update_flop_s" in runs[0]:
+            achieved = statistics.median(r["update_flop_s"] for r in runs)
+            table[system]["update_mfu"] = achieved / peak
+            print(f"{system} update: {achieved / 1e9:.1f} GFLOP/s = {achieved / peak:.1%} of the roofline")
     for baseline in ("trl", "trl-jemalloc"):
         if baseline not in table:
             continue
