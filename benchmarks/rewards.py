@@ -78,9 +78,8 @@ def main() -> None:
     args = parser.parse_args()
     from importlib.metadata import version
 
-    from mathruler.grader import extract_boxed_content, grade_answer
-
     import math_verify  # noqa: F401 - imported before the clocks start, as mathruler is above
+    from mathruler.grader import extract_boxed_content, grade_answer
 
     rows = make(args.n)
     math_reward = load_math()
