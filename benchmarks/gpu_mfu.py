@@ -133,11 +133,13 @@ def profile(w, tokens: int, prompt: int) -> list[str]:
     """Where one forward and backward pass spends its GPU time: the top kernels by self time."""
     from torch.profiler import ProfilerActivity, profile
 
+    from r1cloud.testing import shard
+
     mb = batch(w.actor.config.vocab_size, (tokens - prompt) // ANSWERS, prompt)
-    w._update(mb, apply=False)
+    w._update(*shard(mb), apply=False)
     w.optim.zero_grad(set_to_none=True)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        w._update(mb, apply=False)
+        w._update(*shard(mb), apply=False)
         torch.cuda.synchronize()
     w.optim.zero_grad(set_to_none=True)
     table = prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=15, max_name_column_width=60)

@@ -2,7 +2,7 @@
 
 Same model, prompts, group size, response length, learning rate, loss (token-mean, clip 0.2/0.28,
 no KL) and reward, on the same 2 cores. Text models (`tiny`, `smollm2`) do data/arithmetic with the
-quickstart's format prompt and reward_functions/math.py (half format, half answer);
+quickstart's prompt and reward (reward_functions/arithmetic.py: the accuracy alone);
 vision-language models (`tinyvlm`: a random Qwen2-VL; `smolvlm`: quickstart_vl's offline
 SmolVLM-style build) count shapes in data/shapes pictures with format_prompts/one_number.jinja and
 reward_functions/count.py, each image through the model's own processor and chat template in both
@@ -23,7 +23,7 @@ The anchor: the matmul throughput this CPU reaches in the run's dtype (`matmul_r
 in the same run), and r1cloud's update as a fraction of it (model FLOPs: `update_flops`).
 
 Usage: python benchmarks/trainer_vs_trl.py [--model tiny|smollm2|tinyvlm|smolvlm|PATH] [--steps 4] [--repeats 1]
-       [--precision fp32|bf16] [--workers 2] [--json out.json]
+       [--precision fp32|bf16] [--workers 2] [--json out.json] [--set KEY=VALUE …]
 """
 
 from __future__ import annotations
@@ -59,11 +59,11 @@ SETTINGS = {
 
 # What the model is asked: text models do arithmetic, VLMs count shapes in pictures.
 TASKS = {
-    "text": {
+    "text": {  # the quickstart's task: its reward is the accuracy alone, which SmolLM2 scores on
         "data": "data/arithmetic",
         "template": "format_prompts/arithmetic.jinja",
-        "reward": "reward_functions/math.py",
-        "reward_kwargs": {"format_weight": 0.5, "require_think": False},
+        "reward": "reward_functions/arithmetic.py",
+        "reward_kwargs": {},
     },
     "vl": {
         "data": "data/shapes",
@@ -237,9 +237,9 @@ def launch(run: Path, text: str, overrides: list[str] = ()) -> tuple[str, list[d
     return out, [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()], rss
 
 
-def run_r1cloud(model: Path, engine: str, steps: int, work: Path) -> dict:
+def run_r1cloud(model: Path, engine: str, steps: int, work: Path, overrides: list[str] = ()) -> dict:
     run = Path(tempfile.mkdtemp(prefix=f"r1-{engine}-", dir=work))
-    out, rows, rss = launch(run, blueprint(model, engine, steps))
+    out, rows, rss = launch(run, blueprint(model, engine, steps), overrides)
     n = SETTINGS["prompts_per_step"] * SETTINGS["group"]
     shared = "each group's prompt packed once" in out
     steps_out = [
@@ -512,7 +512,7 @@ def compare(args, work: Path) -> dict[str, list[dict]]:
             if system.startswith("trl"):
                 res = run_trl(model, args.steps, work, jemalloc=system == "trl-jemalloc")
             else:
-                res = run_r1cloud(model, system.split("-", 1)[1], args.steps, work)
+                res = run_r1cloud(model, system.split("-", 1)[1], args.steps, work, args.set)
             results[system].append(res)
             print(f"  {system}: {time.perf_counter() - t:.0f}s wall, {res['step_s']:.2f} s/step", flush=True)
     return results
@@ -531,6 +531,13 @@ def main() -> None:
         "--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: fp32 weights, bf16 compute"
     )
     parser.add_argument("--workers", type=int, default=2, help="r1cloud's worker processes (1 or 2)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a blueprint override for r1cloud's runs",
+    )
     parser.add_argument("--trl-worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     SETTINGS["precision"], SETTINGS["workers"] = args.precision, args.workers
