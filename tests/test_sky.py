@@ -517,6 +517,8 @@ def test_a_cloud_budget_stop_ends_as_budget_reached_and_resumes_with_its_spend(
     s3.fs().pipe_file(
         "ckpts/job/checkpoints/global_step_1/trainer_state.json", json.dumps(state_file).encode()
     )
+    tracker = {"last_global_step": 1, "last_actor_path": "s3://ckpts/job/checkpoints/global_step_1/actor"}
+    s3.fs().pipe_file("ckpts/job/checkpoints/checkpoint_tracker.json", json.dumps(tracker).encode())
     ended = started + 480  # SkyPilot's end time: 8 minutes at $36 an hour is $4.80
     state["queue"] = [{"job_id": 7, "status": sky.jobs.ManagedJobStatus.SUCCEEDED, "end_at": ended}]
     r = cli("jobs")
@@ -554,3 +556,24 @@ def test_a_cloud_budget_stop_ends_as_budget_reached_and_resumes_with_its_spend(
     assert "RUNNING" in r.stdout and re.search(r"cost +\$4\.8\d spent", r.stdout), r.stdout
     r = cli("train", "--resume", "job", "--secret", "HF_TOKEN=x", "--detach", "--max-cost", "20")
     assert r.exit_code == 2 and "job is already running" in r.stderr, r.stderr
+
+
+def test_a_resumed_jobs_launch_in_flight_is_not_refreshed_or_stopped_as_its_old_launch(
+    blueprint, cli, fake_sdk
+):
+    """Between `reopen` and SkyPilot's answer, a resumed job's record still names its old launch
+    (job id 7): `jobs` must not read that launch's end into the new one, nor `stop` cancel it."""
+    calls, state = fake_sdk
+    from r1cloud.jobs import remote
+    from r1cloud.jobs.store import JobStore
+
+    assert cli("train", cloud_blueprint(blueprint), "--secret", "HF_TOKEN=x", "--detach").exit_code == 0
+    state["queue"] = [{"job_id": 7, "status": sky.jobs.ManagedJobStatus.SUCCEEDED, "end_at": time.time()}]
+    assert "SUCCEEDED" in cli("jobs").stdout
+    store = JobStore()
+    remote.reopen(store, "job", 10.0, "H100:2")  # the relaunch has begun; SkyPilot has not answered
+    r = cli("jobs")
+    assert "PENDING" in r.stdout and store.get("job").status == "PENDING", r.stdout
+    r = cli("stop", "job")
+    assert r.exit_code == 2 and "being launched again" in r.stderr, r.stderr
+    assert not any(c[0] == "jobs.cancel" for c in calls)

@@ -35,9 +35,6 @@ class Checkpoint:
     inference_ready: bool
     id: str
     lora_rank: int | None = None  # a LoRA run's checkpoint: its adapters only (actor/adapter_config.json)
-    stopped: str = (
-        ""  # why the run stopped at this checkpoint, if it stopped early (its [stop]/[budget] line)
-    )
 
     @property
     def hf_dir(self) -> str:
@@ -157,6 +154,20 @@ def _easyr1_metrics(fs, root: str) -> dict[int, dict]:
     return out
 
 
+def last_state(root: str) -> dict:
+    """The trainer_state.json of the checkpoint `root`'s tracker names last; {} when there is none.
+    (In a bucket the tracker is written after the state, so it names a complete checkpoint.)"""
+    with bucket_errors(root):
+        fs, base = filesystem(root)
+        base = base.rstrip("/")
+        step = whole((_read_json(fs, f"{base}/checkpoint_tracker.json") or {}).get("last_global_step"))
+        return (
+            (_read_json(fs, f"{base}/global_step_{step}/trainer_state.json") or {})
+            if step is not None
+            else {}
+        )
+
+
 def list_checkpoints(root: str, label: str | None = None) -> list[Checkpoint]:
     """Complete checkpoints under `root`, oldest first. Half-written ones never appear: r1cloud's
     need their trainer_state.json (written last, before the atomic rename), EasyR1's their shards."""
@@ -187,7 +198,6 @@ def _list_checkpoints(root: str, label: str | None) -> list[Checkpoint]:
             fmt, metrics = "r1cloud", _section(state, "metrics")
             train, val = finite(metrics.get("reward/overall")), finite(metrics.get("val/reward_score"))
             when = _mtime(fs.info(f"{path}/trainer_state.json"))
-            stopped = state.get("stopped") if isinstance(state.get("stopped"), str) else ""
         else:
             try:
                 shards = [p for p in fs.ls(f"{path}/actor", detail=False) if SHARD_RE.search(p)]
@@ -199,13 +209,12 @@ def _list_checkpoints(root: str, label: str | None) -> list[Checkpoint]:
             if easyr1_rows is None:
                 easyr1_rows = _easyr1_metrics(fs, base)
             row = easyr1_rows.get(step, {})
-            fmt, train, stopped = "easyr1", finite(_section(row, "reward").get("overall")), ""
+            fmt, train = "easyr1", finite(_section(row, "reward").get("overall"))
             val = finite(_section(row, "val").get("reward_score"))
             when = _mtime(fs.info(shards[0]))
         ck = Checkpoint(
             step, proto + path, fmt, when, train, val, int(fs.du(path)), False, f"{label}:step-{step}"
         )
-        ck.stopped = stopped
         ck.inference_ready = inference_ready(fs, ck.hf_dir.removeprefix(proto))
         if fmt == "r1cloud" and (adapter := _read_json(fs, f"{path}/actor/adapter_config.json")):
             ck.lora_rank = whole(adapter.get("r"), 1, 2**16)

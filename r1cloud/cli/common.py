@@ -198,7 +198,8 @@ def cloud_logs(job, follow: bool) -> int:
             f"\ndetached: {job.name} keeps running.  reattach: r1cloud logs -f {job.name}", markup=False
         )
         return 0
-    if follow and (job := refreshed(job_store(), [job_store().get(job.name)])[0]).status not in ACTIVE:
+    store = job_store()
+    if follow and (job := refreshed(store, [store.get(job.name)])[0]).status not in ACTIVE:
         return report_end(job)
     return int(code or 0)
 

@@ -252,6 +252,10 @@ def stop(
     if record.status not in ACTIVE:
         out.print(f"{record.name} is not running ({record.status})", markup=False)
         return
+    if record.cloud and record.kind == "train" and not record.started_at:  # a resume's launch in flight
+        fail(
+            f"error: {record.name} is being launched again", ["stop it once `r1cloud jobs` shows it started"]
+        )
     if record.cloud:
         from ..jobs.cloud import CloudError, cancel, serve_down
 

@@ -75,7 +75,7 @@ def submit(
             infra=spec.resources.infra,
             accelerators=accelerators,
             nodes=spec.trainer.nnodes,
-            blueprint=str(blueprint),
+            blueprint=str(Path(blueprint).resolve()),  # a resume launches from its folder, from anywhere
             price=price,
         )
         store.create_unique(job) if unique else store.create(job)
@@ -128,20 +128,20 @@ def budget_stop(job: Job) -> str:
     """The reason a cloud job SkyPilot calls SUCCEEDED stopped early on its budget, or "": its last
     checkpoint says so (the trainer's [budget] line, kept in its trainer_state.json). A bucket that
     cannot be read from here leaves the job as SkyPilot says."""
-    from ..checkpoint.store import BucketError, job_checkpoint_root, list_checkpoints
+    from ..checkpoint.store import BucketError, job_checkpoint_root, last_state
 
     try:
-        found = list_checkpoints(job_checkpoint_root(job.dir))
+        last = last_state(job_checkpoint_root(job.dir)).get("stopped")
     except BucketError:
         return ""
-    last = found[-1].stopped if found else ""
-    return last.removeprefix("[budget] ") if last.startswith("[budget] ") else ""
+    return last.removeprefix("[budget] ") if isinstance(last, str) and last.startswith("[budget] ") else ""
 
 
 def refresh(store: JobStore, jobs: list[Job]) -> list[Job]:
     """Bring the cloud jobs among `jobs` up to date from SkyPilot: managed jobs from their queue
     (one call), services from SkyServe (one call), plain-cluster jobs from their cluster."""
-    active = [j for j in jobs if j.cloud and j.status in ACTIVE]
+    # started_at is None while a resumed job's new launch is in flight: its `cloud` is the old one's
+    active = [j for j in jobs if j.cloud and j.status in ACTIVE and (j.started_at or j.kind != "train")]
     managed = {j.cloud["job_id"]: j.name for j in active if j.cloud.get("managed")}
     served = [j.cloud["service"] for j in active if "service" in j.cloud]
     states = {managed[i]: s for i, s in cloud.managed_jobs(list(managed)).items() if i in managed}
