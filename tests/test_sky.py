@@ -172,6 +172,7 @@ def fake_sdk(monkeypatch, tmp_path):
         "logs": ["step 1/2 | reward 0.1", "step 2/2 | reward 0.3"],
         "cluster_job": sky.exceptions.ClusterDoesNotExist("Cluster 'job' does not exist."),
         "services": [],
+        "cost_report": [],
     }
 
     def request(name, result):
@@ -202,7 +203,9 @@ def fake_sdk(monkeypatch, tmp_path):
             print(line)
         return 0
 
-    monkeypatch.setattr(sky.jobs, "launch", request("jobs.launch", ([7], None)))
+    ids = iter(range(7, 100))  # each managed launch a new job id, as SkyPilot gives
+    monkeypatch.setattr(sky.jobs, "launch", request("jobs.launch", lambda *a, **k: ([next(ids)], None)))
+    monkeypatch.setattr(sky, "cost_report", request("cost_report", lambda *a, **k: state["cost_report"]))
     monkeypatch.setattr(sky, "launch", request("launch", (1, None)))
     monkeypatch.setattr(sky.jobs, "queue_v2", request("jobs.queue_v2", queue))
     monkeypatch.setattr(sky.jobs, "cancel", request("jobs.cancel", None))
@@ -274,10 +277,15 @@ def test_cloud_job_lifecycle_through_the_sdk(blueprint, cli, fake_sdk, tmp_path,
     assert "STOPPED" in r.stdout and "s3://ckpts" in r.stdout
 
 
-def test_unmanaged_cluster_launch_autostops_and_goes_down(blueprint, cli, fake_sdk):
+def test_unmanaged_cluster_launch_autostops_and_goes_down(blueprint, cli, fake_sdk, monkeypatch):
     """--no-managed: a cluster that stops when idle and goes down; its job's state comes from
-    sky.job_status while the cluster lives, and a cluster that is gone ends the job (ENDED)."""
+    sky.job_status while the cluster lives, and a cluster that is gone ends the job (ENDED), its
+    time counted to when the cluster went down (SkyPilot's cost report), not to when r1cloud looked."""
     calls, state = fake_sdk
+    from r1cloud import prices
+
+    h100 = prices.Offer("AWS", "H100", 2, "p5.fake", "us-east-1", 36.0, 14.0)
+    monkeypatch.setattr(prices, "offers", lambda wanted, clouds=None: ([h100], ""))
     r = cli("train", cloud_blueprint(blueprint), "--secret", "HF_TOKEN=x", "--no-managed", "--detach")
     assert r.exit_code == 0, r.stderr
     _, _, kwargs = next(c for c in calls if c[0] == "launch")
@@ -290,8 +298,19 @@ def test_unmanaged_cluster_launch_autostops_and_goes_down(blueprint, cli, fake_s
     state["cluster_job"] = {1: sky.JobStatus.RUNNING}
     assert "RUNNING" in cli("status", "job").stdout
     state["cluster_job"] = sky.exceptions.ClusterDoesNotExist("Cluster 'job' does not exist.")
+    record_file = Path(os.environ["R1CLOUD_HOME"]) / "jobs/job/job.json"
+    record = json.loads(record_file.read_text())
+    started = record["started_at"] = record["started_at"] - 3600  # as if launched an hour ago
+    record_file.write_text(json.dumps(record))
+    state["cost_report"] = [  # an earlier cluster of the same name, and this launch's: up 10 minutes
+        {"name": "job", "usage_intervals": [(started - 9000, started - 3600)]},
+        {"name": "other", "usage_intervals": [(started, None)]},
+        {"name": "job", "usage_intervals": [(int(started) + 1, int(started) + 601)]},
+    ]
     r = cli("status", "job")
     assert "ENDED" in r.stdout and "cluster is gone" in r.stdout, r.stdout
+    record = json.loads(record_file.read_text())
+    assert record["ended_at"] == int(started) + 601 and record["spent"] == pytest.approx(6.0, abs=0.02)
     r = cli("stop", "job")  # already ended: said, not an error
     assert r.exit_code == 0 and "Traceback" not in r.stderr, r.stderr
 
@@ -513,7 +532,7 @@ def test_a_cloud_budget_stop_ends_as_budget_reached_and_resumes_with_its_spend(
     (home / "job.json").write_text(json.dumps(record))
     # what the trainer leaves in the bucket when its budget stops it after step 1
     why = "[budget] budget reached: $4.80 spent of $5.00 (resources.max_cost, at $36.00/hour); the next step would bring it to $5.20; stopped after step 1"
-    state_file = {"step": 1, "loader": {"epoch": 0, "position": 2}, "metrics": {}, "stopped": why}
+    state_file = {"step": 1, "loader": {}, "metrics": {}, "stopped": why, "launched": round(started)}
     s3.fs().pipe_file(
         "ckpts/job/checkpoints/global_step_1/trainer_state.json", json.dumps(state_file).encode()
     )
@@ -542,7 +561,7 @@ def test_a_cloud_budget_stop_ends_as_budget_reached_and_resumes_with_its_spend(
     state["launch_error"] = None
     launches = sum(c[0] == "jobs.launch" for c in calls)
     r = cli("train", "--resume", "job", "--secret", "HF_TOKEN=x", "--detach", "--max-cost", "20")
-    assert r.exit_code == 0 and "resumed job · managed job 7" in r.stdout, r.stderr
+    assert r.exit_code == 0 and "resumed job · managed job 8" in r.stdout, r.stderr
     name, args, kwargs = [c for c in calls if c[0] == "jobs.launch"][launches]
     task = args[0]
     assert kwargs["name"] == "job" and float(task.envs["R1CLOUD_SPENT"]) == pytest.approx(4.80)
@@ -551,11 +570,21 @@ def test_a_cloud_budget_stop_ends_as_budget_reached_and_resumes_with_its_spend(
     assert node["trainer"]["save_checkpoint_path"] == "s3://ckpts/job/checkpoints"  # where step 1 is
     assert node["trainer"]["find_last_checkpoint"] is True and node["resources"]["max_cost"] == 20
     assert not (home.parent / "job-2").exists()
-    state["queue"] = [{"job_id": 7, "status": sky.jobs.ManagedJobStatus.RUNNING}]
+    state["queue"] = [
+        {"job_id": 7, "status": sky.jobs.ManagedJobStatus.SUCCEEDED, "end_at": ended},
+        {"job_id": 8, "status": sky.jobs.ManagedJobStatus.RUNNING},
+    ]
     r = cli("status", "job")
     assert "RUNNING" in r.stdout and re.search(r"cost +\$4\.8\d spent", r.stdout), r.stdout
     r = cli("train", "--resume", "job", "--secret", "HF_TOKEN=x", "--detach", "--max-cost", "20")
     assert r.exit_code == 2 and "job is already running" in r.stderr, r.stderr
+    r = cli("train", "--resume", "job", "--name", "job-b", "--secret", "HF_TOKEN=x", "--detach")
+    assert r.exit_code == 2 and "a resumed job keeps its name" in r.stderr, r.stderr
+    # this launch ends (a lowered max_steps, val_only) without a checkpoint of its own: the
+    # bucket's last one is the first launch's budget stop, which is not this launch's end
+    state["queue"][1] = {"job_id": 8, "status": sky.jobs.ManagedJobStatus.SUCCEEDED, "end_at": time.time()}
+    r = cli("status", "job")
+    assert "SUCCEEDED" in r.stdout and "BUDGET_REACHED" not in r.stdout, r.stdout
 
 
 def test_a_resumed_jobs_launch_in_flight_is_not_refreshed_or_stopped_as_its_old_launch(
@@ -575,5 +604,49 @@ def test_a_resumed_jobs_launch_in_flight_is_not_refreshed_or_stopped_as_its_old_
     r = cli("jobs")
     assert "PENDING" in r.stdout and store.get("job").status == "PENDING", r.stdout
     r = cli("stop", "job")
-    assert r.exit_code == 2 and "being launched again" in r.stderr, r.stderr
+    assert r.exit_code == 2 and "job is being launched" in r.stderr, r.stderr
     assert not any(c[0] == "jobs.cancel" for c in calls)
+
+
+def test_a_cloud_job_whose_launch_was_cut_off_stays_a_cloud_job(blueprint, cli, fake_sdk):
+    """A cloud job whose launch SkyPilot has not answered has no launch record yet (`cloud` is
+    empty). It is still a cloud job: while its launcher lives it stays PENDING (however long the
+    launch takes); cut off (Ctrl-C) or its launcher gone, it ends FAILED saying the launch may
+    still go on; `train --resume` launches it in the cloud again, never as a local job."""
+    import subprocess
+
+    from r1cloud.jobs.store import JobStore
+
+    calls, state = fake_sdk
+    state["launch_error"] = KeyboardInterrupt()
+    r = cli("train", cloud_blueprint(blueprint), "--secret", "HF_TOKEN=x", "--detach")
+    assert r.exit_code != 0
+    store = JobStore()
+    job = store.get("job")
+    assert job.status == "FAILED" and job.cloud == {} and "sky jobs cancel -n job" in job.reason
+    r = cli("logs", "job")
+    assert r.exit_code == 2 and "SkyPilot has not answered its launch" in r.stderr, r.stderr
+
+    # a launch in flight, 10 minutes in, by a launcher that is alive (this process), then gone
+    with store.locked("job") as j:
+        j.status, j.reason, j.created_at = "PENDING", "", time.time() - 600
+        j.pid, j.pid_started = os.getpid(), None
+    assert store.get("job").status == "PENDING"
+    r = cli("stop", "job")
+    assert (
+        r.exit_code == 2
+        and "job is being launched" in r.stderr
+        and not any(c[0] == "jobs.cancel" for c in calls)
+    )
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with store.locked("job") as j:
+        j.pid = gone.pid
+    job = store.get("job")
+    assert job.status == "FAILED" and "launch was cut off before SkyPilot answered" in job.reason
+
+    state["launch_error"] = None
+    r = cli("train", "--resume", "job", "--secret", "HF_TOKEN=x", "--detach")
+    assert r.exit_code == 0 and "resumed job · managed job 7" in r.stdout, r.stdout + r.stderr
+    job = store.get("job")
+    assert job.status == "PENDING" and job.cloud["job_id"] == 7 and job.pid is None and job.started_at

@@ -189,6 +189,11 @@ def cloud_logs(job, follow: bool) -> int:
     from ..jobs.cloud import CloudError, tail_logs
     from ..jobs.store import ACTIVE
 
+    if not job.cloud:  # its first launch in flight, or cut off before SkyPilot answered
+        fail(
+            f"error: {job.name} has no log yet: SkyPilot has not answered its launch ({job.status})",
+            [job.reason or f"follow it once `r1cloud jobs` shows it started: r1cloud logs -f {job.name}"],
+        )
     try:
         code = tail_logs(job.cloud, follow)
     except CloudError as e:

@@ -32,7 +32,7 @@ def logs(
     store, record = find_job(job)
     if job is None:  # on stderr: the log itself stays what stdout carries
         err.print(f"job {record.name} (the latest; r1cloud logs NAME for another)", markup=False, style="dim")
-    if record.cloud:
+    if record.remote:
         raise typer.Exit(cloud_logs(record, follow_))
     log = store.path(record.name) / record.log.name
     for line in f.tail_lines(log, tail):
@@ -252,11 +252,9 @@ def stop(
     if record.status not in ACTIVE:
         out.print(f"{record.name} is not running ({record.status})", markup=False)
         return
-    if record.cloud and record.kind == "train" and not record.started_at:  # a resume's launch in flight
-        fail(
-            f"error: {record.name} is being launched again", ["stop it once `r1cloud jobs` shows it started"]
-        )
-    if record.cloud:
+    if record.launching:  # SkyPilot has not answered yet: nothing to cancel (or, on a resume, the old launch)
+        fail(f"error: {record.name} is being launched", ["stop it once `r1cloud jobs` shows it started"])
+    if record.remote:
         from ..jobs.cloud import CloudError, cancel, serve_down
 
         try:

@@ -120,6 +120,14 @@ def train(
     )
     if resuming_job:
         source = store.path(target) / "spec.yaml"
+        if name is not None and name != target:
+            fail(
+                f"error: --name {name} with --resume {target}: a resumed job keeps its name",
+                [
+                    f"resume it as {target} (leave --name out), or start a new job from its blueprint "
+                    f"with --name {name}"
+                ],
+            )
     elif resume and not a_file and not target.endswith((".yaml", ".yml", ".sh")):
         find_job(target)  # not a file and not a job: "no job named …", with the closest names
     for flag, value in (("--gpu", gpu), ("--infra", infra), ("--name", name), ("--bucket", bucket)):
@@ -223,13 +231,13 @@ def _resumable(store, name: str, spec):
     from ..jobs.store import ACTIVE
 
     job = refreshed(store, [store.get(name)])[0]
-    if bool(job.cloud) != (spec.resources.infra != "local"):
-        here = "in the cloud (checkpoints in its bucket)" if job.cloud else "on this machine"
+    if job.remote != (spec.resources.infra != "local"):
+        here = "in the cloud (checkpoints in its bucket)" if job.remote else "on this machine"
         fail(
             f"error: {name} ran {here}",
             [f"resume it where it ran: r1cloud train --resume {name} without --infra"],
         )
-    if job.cloud and job.status in ACTIVE:
+    if job.remote and job.status in ACTIVE:
         fail(f"error: {name} is already running ({job.status})", [f"follow it with: r1cloud logs -f {name}"])
     return job
 

@@ -10,7 +10,9 @@ is an empty state, not an error.
 from __future__ import annotations
 
 import copy
+import math
 import re
+import time
 from dataclasses import dataclass, field
 
 AUTOSTOP_MINUTES = 10
@@ -174,15 +176,21 @@ CLUSTER_GONE = (
 )
 
 
-def cluster_job(record: dict) -> dict:
-    """{"status", "reason"} of a job on a plain cluster (`--no-managed`). The cluster goes down
-    after its job, so a cluster that is gone means the job has ended (ENDED: outcome unknown)."""
+def cluster_job(record: dict, since: float | None = None) -> dict:
+    """{"status", "reason", "ended"} of a job on a plain cluster (`--no-managed`). The cluster goes
+    down after its job, so a cluster that is gone means the job has ended (ENDED: outcome unknown);
+    "ended" is then when it went down (a cluster bills until then), from SkyPilot's cost report of
+    the cluster launched at `since` or later, or None where the report does not say."""
 
     def query(sky):
         try:
             states = sky.get(sky.job_status(record["cluster"], [record["job_id"]]))
         except (sky.exceptions.ClusterDoesNotExist, sky.exceptions.ClusterNotUpError):
-            return {"status": "ENDED", "reason": CLUSTER_GONE}
+            return {
+                "status": "ENDED",
+                "reason": CLUSTER_GONE,
+                "ended": _down_at(sky, record["cluster"], since),
+            }
         status = _name(states.get(record["job_id"]))
         return {
             "status": CLUSTER_STATUS.get(status, "FAILED"),
@@ -190,6 +198,25 @@ def cluster_job(record: dict) -> dict:
         }
 
     return _call(query)
+
+
+def _down_at(sky, cluster: str, since: float | None) -> float | None:
+    """When the cluster `cluster` launched at `since` or later went down: the end of its last
+    usage interval in SkyPilot's cost report (which keeps downed clusters); None if not there."""
+    if not since:
+        return None
+    days = max(1, math.ceil((time.time() - since) / 86400) + 1)
+    rows = sky.get(sky.cost_report(days=days))
+    spans = [
+        span
+        for row in rows
+        if row.get("name") == cluster
+        for span in row.get("usage_intervals") or []
+        if span[0] is not None and span[0] >= since - 1  # this launch's cluster, not an earlier one's
+    ]
+    if not spans or any(end is None for _, end in spans):
+        return None
+    return float(max(end for _, end in spans))
 
 
 # SkyServe service statuses (sky.serve.ServiceStatus) onto the job store's.

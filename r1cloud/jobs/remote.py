@@ -8,6 +8,7 @@ spec its nodes run. A launch that fails leaves no folder behind.
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 from secrets import token_hex
@@ -18,7 +19,7 @@ from .. import budget
 from ..spec import Spec, dump_spec
 from . import cloud
 from .sky_task import RAY_TOKEN, check_cloud, checkpoint_url, node_spec, task_config
-from .store import ACTIVE, Job, JobExists, JobRunning, JobStore
+from .store import ACTIVE, LAUNCH_LOST, Job, JobExists, JobRunning, JobStore, process_start_time
 
 NODE_SPEC = "node-spec.yaml"
 
@@ -77,6 +78,8 @@ def submit(
             nodes=spec.trainer.nnodes,
             blueprint=str(Path(blueprint).resolve()),  # a resume launches from its folder, from anywhere
             price=price,
+            pid=os.getpid(),  # the launcher, until SkyPilot answers (Job.launching)
+            pid_started=process_start_time(os.getpid()),
         )
         store.create_unique(job) if unique else store.create(job)
     spec = spec.model_copy(update={"name": job.name})
@@ -90,11 +93,7 @@ def submit(
         record = cloud.launch(config, secrets, managed)
     except KeyboardInterrupt:  # SkyPilot's request goes on without us: keep the record, say so
         with store.locked(spec.name) as j:
-            j.status = "FAILED"
-            j.reason = (
-                "interrupted before SkyPilot answered; the launch may still go on: check "
-                f"`sky jobs queue` / `sky status`, and cancel it there (`sky jobs cancel -n {spec.name}`)"
-            )
+            j.status, j.reason, j.pid = "FAILED", LAUNCH_LOST.replace("NAME", spec.name), None
         raise
     except BaseException:  # refused before anything started: leave nothing behind
         if not resume:
@@ -106,7 +105,7 @@ def submit(
     if resume:
         (job.dir / "spec.yaml").write_text(dump_spec(local))
     with store.locked(spec.name) as j:
-        j.cloud, j.started_at = record, started
+        j.cloud, j.started_at, j.pid, j.pid_started = record, started, None, None
     return store.get(spec.name)
 
 
@@ -115,40 +114,47 @@ def reopen(store: JobStore, name: str, price: float | None, accelerators: str) -
     with store.locked(name) as j:
         if j.status in ACTIVE:
             raise JobRunning(name)
-        if not j.cloud or j.kind != "train":
+        if not j.remote or j.kind != "train":
             raise JobExists(name, "it ran on this machine, and its checkpoints are here: resume it here")
         before = dict(j.__dict__)
         j.status, j.reason, j.stop_requested, j.exit_code = "PENDING", "", False, None
         j.started_at = j.ended_at = None
+        j.pid, j.pid_started = os.getpid(), process_start_time(os.getpid())
         j.price, j.accelerators = price, accelerators
     return before
 
 
 def budget_stop(job: Job) -> str:
     """The reason a cloud job SkyPilot calls SUCCEEDED stopped early on its budget, or "": its last
-    checkpoint says so (the trainer's [budget] line, kept in its trainer_state.json). A bucket that
-    cannot be read from here leaves the job as SkyPilot says."""
+    checkpoint says so (the trainer's [budget] line, kept in its trainer_state.json) and was saved
+    by this launch (its `launched`, the budget's start: a resume that saved nothing leaves the last
+    launch's checkpoint). A bucket that cannot be read from here leaves the job as SkyPilot says."""
     from ..checkpoint.store import BucketError, job_checkpoint_root, last_state
 
     try:
-        last = last_state(job_checkpoint_root(job.dir)).get("stopped")
+        state = last_state(job_checkpoint_root(job.dir))
     except BucketError:
         return ""
-    return last.removeprefix("[budget] ") if isinstance(last, str) and last.startswith("[budget] ") else ""
+    last, launched = state.get("stopped"), state.get("launched")
+    if not isinstance(last, str) or not last.startswith("[budget] "):
+        return ""
+    if isinstance(launched, int | float) and job.started_at and abs(launched - job.started_at) > 1:
+        return ""  # an earlier launch's stop
+    return last.removeprefix("[budget] ")
 
 
 def refresh(store: JobStore, jobs: list[Job]) -> list[Job]:
     """Bring the cloud jobs among `jobs` up to date from SkyPilot: managed jobs from their queue
     (one call), services from SkyServe (one call), plain-cluster jobs from their cluster."""
-    # started_at is None while a resumed job's new launch is in flight: its `cloud` is the old one's
-    active = [j for j in jobs if j.cloud and j.status in ACTIVE and (j.started_at or j.kind != "train")]
+    # a resumed job's launch in flight still names its old launch in `cloud`: not that one's state
+    active = [j for j in jobs if j.cloud and j.status in ACTIVE and not j.launching]
     managed = {j.cloud["job_id"]: j.name for j in active if j.cloud.get("managed")}
     served = [j.cloud["service"] for j in active if "service" in j.cloud]
     states = {managed[i]: s for i, s in cloud.managed_jobs(list(managed)).items() if i in managed}
     states.update(cloud.services(served) if served else {})
     for j in active:
         if j.cloud.get("cluster") and not j.cloud.get("managed"):
-            states[j.name] = cloud.cluster_job(j.cloud)
+            states[j.name] = cloud.cluster_job(j.cloud, j.started_at)
     out = []
     for j in jobs:
         state = states.get(j.name)

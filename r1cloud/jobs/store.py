@@ -32,6 +32,10 @@ ACTIVE = ("PENDING", "RUNNING")
 # ENDED: a cloud job whose outcome is unknown; BUDGET_REACHED: stopped by resources.max_cost
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED", "ENDED", "BUDGET_REACHED")
 DIED = "its process ended without a word (killed, or the machine restarted)"
+LAUNCH_LOST = (
+    "its launch was cut off before SkyPilot answered; the launch may still go on: check "
+    "`sky jobs queue` / `sky status`, and cancel it there (`sky jobs cancel -n NAME`)"
+)
 
 
 def home() -> Path:
@@ -71,6 +75,17 @@ class Job:
     def settle(self, now: float) -> None:
         """End this attempt: its time at the price joins what the job has spent."""
         self.spent, self.ended_at = self.spent_by(now), now
+
+    @property
+    def remote(self) -> bool:
+        """A cloud job (its state is SkyPilot's), whether or not SkyPilot has answered its launch yet."""
+        return self.infra != "local"
+
+    @property
+    def launching(self) -> bool:
+        """A cloud training job whose launch SkyPilot has not answered yet: its `pid` is the
+        `r1cloud train` launching it (and `cloud`, on a resume, still names the old launch)."""
+        return self.remote and self.kind == "train" and self.started_at is None and self.status in ACTIVE
 
     @property
     def dir(self) -> Path:
@@ -243,15 +258,18 @@ class JobStore:
 
     def get(self, name: str) -> Job:
         job = self._read(name)
+        # a local job lives as long as its supervisor; a cloud job's state is SkyPilot's
+        # (jobs/remote.py) once its launch is answered, and until then its launcher's
         if (
             job.status in ACTIVE
-            and not job.cloud  # a cloud job's state comes from SkyPilot (jobs/remote.py)
+            and (not job.remote or job.launching)
             and not alive(job)
             and (job.pid is not None or time.time() - job.created_at > 60)
         ):
             with self.locked(name) as job:
                 if job.status in ACTIVE and not alive(job):
-                    job.status, job.reason = "FAILED", DIED
+                    job.status = "FAILED"
+                    job.reason = LAUNCH_LOST.replace("NAME", name) if job.remote else DIED
                     job.settle(job.ended_at or time.time())
         return job
 

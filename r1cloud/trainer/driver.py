@@ -454,6 +454,7 @@ class Trainer:
             "world_size": self.world,
             "model_only": only,
             "stopped": stopped,  # why it stopped here, if it did (a cloud job's budget stop: remote.py)
+            "launched": self.budget and self.budget.started,  # which launch of the job saved it
         }
         self.checkpoints.publish(where, step, state, metrics.get("val/reward_score"))
         self.checkpoints.prune(self.spec.trainer.save_limit)

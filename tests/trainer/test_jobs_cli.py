@@ -148,6 +148,7 @@ def test_envs_and_secrets_reach_the_trainer_and_a_budget_stops_it(home, tmp_path
     state = json.loads((home / "jobs/envs/checkpoints/global_step_1/trainer_state.json").read_text())
     assert state["stopped"].startswith("[budget] budget reached: $")  # how a cloud job's stop is told
     record = job_record(home, "envs")
+    assert state["launched"] == pytest.approx(record["started_at"])  # which launch saved it
     assert record["status"] == "BUDGET_REACHED" and record["price"] == 100.0 and record["spent"] > 0.01
     assert "[budget] budget reached" in (home / "jobs/envs/train.log").read_text()
     r = r1("jobs")
