@@ -578,8 +578,9 @@ def test_a_cloud_budget_stop_ends_as_budget_reached_and_resumes_with_its_spend(
     assert "RUNNING" in r.stdout and re.search(r"cost +\$4\.8\d spent", r.stdout), r.stdout
     r = cli("train", "--resume", "job", "--secret", "HF_TOKEN=x", "--detach", "--max-cost", "20")
     assert r.exit_code == 2 and "job is already running" in r.stderr, r.stderr
-    r = cli("train", "--resume", "job", "--name", "job-b", "--secret", "HF_TOKEN=x", "--detach")
-    assert r.exit_code == 2 and "a resumed job keeps its name" in r.stderr, r.stderr
+    for rename in (("--name", "job-b"), ("name=job-b",)):  # the flag, or an override
+        r = cli("train", "--resume", "job", *rename, "--secret", "HF_TOKEN=x", "--detach")
+        assert r.exit_code == 2 and "a resumed job keeps its name" in r.stderr, r.stderr
     # this launch ends (a lowered max_steps, val_only) without a checkpoint of its own: the
     # bucket's last one is the first launch's budget stop, which is not this launch's end
     state["queue"][1] = {"job_id": 8, "status": sky.jobs.ManagedJobStatus.SUCCEEDED, "end_at": time.time()}
@@ -597,12 +598,17 @@ def test_a_resumed_jobs_launch_in_flight_is_not_refreshed_or_stopped_as_its_old_
     from r1cloud.jobs.store import JobStore
 
     assert cli("train", cloud_blueprint(blueprint), "--secret", "HF_TOKEN=x", "--detach").exit_code == 0
+    state["queue"] = [{"job_id": 7, "status": sky.jobs.ManagedJobStatus.RUNNING}]
+    assert "RUNNING" in cli("jobs").stdout
+    store = JobStore()
+    seen = store.get("job")  # as a slow `r1cloud jobs` read it, running
     state["queue"] = [{"job_id": 7, "status": sky.jobs.ManagedJobStatus.SUCCEEDED, "end_at": time.time()}]
     assert "SUCCEEDED" in cli("jobs").stdout
-    store = JobStore()
     remote.reopen(store, "job", 10.0, "H100:2")  # the relaunch has begun; SkyPilot has not answered
     r = cli("jobs")
     assert "PENDING" in r.stdout and store.get("job").status == "PENDING", r.stdout
+    remote.refresh(store, [seen])  # the slow `jobs` writes what it learnt of the old launch: not over the new
+    assert store.get("job").status == "PENDING" and store.get("job").ended_at is None
     r = cli("stop", "job")
     assert r.exit_code == 2 and "job is being launched" in r.stderr, r.stderr
     assert not any(c[0] == "jobs.cancel" for c in calls)

@@ -120,14 +120,6 @@ def train(
     )
     if resuming_job:
         source = store.path(target) / "spec.yaml"
-        if name is not None and name != target:
-            fail(
-                f"error: --name {name} with --resume {target}: a resumed job keeps its name",
-                [
-                    f"resume it as {target} (leave --name out), or start a new job from its blueprint "
-                    f"with --name {name}"
-                ],
-            )
     elif resume and not a_file and not target.endswith((".yaml", ".yml", ".sh")):
         find_job(target)  # not a file and not a job: "no job named …", with the closest names
     for flag, value in (("--gpu", gpu), ("--infra", infra), ("--name", name), ("--bucket", bucket)):
@@ -157,6 +149,11 @@ def train(
     extra += accelerator_overrides(source, extra, accels, gpu)
     provided = parse_secrets(secret or [])
     spec = load_blueprint(source, extra, provided, target)
+    if resuming_job and spec.name != target:  # --name, or a name=… override
+        fail(
+            f"error: resuming {target} as {spec.name!r}: a resumed job keeps its name",
+            [f"leave the name out, or start a new job from its blueprint with --name {spec.name}"],
+        )
     secrets = {n: provided.get(n) or os.environ[n] for n in spec.secrets}
     secrets.update(provided)
     price = budget_price(spec)

@@ -206,7 +206,10 @@ def _down_at(sky, cluster: str, since: float | None) -> float | None:
     if not since:
         return None
     days = max(1, math.ceil((time.time() - since) / 86400) + 1)
-    rows = sky.get(sky.cost_report(days=days))
+    try:
+        rows = sky.get(sky.cost_report(days=days))
+    except Exception:  # noqa: BLE001 — a refinement: without the report, the job is settled when seen ended
+        return None
     spans = [
         span
         for row in rows

@@ -119,6 +119,7 @@ def reopen(store: JobStore, name: str, price: float | None, accelerators: str) -
         before = dict(j.__dict__)
         j.status, j.reason, j.stop_requested, j.exit_code = "PENDING", "", False, None
         j.started_at = j.ended_at = None
+        j.cloud = {}  # the new launch's, once SkyPilot answers (a failed launch gets the old one back)
         j.pid, j.pid_started = os.getpid(), process_start_time(os.getpid())
         j.price, j.accelerators = price, accelerators
     return before
@@ -162,6 +163,9 @@ def refresh(store: JobStore, jobs: list[Job]) -> list[Job]:
             if state["status"] == "SUCCEEDED" and j.kind == "train" and (why := budget_stop(j)):
                 state = {**state, "status": budget.STATUS, "reason": why}
             with store.locked(j.name) as rec:
+                if rec.launching or rec.started_at != j.started_at:  # relaunched since it was read
+                    out.append(rec)
+                    continue
                 rec.status = state["status"]
                 rec.attempts = 1 + state.get("recoveries", 0)
                 rec.reason = state["reason"]

@@ -258,16 +258,20 @@ class JobStore:
 
     def get(self, name: str) -> Job:
         job = self._read(name)
+
         # a local job lives as long as its supervisor; a cloud job's state is SkyPilot's
         # (jobs/remote.py) once its launch is answered, and until then its launcher's
-        if (
-            job.status in ACTIVE
-            and (not job.remote or job.launching)
-            and not alive(job)
-            and (job.pid is not None or time.time() - job.created_at > 60)
-        ):
+        def dead(job: Job) -> bool:
+            return (
+                job.status in ACTIVE
+                and (not job.remote or job.launching)
+                and not alive(job)
+                and (job.pid is not None or time.time() - job.created_at > 60)
+            )
+
+        if dead(job):
             with self.locked(name) as job:
-                if job.status in ACTIVE and not alive(job):
+                if dead(job):  # again under the lock: the launcher may have just been answered
                     job.status = "FAILED"
                     job.reason = LAUNCH_LOST.replace("NAME", name) if job.remote else DIED
                     job.settle(job.ended_at or time.time())
