@@ -6,8 +6,14 @@ quickstart's prompt and reward (reward_functions/arithmetic.py: the accuracy alo
 vision-language models (`tinyvlm`: a random Qwen2-VL; `smolvlm`: quickstart_vl's offline
 SmolVLM-style build) count shapes in data/shapes pictures with format_prompts/one_number.jinja and
 reward_functions/count.py, each image through the model's own processor and chat template in both
-tools (TRL's GRPOTrainer trains VLMs as R1-V does). r1cloud with 2 worker
-processes and each rollout engine (`hf`, `vllm`), TRL in one process with 2 threads and
+tools (TRL's GRPOTrainer trains VLMs as R1-V does). Each tool's update at its fastest here: the
+whole batch in one forward and backward in both (TRL's per_device_train_batch_size; r1cloud's update
+micro-batch per worker); gradient checkpointing (on by default in both, GRPOConfig and EasyR1) off
+for r1cloud, and kept for TRL: without it TRL was no faster beyond this machine's drift (SmolLM2
+bf16 under jemalloc, two runs at the same measured matmul speed: 18.6 s a step without, 20.0 with)
+and 1.7× larger (peak RSS 10.8 GiB against 6.3). r1cloud with one worker
+process (`--workers 2`: two FSDP ranks on gloo, a thread each) and each rollout engine (`hf`,
+`vllm`), TRL in one process with 2 threads and
 transformers' generate, as installed (glibc's malloc) and again under the jemalloc Ray ships with
 freed pages kept (`trl-jemalloc`: the allocator alone is worth 1.3–1.5× to TRL here; r1cloud's
 workers tune glibc's malloc instead, so the ratios against it are the conservative ones). Runs
@@ -53,7 +59,7 @@ SETTINGS = {
     "temperature": 1.0,
     "seed": 1,
     "threads": 2,
-    "workers": 2,  # r1cloud's worker processes (FSDP ranks) sharing those threads
+    "workers": 1,  # r1cloud's worker processes (FSDP ranks) sharing those threads, as TRL's one
     "precision": "fp32",  # or bf16: fp32 weights, bf16 compute (EasyR1's and TRL's default)
 }
 
@@ -170,6 +176,7 @@ def summarize(steps: list[dict]) -> dict:
 
 def blueprint(model: Path, engine: str, steps: int) -> str:
     s, task = SETTINGS, task_of(model)
+    share = s["prompts_per_step"] * s["group"] // s["workers"]  # TRL's work: the batch in one pass
     images = f"image_key: images\n  image_dir: {ROOT}/{task['data']}" if task is TASKS["vl"] else ""
     return f"""
 name: bench
@@ -187,10 +194,11 @@ algorithm: {{adv_estimator: grpo, disable_kl: true}}
 worker:
   actor:
     global_batch_size: {s["prompts_per_step"]}
-    micro_batch_size_per_device_for_experience: {s["prompts_per_step"] * s["group"] // s["workers"]}
+    micro_batch_size_per_device_for_experience: {share}
+    micro_batch_size_per_device_for_update: {share}
     clip_ratio_low: 0.2
     clip_ratio_high: 0.28
-    model: {{model_path: {model}, trust_remote_code: false}}
+    model: {{model_path: {model}, trust_remote_code: false, enable_gradient_checkpointing: false}}
     optim: {{lr: {s["lr"]}, weight_decay: 0.0}}
     fsdp: {{torch_dtype: fp32, mp_param_dtype: {s["precision"]}}}
   rollout:
@@ -367,7 +375,7 @@ def trl_config(out_dir: Path, steps: int, s: dict, **own):
         epsilon_high=0.28,
         seed=s["seed"],
         dataloader_num_workers=0,
-        **own,
+        **own,  # gradient_checkpointing stays GRPOConfig's True: without it TRL was no faster, and larger
     )
 
 
@@ -530,7 +538,7 @@ def main() -> None:
     parser.add_argument(
         "--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: fp32 weights, bf16 compute"
     )
-    parser.add_argument("--workers", type=int, default=2, help="r1cloud's worker processes (1 or 2)")
+    parser.add_argument("--workers", type=int, default=1, help="r1cloud's worker processes (1 or 2)")
     parser.add_argument(
         "--set",
         action="append",
