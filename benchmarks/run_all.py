@@ -33,6 +33,10 @@ HERE = Path(__file__).resolve().parent
 
 
 TRAINER_RUNS = ("tiny-fp32", "smollm2-fp32", "smollm2-bf16", "smolvlm-fp32")  # MODEL-PRECISION
+# r1cloud's worker processes on the 2 cores, the faster layout measured for each (SmolLM2, vllm):
+# in bf16 one worker with both threads (7.3 s a step against 8.4 with two, 4 steps, checkpointing
+# on); in fp32 two (one worker: 18.2 s a step, its generation and update both slower)
+TRAINER_WORKERS = {"smollm2-bf16": 1}
 
 
 def benchmarks(quick: bool, trainer_json: dict[str, Path]) -> dict[str, list[str]]:
@@ -56,6 +60,7 @@ def benchmarks(quick: bool, trainer_json: dict[str, Path]) -> dict[str, list[str
             *py,
             str(HERE / "trainer_vs_trl.py"),
             *("--model", model, "--precision", precision, "--steps", "3" if quick else "8"),
+            *("--workers", str(TRAINER_WORKERS.get(run, 2))),
             *("--json", str(path)),
         ]
     return commands

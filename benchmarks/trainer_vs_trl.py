@@ -11,9 +11,10 @@ whole batch in one forward and backward in both (TRL's per_device_train_batch_si
 micro-batch per worker); gradient checkpointing (on by default in both, GRPOConfig and EasyR1) off
 for r1cloud, and kept for TRL: without it TRL was no faster beyond this machine's drift (SmolLM2
 bf16 under jemalloc, two runs at the same measured matmul speed: 18.6 s a step without, 20.0 with)
-and 1.7× larger (peak RSS 10.8 GiB against 6.3). r1cloud with one worker
-process (`--workers 2`: two FSDP ranks on gloo, a thread each) and each rollout engine (`hf`,
-`vllm`), TRL in one process with 2 threads and
+and 1.7× larger (peak RSS 10.8 GiB against 6.3). r1cloud with 2 worker
+processes (FSDP ranks on gloo, a thread each; `--workers 1`, one process with both threads, is
+run_all.py's layout for bf16, where it was faster) and each rollout engine (`hf`, `vllm`), TRL in
+one process with 2 threads and
 transformers' generate, as installed (glibc's malloc) and again under the jemalloc Ray ships with
 freed pages kept (`trl-jemalloc`: the allocator alone is worth 1.3–1.5× to TRL here; r1cloud's
 workers tune glibc's malloc instead, so the ratios against it are the conservative ones). Runs
@@ -59,7 +60,7 @@ SETTINGS = {
     "temperature": 1.0,
     "seed": 1,
     "threads": 2,
-    "workers": 1,  # r1cloud's worker processes (FSDP ranks) sharing those threads, as TRL's one
+    "workers": 2,  # r1cloud's worker processes (FSDP ranks) sharing those threads
     "precision": "fp32",  # or bf16: fp32 weights, bf16 compute (EasyR1's and TRL's default)
 }
 
@@ -538,7 +539,7 @@ def main() -> None:
     parser.add_argument(
         "--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: fp32 weights, bf16 compute"
     )
-    parser.add_argument("--workers", type=int, default=1, help="r1cloud's worker processes (1 or 2)")
+    parser.add_argument("--workers", type=int, default=2, help="r1cloud's worker processes (1 or 2)")
     parser.add_argument(
         "--set",
         action="append",

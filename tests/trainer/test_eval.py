@@ -89,6 +89,9 @@ def test_ctrl_c_keeps_what_was_scored(tmp_path, tiny_model, digits_reward):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # as from a terminal: a shell's background job (CI started with `&`) inherits SIGINT
+        # ignored, and so would `eval` and its child, which then scored on through the Ctrl-C
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         env={**os.environ, "R1CLOUD_HOME": str(tmp_path / "home")},
     )
     deadline, lines = time.time() + 300, 0
