@@ -8,7 +8,6 @@ spec its nodes run. A launch that fails leaves no folder behind.
 from __future__ import annotations
 
 import math
-import os
 import time
 from pathlib import Path
 from secrets import token_hex
@@ -19,7 +18,7 @@ from .. import budget
 from ..spec import Spec, dump_spec
 from . import cloud
 from .sky_task import RAY_TOKEN, check_cloud, checkpoint_url, node_spec, task_config
-from .store import ACTIVE, LAUNCH_LOST, Job, JobExists, JobRunning, JobStore, process_start_time
+from .store import ACTIVE, Job, JobExists, JobRunning, JobStore, launch_lost
 
 NODE_SPEC = "node-spec.yaml"
 
@@ -78,9 +77,8 @@ def submit(
             nodes=spec.trainer.nnodes,
             blueprint=str(Path(blueprint).resolve()),  # a resume launches from its folder, from anywhere
             price=price,
-            pid=os.getpid(),  # the launcher, until SkyPilot answers (Job.launching)
-            pid_started=process_start_time(os.getpid()),
         )
+        job.own()  # the launcher's, until SkyPilot answers (Job.launching)
         store.create_unique(job) if unique else store.create(job)
     spec = spec.model_copy(update={"name": job.name})
     try:
@@ -93,7 +91,7 @@ def submit(
         record = cloud.launch(config, secrets, managed)
     except KeyboardInterrupt:  # SkyPilot's request goes on without us: keep the record, say so
         with store.locked(spec.name) as j:
-            j.status, j.reason, j.pid = "FAILED", LAUNCH_LOST.replace("NAME", spec.name), None
+            j.status, j.reason, j.pid = "FAILED", launch_lost(spec.name), None
         raise
     except BaseException:  # refused before anything started: leave nothing behind
         if not resume:
@@ -120,7 +118,7 @@ def reopen(store: JobStore, name: str, price: float | None, accelerators: str) -
         j.status, j.reason, j.stop_requested, j.exit_code = "PENDING", "", False, None
         j.started_at = j.ended_at = None
         j.cloud = {}  # the new launch's, once SkyPilot answers (a failed launch gets the old one back)
-        j.pid, j.pid_started = os.getpid(), process_start_time(os.getpid())
+        j.own()
         j.price, j.accelerators = price, accelerators
     return before
 
@@ -147,8 +145,7 @@ def budget_stop(job: Job) -> str:
 def refresh(store: JobStore, jobs: list[Job]) -> list[Job]:
     """Bring the cloud jobs among `jobs` up to date from SkyPilot: managed jobs from their queue
     (one call), services from SkyServe (one call), plain-cluster jobs from their cluster."""
-    # a resumed job's launch in flight still names its old launch in `cloud`: not that one's state
-    active = [j for j in jobs if j.cloud and j.status in ACTIVE and not j.launching]
+    active = [j for j in jobs if j.cloud and j.status in ACTIVE]  # a launch in flight has no `cloud` yet
     managed = {j.cloud["job_id"]: j.name for j in active if j.cloud.get("managed")}
     served = [j.cloud["service"] for j in active if "service" in j.cloud]
     states = {managed[i]: s for i, s in cloud.managed_jobs(list(managed)).items() if i in managed}

@@ -32,10 +32,13 @@ ACTIVE = ("PENDING", "RUNNING")
 # ENDED: a cloud job whose outcome is unknown; BUDGET_REACHED: stopped by resources.max_cost
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED", "ENDED", "BUDGET_REACHED")
 DIED = "its process ended without a word (killed, or the machine restarted)"
-LAUNCH_LOST = (
-    "its launch was cut off before SkyPilot answered; the launch may still go on: check "
-    "`sky jobs queue` / `sky status`, and cancel it there (`sky jobs cancel -n NAME`)"
-)
+
+
+def launch_lost(name: str) -> str:
+    return (
+        "its launch was cut off before SkyPilot answered; the launch may still go on: check "
+        f"`sky jobs queue` / `sky status`, and cancel it there (`sky jobs cancel -n {name}`)"
+    )
 
 
 def home() -> Path:
@@ -76,6 +79,10 @@ class Job:
         """End this attempt: its time at the price joins what the job has spent."""
         self.spent, self.ended_at = self.spent_by(now), now
 
+    def own(self) -> None:
+        """Make this process the one the job lives by (`alive`): its supervisor, or its launcher."""
+        self.pid, self.pid_started = os.getpid(), process_start_time(os.getpid())
+
     @property
     def remote(self) -> bool:
         """A cloud job (its state is SkyPilot's), whether or not SkyPilot has answered its launch yet."""
@@ -83,8 +90,8 @@ class Job:
 
     @property
     def launching(self) -> bool:
-        """A cloud training job whose launch SkyPilot has not answered yet: its `pid` is the
-        `r1cloud train` launching it (and `cloud`, on a resume, still names the old launch)."""
+        """A cloud training job whose launch SkyPilot has not answered yet (no `cloud` record): its
+        `pid` is the `r1cloud train` launching it."""
         return self.remote and self.kind == "train" and self.started_at is None and self.status in ACTIVE
 
     @property
@@ -273,7 +280,7 @@ class JobStore:
             with self.locked(name) as job:
                 if dead(job):  # again under the lock: the launcher may have just been answered
                     job.status = "FAILED"
-                    job.reason = LAUNCH_LOST.replace("NAME", name) if job.remote else DIED
+                    job.reason = launch_lost(name) if job.remote else DIED
                     job.settle(job.ended_at or time.time())
         return job
 

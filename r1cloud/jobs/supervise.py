@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .. import budget
 from .follow import tail_lines
-from .store import JobStore, process_start_time
+from .store import JobStore
 
 PREFIX = re.compile(r"^(\(\w+ pid=\d+\)\s*)?((ERROR|WARNING|INFO) [\d-]+ [\d:]+ \[[^\]]*\]\s*)?")
 # vLLM's summaries of an error, which only point to its cause above them
@@ -56,7 +56,7 @@ def main(job_dir: str) -> int:
             None,
             "",
         )
-        job.pid, job.pid_started = os.getpid(), process_start_time(os.getpid())
+        job.own()
         job.stop_requested = False
         job.attempts += 1
         command = job.command or [sys.executable, "-m", "r1cloud.trainer", str(path)]
