@@ -1,7 +1,8 @@
 """r1cloud's trainer against TRL's GRPOTrainer on the same work, in one run.
 
-Same model, prompts, group size, response length, learning rate, loss (token-mean, clip 0.2/0.28,
-no KL) and reward, on the same 2 cores. Text models (`tiny`, `smollm2`) do data/arithmetic with the
+Same model, prompts (in the data file's order in both: each step's are the same), group size,
+response length, learning rate, loss (token-mean, clip 0.2/0.28, no KL) and reward, on the same 2
+cores. Text models (`tiny`, `smollm2`) do data/arithmetic with the
 quickstart's prompt and reward (reward_functions/arithmetic.py: the accuracy alone);
 vision-language models (`tinyvlm`: a random Qwen2-VL; `smolvlm`: quickstart_vl's offline
 SmolVLM-style build) count shapes in data/shapes pictures with format_prompts/one_number.jinja and
@@ -190,6 +191,7 @@ data:
   max_prompt_length: 128
   max_response_length: {s["max_new_tokens"]}
   rollout_batch_size: {s["prompts_per_step"]}
+  shuffle: false  # the data file's order, as TRL's shuffle_dataset=False: the same prompts each step
   seed: {s["seed"]}
 algorithm: {{adv_estimator: grpo, disable_kl: true}}
 worker:
@@ -376,6 +378,7 @@ def trl_config(out_dir: Path, steps: int, s: dict, **own):
         epsilon_high=0.28,
         seed=s["seed"],
         dataloader_num_workers=0,
+        shuffle_dataset=False,  # the file's order, as r1cloud's data.shuffle: false
         **own,  # gradient_checkpointing stays GRPOConfig's True: without it TRL was no faster, and larger
     )
 

@@ -26,6 +26,7 @@ class Segments:
     order: torch.Tensor  # (N,) where each row token sits among the segments' real queries
     positions: torch.Tensor  # (N,) position ids (for sliding windows)
     valid: torch.Tensor  # (S, Q) bool: real queries
+    take: torch.Tensor  # (N,) where each row token's output sits among the (S × Q) flattened queries
 
     @classmethod
     def build(cls, segments: list[tuple[list[int], list[int]]], positions: list[int], device) -> Segments:
@@ -51,6 +52,7 @@ class Segments:
         real = q_idx[valid]  # every row token is a query of exactly one segment
         order = torch.empty_like(real)
         order[real] = torch.arange(len(real))
+        take = torch.arange(S * Q).view(S, Q)[valid][order]
         return cls(
             q_idx.to(device),
             kv_idx.to(device),
@@ -58,6 +60,7 @@ class Segments:
             order.to(device),
             torch.tensor(positions, device=device),
             valid.to(device),
+            take.to(device),
         )
 
 
@@ -86,7 +89,7 @@ def packed_attention(
     seg = r1cloud_segments
     if seg is None:
         raise RuntimeError("r1cloud_packed attention needs the segments of a packed row (model.pack)")
-    q, k, v = (x[0][:, idx].transpose(0, 1) for x, idx in ((query, seg.q), (key, seg.kv), (value, seg.kv)))
+    q, k, v = (_gather(x, idx) for x, idx in ((query, seg.q), (key, seg.kv), (value, seg.kv)))
     mask = seg.allowed
     if sliding_window:
         qpos, kpos = seg.positions[seg.q], seg.positions[seg.kv]
@@ -98,7 +101,44 @@ def packed_attention(
         )
     else:
         out = _grouped_attention(q, k, v, mask, scaling, dropout)
-    return out.transpose(1, 2)[seg.valid][seg.order][None], None  # (S, H, Q, D) -> (1, N, H, D)
+    S, H, Q, D = out.shape  # -> (1, N, H, D)
+    return out.transpose(1, 2).reshape(S * Q, H, D).index_select(0, seg.take)[None], None
+
+
+def _gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """(1, H, N, D) at the row tokens `idx` (S, Q) -> (S, H, Q, D). Whole tokens are picked
+    (index_select: its backward adds rows, about 3× faster on CPU than advanced indexing's)."""
+    _, H, _, D = x.shape
+    S, Q = idx.shape
+    return x[0].transpose(0, 1).index_select(0, idx.flatten()).view(S, Q, H, D).transpose(1, 2)
+
+
+def _grouped_attention(q, k, v, mask, scaling, dropout):
+    """Softmax attention by plain matmuls, the query heads that share a key head stacked into one
+    matmul (no repeated keys), the scale and the mask (as −inf) applied inside the first (baddbmm);
+    fp32 softmax. On CPU, for these short segments, about 4× faster forward + backward than sdpa's
+    flash kernel."""
+    S, H, Q, D = q.shape
+    Hk, K = k.shape[1], k.shape[2]
+    G = H // Hk  # query heads per key head, in transformers' repeat_kv order
+    bias = q.new_zeros(S, 1, 1, Q, K).masked_fill_(~mask[:, :, None], float("-inf"))
+    scores = torch.baddbmm(
+        bias.expand(S, Hk, G, Q, K).reshape(S * Hk, G * Q, K),
+        q.reshape(S * Hk, G * Q, D),
+        k.reshape(S * Hk, K, D).transpose(1, 2),
+        alpha=D**-0.5 if scaling is None else scaling,
+    )
+    weights = scores.softmax(-1, dtype=torch.float32)
+    weights = torch.nn.functional.dropout(weights, dropout) if dropout else weights
+    return (weights.to(v.dtype) @ v.reshape(S * Hk, K, D)).view(S, H, Q, D)
+
+
+def _gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """(1, H, N, D) at the row tokens `idx` (S, Q) -> (S, H, Q, D). Whole tokens are picked
+    (index_select: its backward adds rows, about 3× faster on CPU than advanced indexing's)."""
+    _, H, _, D = x.shape
+    S, Q = idx.shape
+    return x[0].transpose(0, 1).index_select(0, idx.flatten()).view(S, Q, H, D).transpose(1, 2)
 
 
 def _grouped_attention(q, k, v, mask, scaling, dropout):

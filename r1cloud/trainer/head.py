@@ -38,25 +38,24 @@ def scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return z / temperature if temperature not in (0, 1.0) else z
 
 
+def _log_softmax(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log softmax(logits / T) in fp32: torch's fused kernel, one pass over each row (in cache)."""
+    z = logits if temperature in (0, 1.0) else logits.float() / temperature
+    return torch.log_softmax(z, -1, dtype=torch.float32)
+
+
 class _HeadLogProbs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, targets, temperature: float, entropy_grad: bool):
         n = hidden.shape[0]
         logits = mm_nt(hidden, weight)
-        top, log_total = hidden.new_empty(n, dtype=torch.float32), hidden.new_empty(n, dtype=torch.float32)
-        logp, entropy = torch.empty_like(top), torch.empty_like(top)
+        logp, entropy = hidden.new_empty(n, dtype=torch.float32), hidden.new_empty(n, dtype=torch.float32)
         step = _rows(weight.shape[0])
         for s in range(0, n, step):
-            z = scaled(logits[s : s + step], temperature)
-            # log-softmax = (z − max) − log Σ exp(z − max): every sum below is of small terms
-            top[s : s + step] = z.amax(-1)
-            shifted = z - top[s : s + step, None]
-            e = shifted.exp()
-            total = e.sum(-1)
-            log_total[s : s + step] = lt = total.log()
-            logp[s : s + step] = shifted.gather(-1, targets[s : s + step, None])[:, 0] - lt
-            entropy[s : s + step] = lt - (e * shifted).sum(-1) / total
-        ctx.save_for_backward(hidden, weight, logits, targets, top, log_total, entropy)
+            lp = _log_softmax(logits[s : s + step], temperature)
+            logp[s : s + step] = lp.gather(-1, targets[s : s + step, None])[:, 0]
+            entropy[s : s + step] = -torch.linalg.vecdot(lp.exp(), lp)  # −Σ p·log p
+        ctx.save_for_backward(hidden, weight, logits, targets, entropy)
         ctx.temperature, ctx.entropy_grad = temperature, entropy_grad
         if not entropy_grad:
             ctx.mark_non_differentiable(entropy)
@@ -64,21 +63,24 @@ class _HeadLogProbs(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_logp, g_entropy):
-        hidden, weight, logits, targets, top, log_total, entropy = ctx.saved_tensors
+        hidden, weight, logits, targets, entropy = ctx.saved_tensors
         n, t = hidden.shape[0], ctx.temperature
         grad_z = torch.empty_like(logits)  # in the compute dtype, as autograd's would be
         step = _rows(weight.shape[0])
         for s in range(0, n, step):
-            shifted = scaled(logits[s : s + step], t) - top[s : s + step, None]
-            lt = log_total[s : s + step, None]
-            g = g_logp[s : s + step, None]
-            if ctx.entropy_grad:  # z − Σ p·z, shifted: Σ p·(z − max) = log Σ exp(z − max) − H
-                g = g + g_entropy[s : s + step, None] * (shifted - (lt - entropy[s : s + step, None]))
-            gz = shifted.sub_(lt).exp_().mul_(-g)  # −p·g
-            gz.scatter_add_(-1, targets[s : s + step, None], g_logp[s : s + step, None])
+            rows, g = slice(s, s + step), g_logp[s : s + step, None]
+            if ctx.entropy_grad:  # z − Σ p·z = log p + H
+                lp = _log_softmax(logits[rows], t)
+                g = g + g_entropy[rows, None] * (lp + entropy[rows, None])
+                p = lp.exp_()
+            else:
+                z = logits[rows] if t in (0, 1.0) else logits[rows].float() / t
+                p = torch.softmax(z, -1, dtype=torch.float32)
+            gz = p.mul_(-g)  # −p·g
+            gz.scatter_add_(-1, targets[rows, None], g_logp[rows, None])
             if t not in (0, 1.0):
                 gz /= t
-            grad_z[s : s + step] = gz
+            grad_z[rows] = gz
         grad_hidden = mm_nt(grad_z, weight.t()) if ctx.needs_input_grad[0] else None
         grad_weight = mm_nt(grad_z.t(), hidden.t()) if ctx.needs_input_grad[1] else None
         return grad_hidden, grad_weight, None, None, None
