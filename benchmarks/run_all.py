@@ -6,12 +6,13 @@ and the trainer comparison's numbers into results.json as well.
 
 Usage: python benchmarks/run_all.py [--only cli,rewards,merge,scale,serve,lora,rank0-init,eval,agents,trainer] [--quick]
   --only: run these; the other sections of RESULTS.md and results.json are kept from the last run,
-          each under the date it was measured. `trainer` is its four runs, each also a section of
-          its own: trainer-tiny-fp32, trainer-smollm2-fp32, trainer-smollm2-bf16, trainer-smolvlm-fp32
-          (quickstart_vl's SmolVLM-style model counting shapes in pictures)
+          each under the date it was measured. `trainer` is its five runs, each also a section of
+          its own: trainer-tiny-fp32, trainer-smollm2-fp32, trainer-smollm2-bf16, trainer-smolvlm-fp32,
+          trainer-smolvlm-bf16 (quickstart_vl's SmolVLM-style model counting shapes in pictures)
   --quick: fewer rounds and the tiny model only for the trainer (a smoke run, minutes)
-The trainer comparison runs the tiny model in fp32 and SmolLM2-135M-Instruct in fp32 and in bf16
-(fp32 weights, bf16 compute: EasyR1's and TRL's default).
+The trainer comparison runs the tiny model in fp32, and SmolLM2-135M-Instruct and the SmolVLM-style
+model each in fp32 and in bf16 (fp32 weights, bf16 compute: EasyR1's and TRL's default; on a CPU
+with bf16 units, such as AMX, the fast one).
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-TRAINER_RUNS = ("tiny-fp32", "smollm2-fp32", "smollm2-bf16", "smolvlm-fp32")  # MODEL-PRECISION
+TRAINER_RUNS = ("tiny-fp32", "smollm2-fp32", "smollm2-bf16", "smolvlm-fp32", "smolvlm-bf16")  # MODEL-PRECISION
 # r1cloud's worker processes on the 2 cores, the faster layout measured for each (SmolLM2, vllm):
 # in bf16 one worker with both threads (7.3 s a step against 8.4 with two, 4 steps, checkpointing
 # on); in fp32 two (one worker: 18.2 s a step against 17.2, its update 9.5 s against 7.9, but
-# 10.0 GiB against 14.0: separate runs, within the machine's drift)
-TRAINER_WORKERS = {"smollm2-bf16": 1}
+# 10.0 GiB against 14.0: separate runs, within the machine's drift); SmolVLM in bf16 as SmolLM2
+TRAINER_WORKERS = {"smollm2-bf16": 1, "smolvlm-bf16": 1}
 
 
 def benchmarks(quick: bool, trainer_json: dict[str, Path]) -> dict[str, list[str]]:

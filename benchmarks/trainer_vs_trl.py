@@ -619,9 +619,22 @@ def report(results: dict[str, list[dict]]) -> dict:
                 "step speed": base["step_s"] / row["step_s"],
                 "memory": row["peak_rss"] / base["peak_rss"],
             }
-            row[f"vs_{baseline}"] = ratios
-            print(f"{system}/{baseline}: " + ", ".join(f"{k} {v:.2f}×" for k, v in ratios.items()))
+            diff = paired_reward_diff(results[system][0]["steps"], results[baseline][0]["steps"])
+            row[f"vs_{baseline}"] = {**ratios, "reward_diff": diff}
+            print(
+                f"{system}/{baseline}: " + ", ".join(f"{k} {v:.2f}×" for k, v in ratios.items())
+                + f", reward {diff[0]:+.3f} ± {diff[1]:.3f}"
+            )  # fmt: skip
     return table
+
+
+def paired_reward_diff(mine: list[dict], theirs: list[dict]) -> tuple[float, float]:
+    """Mean reward difference over the steps and its standard error, paired by step: both tools
+    draw each step's prompts in the same order, so the prompts' own difficulty (most of a step's
+    variance here) cancels. The first run of each."""
+    d = [a["reward"] - b["reward"] for a, b in zip(mine, theirs, strict=False)]
+    se = statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else float("nan")
+    return statistics.mean(d), se
 
 
 if __name__ == "__main__":

@@ -7,11 +7,12 @@ activations, and on CPU each is a fresh allocation that the kernel must zero pag
 SmolLM2-135M update they took more time than all the matmuls.
 
 `head_log_probs` keeps the logits once, in the compute dtype, works on them in fp32 a chunk of
-rows at a time, keeps two numbers per token (log-sum-exp and entropy), and writes the gradient
-with respect to the logits chunk by chunk in the backward pass, from its closed form:
+rows at a time through torch's fused log-softmax and softmax kernels, keeps one number per token
+(the entropy), and writes the gradient with respect to the logits chunk by chunk in the backward
+pass, from its closed form:
 
-    z = h·Wᵀ / T,  p = softmax(z),  log p_y = z_y − lse(z),  H = lse(z) − Σ p·z
-    ∂log p_y/∂z = onehot(y) − p,    ∂H/∂z = −p ⊙ (z − Σ p·z)
+    z = h·Wᵀ / T,  p = softmax(z),  log p_y = z_y − lse(z),  H = −Σ p·log p
+    ∂log p_y/∂z = onehot(y) − p,    ∂H/∂z = −p ⊙ (log p + H)
 
 The logits are computed in the hidden states' dtype and widened to fp32 per chunk, as `lm_head`
 followed by `.float()` does, and the gradient is narrowed back before its two matmuls, as autograd
@@ -38,10 +39,14 @@ def scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return z / temperature if temperature not in (0, 1.0) else z
 
 
+def _z(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """logits / T, left in their dtype where T changes nothing (the fused kernels below widen)."""
+    return logits if temperature in (0, 1.0) else logits.float() / temperature
+
+
 def _log_softmax(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """log softmax(logits / T) in fp32: torch's fused kernel, one pass over each row (in cache)."""
-    z = logits if temperature in (0, 1.0) else logits.float() / temperature
-    return torch.log_softmax(z, -1, dtype=torch.float32)
+    return torch.log_softmax(_z(logits, temperature), -1, dtype=torch.float32)
 
 
 class _HeadLogProbs(torch.autograd.Function):
@@ -74,8 +79,7 @@ class _HeadLogProbs(torch.autograd.Function):
                 g = g + g_entropy[rows, None] * (lp + entropy[rows, None])
                 p = lp.exp_()
             else:
-                z = logits[rows] if t in (0, 1.0) else logits[rows].float() / t
-                p = torch.softmax(z, -1, dtype=torch.float32)
+                p = torch.softmax(_z(logits[rows], t), -1, dtype=torch.float32)
             gz = p.mul_(-g)  # −p·g
             gz.scatter_add_(-1, targets[rows, None], g_logp[rows, None])
             if t not in (0, 1.0):
