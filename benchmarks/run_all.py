@@ -33,7 +33,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-TRAINER_RUNS = ("tiny-fp32", "smollm2-fp32", "smollm2-bf16", "smolvlm-fp32", "smolvlm-bf16")  # MODEL-PRECISION
+TRAINER_RUNS = (
+    "tiny-fp32",
+    "smollm2-fp32",
+    "smollm2-bf16",
+    "smolvlm-fp32",
+    "smolvlm-bf16",
+)  # MODEL-PRECISION
 # r1cloud's worker processes on the 2 cores, the faster layout measured for each (SmolLM2, vllm):
 # in bf16 one worker with both threads (7.3 s a step against 8.4 with two, 4 steps, checkpointing
 # on); in fp32 two (one worker: 18.2 s a step against 17.2, its update 9.5 s against 7.9, but
