@@ -115,34 +115,6 @@ def _gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 
 def _grouped_attention(q, k, v, mask, scaling, dropout):
     """Softmax attention by plain matmuls, the query heads that share a key head stacked into one
-    matmul (no repeated keys), the scale and the mask (as −inf) applied inside the first (baddbmm);
-    fp32 softmax. On CPU, for these short segments, about 4× faster forward + backward than sdpa's
-    flash kernel."""
-    S, H, Q, D = q.shape
-    Hk, K = k.shape[1], k.shape[2]
-    G = H // Hk  # query heads per key head, in transformers' repeat_kv order
-    bias = q.new_zeros(S, 1, 1, Q, K).masked_fill_(~mask[:, :, None], float("-inf"))
-    scores = torch.baddbmm(
-        bias.expand(S, Hk, G, Q, K).reshape(S * Hk, G * Q, K),
-        q.reshape(S * Hk, G * Q, D),
-        k.reshape(S * Hk, K, D).transpose(1, 2),
-        alpha=D**-0.5 if scaling is None else scaling,
-    )
-    weights = scores.softmax(-1, dtype=torch.float32)
-    weights = torch.nn.functional.dropout(weights, dropout) if dropout else weights
-    return (weights.to(v.dtype) @ v.reshape(S * Hk, K, D)).view(S, H, Q, D)
-
-
-def _gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """(1, H, N, D) at the row tokens `idx` (S, Q) -> (S, H, Q, D). Whole tokens are picked
-    (index_select: its backward adds rows, about 3× faster on CPU than advanced indexing's)."""
-    _, H, _, D = x.shape
-    S, Q = idx.shape
-    return x[0].transpose(0, 1).index_select(0, idx.flatten()).view(S, Q, H, D).transpose(1, 2)
-
-
-def _grouped_attention(q, k, v, mask, scaling, dropout):
-    """Softmax attention by plain matmuls, the query heads that share a key head stacked into one
     matmul (no repeated keys); fp32 softmax. On CPU, for these short segments, about 3× faster
     forward + backward than sdpa's flash kernel."""
     S, H, Q, D = q.shape
