@@ -2,8 +2,8 @@
 
 Same model, prompts (in the data file's order in both: each step's are the same), group size,
 response length, learning rate, loss (token-mean, clip 0.2/0.28, no KL) and reward, on the same 2
-cores. Text models (`tiny`, `smollm2`) do data/arithmetic with the
-quickstart's prompt and reward (reward_functions/arithmetic.py: the accuracy alone);
+cores. Text models (`tiny`, `smollm2`) do data/arithmetic with the quickstart's prompt and reward
+(reward_functions/arithmetic.py: the accuracy alone);
 vision-language models (`tinyvlm`: a random Qwen2-VL; `smolvlm`: quickstart_vl's offline
 SmolVLM-style build) count shapes in data/shapes pictures with format_prompts/one_number.jinja and
 reward_functions/count.py, each image through the model's own processor and chat template in both

@@ -57,9 +57,10 @@ class _HeadLogProbs(torch.autograd.Function):
         logp, entropy = hidden.new_empty(n, dtype=torch.float32), hidden.new_empty(n, dtype=torch.float32)
         step = _rows(weight.shape[0])
         for s in range(0, n, step):
-            lp = _log_softmax(logits[s : s + step], temperature)
-            logp[s : s + step] = lp.gather(-1, targets[s : s + step, None])[:, 0]
-            entropy[s : s + step] = -torch.linalg.vecdot(lp.exp(), lp)  # −Σ p·log p
+            rows = slice(s, s + step)
+            lp = _log_softmax(logits[rows], temperature)
+            logp[rows] = lp.gather(-1, targets[rows, None])[:, 0]
+            entropy[rows] = -torch.linalg.vecdot(lp.exp(), lp)  # −Σ p·log p
         ctx.save_for_backward(hidden, weight, logits, targets, entropy)
         ctx.temperature, ctx.entropy_grad = temperature, entropy_grad
         if not entropy_grad:
@@ -73,7 +74,8 @@ class _HeadLogProbs(torch.autograd.Function):
         grad_z = torch.empty_like(logits)  # in the compute dtype, as autograd's would be
         step = _rows(weight.shape[0])
         for s in range(0, n, step):
-            rows, g = slice(s, s + step), g_logp[s : s + step, None]
+            rows = slice(s, s + step)
+            g = g_logp[rows, None]
             if ctx.entropy_grad:  # z − Σ p·z = log p + H
                 lp = _log_softmax(logits[rows], t)
                 g = g + g_entropy[rows, None] * (lp + entropy[rows, None])
