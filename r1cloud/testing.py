@@ -122,17 +122,18 @@ def chat_template(image_part: str) -> str:
 
 
 def make_tiny_vlm(
-    path: str | Path, arch: str = "qwen2_vl", seed: int = 0, hidden: int = 128, max_pixels: int = 28 * 28 * 16
+    path: str | Path, arch: str = "qwen2_vl", seed: int = 0, hidden: int = 128, max_pixels: int = 28 * 28 * 16,
+    tie: bool = False,
 ) -> Path:
     """Write a random Qwen2-VL-family model (`qwen2_vl`, `qwen2_5_vl` or `qwen3_vl`) or an Idefics3
     (`idefics3`) with its processor (image processor, tokenizer, chat template) to `path`. Text: 2
     layers, head_dim 64 (vLLM's CPU attention), mRoPE for Qwen; vision: 2 blocks, 32 wide. A 56×84
     image is 6 image tokens for Qwen2-VL; any image is 4 for Idefics3 (64 px, 16 px patches,
-    scale factor 2)."""
+    scale factor 2). `tie`: the output layer is the embedding (as SmolVLM's, Qwen2.5-VL-3B's)."""
     import json
 
     if arch == "idefics3":
-        return _tiny_idefics3(Path(path), seed, hidden)
+        return _tiny_idefics3(Path(path), seed, hidden, tie)
 
     import torch
     import transformers
@@ -148,7 +149,7 @@ def make_tiny_vlm(
         vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=2,
         num_attention_heads=hidden // 64, num_key_value_heads=1, head_dim=64, max_position_embeddings=2048,
         rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [8, 12, 12]},
-        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None, tie_word_embeddings=tie,
     )  # fmt: skip
     if arch == "qwen2_vl":
         vision = dict(depth=2, embed_dim=32, num_heads=2, mlp_ratio=2, hidden_size=hidden, patch_size=patch)
@@ -170,7 +171,7 @@ def make_tiny_vlm(
         raise ValueError(f"unknown tiny VLM architecture {arch!r}")
     config = config_cls(
         text_config=text, vision_config=vision, image_token_id=image, video_token_id=video,
-        vision_start_token_id=start, vision_end_token_id=end, tie_word_embeddings=False,
+        vision_start_token_id=start, vision_end_token_id=end, tie_word_embeddings=tie,
     )  # fmt: skip
     torch.manual_seed(seed)
     model = model_cls(config)
@@ -188,7 +189,7 @@ def make_tiny_vlm(
     return path
 
 
-def _tiny_idefics3(path: Path, seed: int, hidden: int) -> Path:
+def _tiny_idefics3(path: Path, seed: int, hidden: int, tie: bool) -> Path:
     import json
 
     import torch
@@ -201,13 +202,13 @@ def _tiny_idefics3(path: Path, seed: int, hidden: int) -> Path:
         model_type="llama", vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2,
         num_hidden_layers=2, num_attention_heads=hidden // 64, num_key_value_heads=1, head_dim=64,
         max_position_embeddings=2048, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-        bos_token_id=None,
+        bos_token_id=None, tie_word_embeddings=tie,
     )  # fmt: skip
     vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                   image_size=64, patch_size=16)  # fmt: skip
     config = Idefics3Config(
         text_config=text, vision_config=vision, scale_factor=2, pad_token_id=tok.pad_token_id,
-        image_token_id=tok.convert_tokens_to_ids("<image>"), tie_word_embeddings=False,
+        image_token_id=tok.convert_tokens_to_ids("<image>"), tie_word_embeddings=tie,
     )  # fmt: skip
     torch.manual_seed(seed)
     model = Idefics3ForConditionalGeneration(config)

@@ -199,14 +199,22 @@ def _refresh_tied_output_layer(worker) -> None:
     the embedding's) still computes logits with what it prepared from the first weights: on CPU, a
     packed copy for its matrix product. Each sync then sampled from the new body through the old
     output layer (measured: log-probs off by 2.6 after a large update, 0.03 after a quickstart
-    step). It gets the embedding's values and prepares them again (on GPU that is a no-op)."""
+    step). It gets the embedding's values and prepares them again (on GPU that is a no-op).
+    The embedding is the `embed_tokens` under the head's own prefix: `model.embed_tokens` for a
+    text model, `model.text_model.embed_tokens` for Idefics3/SmolVLM (missed until 2026-11-27:
+    SmolVLM's vLLM rollouts drifted from the policy after the first sync)."""
     modules = dict(worker.model_runner.get_model().named_modules())
     for name, head in modules.items():
-        embedding = modules.get(name.removesuffix("lm_head") + "model.embed_tokens")
-        if name.endswith("lm_head") and embedding is not None and hasattr(head, "quant_method"):
-            if head.weight.data_ptr() != embedding.weight.data_ptr():
-                head.weight.data.copy_(embedding.weight.data)
-            head.quant_method.process_weights_after_loading(head)
+        if not (name.endswith("lm_head") and hasattr(head, "quant_method")):
+            continue
+        prefix = name.removesuffix("lm_head")
+        near = [n for n in modules if n.startswith(prefix) and n.endswith("embed_tokens")]
+        if not near:  # sampling from a stale output layer must not pass unnoticed
+            raise RuntimeError(f"vLLM's model ties {name} to an embedding r1cloud cannot find")
+        embedding = modules[min(near, key=len)]
+        if head.weight.data_ptr() != embedding.weight.data_ptr():
+            head.weight.data.copy_(embedding.weight.data)
+        head.quant_method.process_weights_after_loading(head)
 
 
 def _ram_disk() -> str | None:
