@@ -122,7 +122,11 @@ def chat_template(image_part: str) -> str:
 
 
 def make_tiny_vlm(
-    path: str | Path, arch: str = "qwen2_vl", seed: int = 0, hidden: int = 128, max_pixels: int = 28 * 28 * 16,
+    path: str | Path,
+    arch: str = "qwen2_vl",
+    seed: int = 0,
+    hidden: int = 128,
+    max_pixels: int = 28 * 28 * 16,
     tie: bool = False,
 ) -> Path:
     """Write a random Qwen2-VL-family model (`qwen2_vl`, `qwen2_5_vl` or `qwen3_vl`) or an Idefics3
