@@ -80,6 +80,7 @@ class VLLMEngine:
             trust_remote_code=cfg.trust_remote_code,
             disable_log_stats=cfg.disable_log_stats,
             **mm,
+            **({} if self.cuda else _cpu_norm_kernels()),
             **({"enable_lora": True, "max_lora_rank": lora_rank, "max_loras": 1} if lora_rank else {}),
         )
         # the output layer is the embedding (SmolLM2, Qwen2.5 up to 3B): see _refresh_tied_output_layer
@@ -215,6 +216,51 @@ def _refresh_tied_output_layer(worker) -> None:
         if head.weight.data_ptr() != embedding.weight.data_ptr():
             head.weight.data.copy_(embedding.weight.data)
         head.quant_method.process_weights_after_loading(head)
+
+
+def _cpu_norm_kernels() -> dict:
+    """vLLM 0.32 runs RMSNorm on CPU as its `native` chain of torch ops (the compiled kernels of
+    its CPU build are registered for GPUs only); at decode's few rows that is per-op overhead,
+    at prefill's many, 20× its own CPU kernel (4.7 vs 0.24 ms on 1,500 × 576 bf16 rows). The
+    build's kernels (`torch.ops._C.rms_norm`, `fused_add_rms_norm`) go first for the contiguous
+    rows they take; anything else still goes to `native`. Same arithmetic in fp32 (≤ 2e-6); in
+    bf16 they normalize the residual sum as rounded to bf16, as transformers' layers (the
+    trainer's) do, where native normalizes the fp32 sum (measured on SmolLM2: the engine's
+    log-probs stay 0.04 from the trainer's on average, as before; generation 2.54 → 2.26 s)."""
+    import vllm._C  # noqa: F401  the CPU build's kernels
+    from vllm import ir
+
+    def rows(x, weight, variance_size) -> bool:  # what the kernels take
+        return variance_size is None and x.is_contiguous() and (weight is None or weight.dtype == x.dtype)
+
+    def takes(x, weight, epsilon, variance_size=None) -> bool:  # the op's own signature, as vLLM wants
+        return rows(x, weight, variance_size)
+
+    def takes_add(x, x_residual, weight, epsilon, variance_size=None) -> bool:
+        return rows(x, weight, variance_size) and x_residual.is_contiguous()
+
+    if "r1cloud_cpu" not in ir.ops.rms_norm.impls:
+
+        @ir.ops.rms_norm.register_impl("r1cloud_cpu", supports_args=takes)
+        def _rms_norm(
+            x: torch.Tensor, weight: torch.Tensor | None, epsilon: float, variance_size: int | None = None
+        ) -> torch.Tensor:
+            out = torch.empty_like(x)
+            torch.ops._C.rms_norm(out, x, weight, epsilon)
+            return out
+
+        @ir.ops.fused_add_rms_norm.register_impl("r1cloud_cpu", supports_args=takes_add, inplace=True)
+        def _fused_add_rms_norm(
+            x: torch.Tensor,
+            x_residual: torch.Tensor,
+            weight: torch.Tensor | None,
+            epsilon: float,
+            variance_size: int | None = None,
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+            torch.ops._C.fused_add_rms_norm(x, x_residual, weight, epsilon)
+            return x, x_residual
+
+    return {"ir_op_priority": {"rms_norm": ["r1cloud_cpu"], "fused_add_rms_norm": ["r1cloud_cpu"]}}
 
 
 def _ram_disk() -> str | None:

@@ -1,5 +1,6 @@
 """The trainer's own kernels against the plain torch they replace: the LM head's log-probs and
-entropies (head.py) and the oneDNN fp32 linear layers (onednn.py), values and gradients."""
+entropies (head.py) and the oneDNN fp32 linear layers (onednn.py), values and gradients; the
+RMSNorm kernels the vLLM engine takes on CPU (rollout/vllm.py) against vLLM's own `native`."""
 
 import pytest
 import torch
@@ -126,3 +127,36 @@ def test_packed_log_probs_through_head_and_onednn_equal_the_plain_model(
     scale = max(g.abs().max().item() for g in grads_plain.values())
     worst = max((grads[n] - grads_plain[n]).abs().max().item() for n in grads_plain)
     assert scale > 1e-3 and worst <= 1e-5 * scale
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_vllm_cpu_norm_kernels_compute_what_vllms_native_ones_do(dtype):
+    """The engine's RMSNorm on CPU: vLLM's CPU-build kernels through its IR-op registry, picked
+    first for contiguous rows (the priority r1cloud hands vLLM), native for the rest. Values
+    against native: fp32 to rounding; bf16 within one rounding of the output (the weight is
+    applied before rounding, not after); the residual sum exact."""
+    pytest.importorskip("vllm")
+    from vllm import ir
+
+    from r1cloud.rollout.vllm import _cpu_norm_kernels
+
+    priority = _cpu_norm_kernels()["ir_op_priority"]
+    g = torch.Generator().manual_seed(0)
+    x, res = (torch.randn(300, 576, generator=g).to(dtype) for _ in range(2))
+    w = (1 + 0.1 * torch.randn(576, generator=g)).to(dtype)
+    with ir.ops.rms_norm.set_priority(priority["rms_norm"]):
+        assert ir.ops.rms_norm.dispatch(x, w, 1e-5, None).provider == "r1cloud_cpu"
+        assert ir.ops.rms_norm.dispatch(x.t(), w[:300], 1e-5, None).provider == "native"
+        ours = ir.ops.rms_norm(x, w, 1e-5)
+    native = ir.ops.rms_norm.impls["native"].impl_fn(x, w, 1e-5)
+    with ir.ops.fused_add_rms_norm.set_priority(priority["fused_add_rms_norm"]):
+        ours_add = ir.ops.fused_add_rms_norm(x.clone(), res.clone(), w, 1e-5)
+    native_add = ir.ops.fused_add_rms_norm.impls["native"].impl_fn(x, res, w, 1e-5)
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=0, rtol=2**-7)
+    torch.testing.assert_close(ours, native, **tol)
+    assert torch.equal(ours_add[1], native_add[1])  # the residual: x + res in the dtype
+    # the norm of that rounded sum, as the trainer's model computes it (transformers adds the
+    # residual in the compute dtype, then normalizes); vLLM's native normalizes the fp32 sum
+    torch.testing.assert_close(
+        ours_add[0], ir.ops.rms_norm.impls["native"].impl_fn(native_add[1], w, 1e-5), **tol
+    )
