@@ -230,14 +230,11 @@ def _cpu_norm_kernels() -> dict:
     import vllm._C  # noqa: F401  the CPU build's kernels
     from vllm import ir
 
-    def rows(x, weight, variance_size) -> bool:  # what the kernels take
+    def takes(x, weight, epsilon, variance_size=None) -> bool:  # each op's own signature, as vLLM wants
         return variance_size is None and x.is_contiguous() and (weight is None or weight.dtype == x.dtype)
 
-    def takes(x, weight, epsilon, variance_size=None) -> bool:  # the op's own signature, as vLLM wants
-        return rows(x, weight, variance_size)
-
     def takes_add(x, x_residual, weight, epsilon, variance_size=None) -> bool:
-        return rows(x, weight, variance_size) and x_residual.is_contiguous()
+        return takes(x, weight, epsilon, variance_size) and x_residual.is_contiguous()
 
     if "r1cloud_cpu" not in ir.ops.rms_norm.impls:
 

@@ -133,8 +133,9 @@ def test_packed_log_probs_through_head_and_onednn_equal_the_plain_model(
 def test_vllm_cpu_norm_kernels_compute_what_vllms_native_ones_do(dtype):
     """The engine's RMSNorm on CPU: vLLM's CPU-build kernels through its IR-op registry, picked
     first for contiguous rows (the priority r1cloud hands vLLM), native for the rest. Values
-    against native: fp32 to rounding; bf16 within one rounding of the output (the weight is
-    applied before rounding, not after); the residual sum exact."""
+    against native: the residual sum exact; the norm (of that sum as rounded, for the fused op)
+    fp32 to rounding, bf16 within one rounding of the output (the weight is applied before
+    rounding, not after)."""
     pytest.importorskip("vllm")
     from vllm import ir
 
