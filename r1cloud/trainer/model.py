@@ -34,7 +34,8 @@ from .head import head_log_probs, scaled
 # model types whose logits are exactly the last hidden states times the output weight (no
 # soft-capping, scaling or bias after it): their log-probs skip the full logits (head.py)
 PLAIN_HEADS = {
-    "llama", "mistral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_5_vl", "phi3",
+    "llama", "mistral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3",
+    "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "idefics3", "smolvlm",
 }  # fmt: skip
 
 

@@ -42,13 +42,16 @@ def image_seqs(processor) -> list[tuple]:
 
 
 @pytest.mark.parametrize("arch", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "idefics3"])
-def test_packed_image_rows_equal_one_sequence_at_a_time(tmp_path, arch):
+def test_packed_image_rows_equal_one_sequence_at_a_time(tmp_path, arch, monkeypatch):
     """Several image sequences in one row, a shared image prompt packed once, (4, 1, N) mRoPE
     positions for Qwen, Idefics3's pixel batches side by side: the log-probs and the summed
-    gradients of one sequence at a time, ≤ 1e-5."""
+    gradients of one sequence at a time, ≤ 1e-5; and the same through the model's own lm_head
+    instead of head.py's (Idefics3 tied, as SmolVLM)."""
     from transformers import AutoConfig
 
-    path = make_tiny_vlm(tmp_path / arch, arch)
+    from r1cloud.trainer import model as model_mod
+
+    path = make_tiny_vlm(tmp_path / arch, arch, tie=arch == "idefics3")
     processor = vision.ImageProcessor(vision.load_processor(str(path)))
     seqs = image_seqs(processor)
     assert len(seqs[0][0]) > len(processor.encode(processor.render("<image>How many?", True), []).ids)
@@ -56,19 +59,25 @@ def test_packed_image_rows_equal_one_sequence_at_a_time(tmp_path, arch):
     model = auto_class(config).from_pretrained(
         path, dtype=torch.float32, attn_implementation=attention_for(config)
     )
-    packed = packed_log_probs(model, seqs, 0.7)
-    sum(lp.sum() * (i + 1) for i, lp in enumerate(packed)).backward()
-    together = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.zero_grad()
-    alone = [packed_log_probs(model, [s], 0.7)[0] for s in seqs]
-    sum(lp.sum() * (i + 1) for i, lp in enumerate(alone)).backward()
-    for a, b in zip(packed, alone, strict=True):
-        torch.testing.assert_close(a.detach(), b.detach(), rtol=0, atol=1e-5)
+    assert model_mod.plain_head(model) is not None  # the log-probs go through head.py
+
+    def run(batches):
+        model.zero_grad()
+        logps = [lp for b in batches for lp in packed_log_probs(model, b, 0.7)]
+        sum(lp.sum() * (i + 1) for i, lp in enumerate(logps)).backward()
+        return [lp.detach() for lp in logps], {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    packed, together = run([seqs])
+    alone, one_by_one = run([[s] for s in seqs])
+    monkeypatch.setattr(model_mod, "PLAIN_HEADS", set())
+    by_lm_head, lm_head_grads = run([seqs])
     vision_grads = [n for n in together if ("visual" in n or "vision" in n) and together[n].abs().max() > 0]
     assert vision_grads  # the images reach the loss
     scale = max(g.abs().max().item() for g in together.values())
-    worst = max((together[n] - p.grad).abs().max().item() for n, p in model.named_parameters())
-    assert worst <= 1e-5 * scale
+    for lps, grads in ((alone, one_by_one), (by_lm_head, lm_head_grads)):
+        for a, b in zip(packed, lps, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+        assert max((together[n] - grads[n]).abs().max().item() for n in grads) <= 1e-5 * scale
 
 
 def test_image_data_as_easyr1_reads_it(make_vl_run, shapes):
