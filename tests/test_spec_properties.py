@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -77,6 +77,7 @@ def test_any_override_string(base, text):
 
 @SETTINGS
 @given(tree=st.dictionaries(key_paths, values, max_size=6))
+@example(tree={"secrets": {"\n": False}})  # a secret's name once broke its line
 def test_any_yaml_document(tmp_path, tree):
     doc: dict = {}
     for dotted, value in tree.items():
