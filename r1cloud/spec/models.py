@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .problems import shown
+
 ADV_ESTIMATORS = (
     "grpo",
     "gae",
@@ -482,11 +484,6 @@ def accelerator_options(value: str | list[str] | dict[str, int]) -> list[tuple[s
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def _name(key) -> str:
-    """A key as a one-line message shows it: as written when printable, else quoted."""
-    return key if isinstance(key, str) and key.isprintable() else repr(key)
-
-
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{1,61})[a-z0-9]$")
 
 
@@ -538,7 +535,7 @@ class Spec(Model):
             written = [k for k, val in v.items() if val is not None]
             if written:
                 raise ValueError(
-                    f"secret values must not be written in a blueprint ({', '.join(map(_name, written))}): "
+                    f"secret values must not be written in a blueprint ({', '.join(map(shown, written))}): "
                     "list the names only and pass values with --secret NAME or the environment"
                 )
             v = list(v)

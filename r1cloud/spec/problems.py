@@ -5,6 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+def shown(key) -> str:
+    """A key as a one-line message shows it: as written when printable, else quoted."""
+    return key if isinstance(key, str) and key.isprintable() else repr(key)
+
+
 @dataclass(frozen=True)
 class Problem:
     path: str  # dotted key ("worker.rollout.n"), or "" for the file as a whole
@@ -15,8 +20,7 @@ class Problem:
 
     def render(self) -> str:
         where = f" ({self.origin})" if self.origin else ""
-        path = self.path if self.path.isprintable() else repr(self.path)
-        head = f"{path}: " if path else ""
+        head = f"{shown(self.path)}: " if self.path else ""
         return f"{head}{self.message}{where}"
 
 
