@@ -179,7 +179,13 @@ def summarize(steps: list[dict]) -> dict:
 def blueprint(model: Path, engine: str, steps: int) -> str:
     s, task = SETTINGS, task_of(model)
     share = s["prompts_per_step"] * s["group"] // s["workers"]  # TRL's work: the batch in one pass
-    images = f"image_key: images\n  image_dir: {ROOT}/{task['data']}" if task is TASKS["vl"] else ""
+    # the pictures as they are, as TRL is given them (EasyR1's default min_pixels, 512², would
+    # enlarge the 96-pixel ones before the processor shrinks them again: other pixels than TRL's)
+    images = (
+        f"image_key: images\n  image_dir: {ROOT}/{task['data']}\n  min_pixels: null\n  max_pixels: null"
+        if task is TASKS["vl"]
+        else ""
+    )
     return f"""
 name: bench
 data:

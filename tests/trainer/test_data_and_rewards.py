@@ -558,6 +558,26 @@ def test_hf_engine_applies_the_extra_sampling_fields(tiny_model):
     assert hf_lacks(["presence_penalty", "frequency_penalty"]) == ["frequency_penalty", "presence_penalty"]
 
 
+def test_hf_engine_top_k_minus_one_samples_every_token(tiny_model):
+    """top_k: -1 (vLLM's and EasyR1's "all tokens") is the whole vocabulary in the hf engine too,
+    not generate's global default of the 50 most likely (GenerationConfig._get_default_generation_params,
+    which the engine's top_k=None overrides): at a temperature that flattens the distribution, 512
+    first tokens take far more than 50 values; top_k: 5 keeps them to 5."""
+    import torch
+
+    from r1cloud.rollout import Request, Sampling
+    from r1cloud.rollout.hf import HFEngine
+
+    engine = HFEngine(str(tiny_model), set(), 0, torch.float32, "cpu")
+
+    def first_tokens(top_k: int) -> set[int]:
+        s = Sampling(n=512, temperature=100.0, top_k=top_k, max_tokens=1, ignore_eos=True)
+        return {x.response[0] for x in engine.generate([Request([5, 6, 7])], s)}
+
+    assert len(first_tokens(-1)) > 100
+    assert len(first_tokens(5)) <= 5
+
+
 @pytest.mark.parametrize("asked", [False, True])
 def test_chunked_prefill_on_a_gpu_reaches_vllm_as_written(make_run, monkeypatch, asked):
     """EasyR1 passes `enable_chunked_prefill=config.enable_chunked_prefill` to vLLM as it is
