@@ -42,9 +42,10 @@ TRAINER_RUNS = (
 )  # MODEL-PRECISION
 # r1cloud's worker processes on the 2 cores, the faster layout measured for each (SmolLM2, vllm):
 # in bf16 one worker with both threads (7.3 s a step against 8.4 with two, 4 steps, checkpointing
-# on); in fp32 two (one worker: 18.2 s a step against 17.2, its update 9.5 s against 7.9, but
-# 10.0 GiB against 14.0: separate runs, within the machine's drift); SmolVLM in bf16 as SmolLM2
-TRAINER_WORKERS = {"smollm2-bf16": 1, "smolvlm-bf16": 1}
+# on); in fp32 one too on this Intel machine (10.65 s a step against 13.11, peak RSS 9.8 GiB
+# against 13.8, 8 steps, separate runs; on the AMD one two were level); SmolVLM in bf16 as SmolLM2,
+# in fp32 still two (not re-measured)
+TRAINER_WORKERS = {"smollm2-fp32": 1, "smollm2-bf16": 1, "smolvlm-bf16": 1}
 
 
 def benchmarks(quick: bool, trainer_json: dict[str, Path]) -> dict[str, list[str]]:

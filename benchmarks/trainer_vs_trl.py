@@ -14,7 +14,7 @@ for r1cloud, and kept for TRL: without it TRL was no faster beyond this machine'
 bf16 under jemalloc, two runs at the same measured matmul speed: 18.6 s a step without, 20.0 with)
 and 1.7× larger (peak RSS 10.8 GiB against 6.3). r1cloud with 2 worker
 processes (FSDP ranks on gloo, a thread each; `--workers 1`, one process with both threads, is
-run_all.py's layout for bf16, where it was faster) and each rollout engine (`hf`, `vllm`), TRL in
+run_all.py's layout for bf16 and for SmolLM2 in fp32, where it was faster and smaller) and each rollout engine (`hf`, `vllm`), TRL in
 one process with 2 threads and
 transformers' generate, as installed (glibc's malloc) and again under the jemalloc Ray ships with
 freed pages kept (`trl-jemalloc`: the allocator alone is worth 1.3–1.5× to TRL here; r1cloud's
