@@ -482,8 +482,6 @@ def accelerator_options(value: str | list[str] | dict[str, int]) -> list[tuple[s
 
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{1,61})[a-z0-9]$")
 
 
