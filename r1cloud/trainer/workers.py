@@ -50,12 +50,7 @@ class HybridWorker:
         zero_copy_tensors()  # what it returns to the driver
         self.cuda = torch.cuda.is_available()
         self.device = f"cuda:{torch.cuda.current_device()}" if self.cuda else "cpu"
-        if not self.cuda:
-            # Each worker gets its own cores; vLLM's CPU build binds its threads the same way.
-            local = rank % self.spec.trainer.n_gpus_per_node
-            os.environ.setdefault(
-                "VLLM_CPU_OMP_THREADS_BIND", f"{local * threads}-{(local + 1) * threads - 1}"
-            )
+        if not self.cuda:  # (vLLM runs in this process: its CPU build binds no threads here)
             torch.set_num_threads(threads)
         host, port = master.rsplit(":", 1)
         os.environ.update(
