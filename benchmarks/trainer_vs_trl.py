@@ -16,8 +16,9 @@ and 1.7× larger (peak RSS 10.8 GiB against 6.3). r1cloud with 2 worker processe
 on gloo, a thread each; `--workers 1`, one process with both threads, is run_all.py's layout for
 bf16 and for SmolLM2 in fp32, where it was faster and smaller) and each rollout engine (`hf`,
 `vllm`), TRL in one process with 2 threads and transformers' generate, as installed (glibc's
-malloc) and again under the jemalloc Ray ships with freed pages kept (`trl-jemalloc`: the allocator alone is worth 1.3–1.5× to TRL here; r1cloud's
-workers tune glibc's malloc instead, so the ratios against it are the conservative ones). Runs
+malloc) and again under the jemalloc Ray ships with freed pages kept (`trl-jemalloc`: the
+allocator alone is worth 1.3–1.5× to TRL here; r1cloud's workers tune glibc's malloc instead, so
+the ratios against it are the conservative ones). Runs
 alternate (r1cloud-hf, r1cloud-vllm, trl, trl-jemalloc, repeated) so drift on a noisy machine
 hits all alike. The first step of each run is warm-up (compilation, caches) and is left out of
 the rates.
