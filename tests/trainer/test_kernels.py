@@ -71,6 +71,24 @@ def test_head_log_probs_bf16_match_the_plain_way(entropy_grad):
         assert _rel(fused[i], plain[i].double()) <= tol
 
 
+def test_head_log_probs_in_chunks_equal_one_chunk_and_backward_runs_once(monkeypatch):
+    """Each chunk's gradient is written over its logits once read: seven chunks of 16 rows give
+    what one chunk gives. That memory then holds the gradient: autograd refuses a second backward."""
+    from r1cloud.trainer import head
+
+    results = []
+    for chunk_bytes in (1, 1 << 30):  # the smallest chunk (16 rows), then all 100 rows at once
+        monkeypatch.setattr(head, "CHUNK_BYTES", chunk_bytes)
+        results.append(_case(torch.float32, True, 0.7, rows=100)[1])
+    for many, one in zip(*results, strict=True):
+        assert torch.allclose(many, one, rtol=1e-6, atol=1e-7)
+    h = torch.randn(4, 8, requires_grad=True)
+    lp, _ = head_log_probs(h, torch.randn(50, 8), torch.tensor([1, 2, 3, 4]))
+    lp.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        lp.sum().backward()
+
+
 def test_head_entropy_without_grad_is_not_differentiable():
     h = torch.randn(4, 8, requires_grad=True)
     lp, ent = head_log_probs(h, torch.randn(50, 8), torch.tensor([1, 2, 3, 4]))
