@@ -43,10 +43,9 @@ TRAINER_RUNS = (
 # r1cloud's worker processes on the 2 cores, the faster layout measured for each (SmolLM2, vllm):
 # in bf16 one worker with both threads (7.3 s a step against 8.4 with two, 4 steps, checkpointing
 # on); in fp32 one too on this Intel machine (10.65 s a step against 13.11, peak RSS 9.8 GiB
-# against 13.8, 8 steps, separate runs; on an AMD EPYC two were level in an earlier session, and one
-# gave 2.14× TRL+jemalloc there later, 2.59× after the head's backward, against two workers'
-# 2.82× before both: not compared in one run);
-# SmolVLM in bf16 as SmolLM2, in fp32 still two (not re-measured)
+# against 13.8, 8 steps, separate runs; on an AMD EPYC, in separate sessions, two workers gave
+# 2.82× TRL+jemalloc and one 2.14×, then 2.59× after the head's backward: never one run); SmolVLM
+# in bf16 as SmolLM2, in fp32 still two (not re-measured)
 TRAINER_WORKERS = {"smollm2-fp32": 1, "smollm2-bf16": 1, "smolvlm-bf16": 1}
 
 

@@ -18,8 +18,8 @@ The logits are computed in the hidden states' dtype and widened to fp32 per chun
 followed by `.float()` does, and the gradient is narrowed back before its two matmuls, as autograd
 does. The memory held for backward is one (tokens × vocabulary) tensor in the compute dtype
 instead of several in fp32, and the backward pass writes the gradient over it instead of into a
-second one (SmolLM2 fp32 on an AMD EPYC, the same 8 batches replayed: with the weight gradient
-below, update 7.86 → 7.00 s; that alone 7.40 → 6.98 s).
+second one (SmolLM2 fp32 on an AMD EPYC, the same 8 batches replayed: together with the weight
+gradient's matmul below, update 7.86 → 7.00 s).
 """
 
 from __future__ import annotations
