@@ -333,12 +333,19 @@ def kv_cache_env(model_path: str, max_model_len: int | None, extra: list[str]) -
     except (OSError, ValueError):
         return {"VLLM_CPU_KVCACHE_SPACE": "4"}  # a Hub id, read by vLLM itself: a generous default
     text = config.get("text_config") or config
-    heads = text.get("num_attention_heads") or 1
-    head_dim = text.get("head_dim") or (text.get("hidden_size", 0) // heads)
-    per_token = 2 * text.get("num_hidden_layers", 0) * (text.get("num_key_value_heads") or heads) * head_dim
-    per_token *= 4 if str(text.get("torch_dtype") or config.get("torch_dtype")) == "float32" else 2
+    dtype_bytes = 4 if str(text.get("torch_dtype") or config.get("torch_dtype")) == "float32" else 2
+    per_token = kv_bytes_per_token(config, dtype_bytes)
     length = _passed_length(extra) or max_model_len or min(text.get("max_position_embeddings") or 8192, 32768)
     return {"VLLM_CPU_KVCACHE_SPACE": str(max(1, math.ceil(per_token * length * 4 / 1024**3)))}
+
+
+def kv_bytes_per_token(config: dict, dtype_bytes: int) -> int:
+    """The KV cache one token takes in vLLM: keys and values of every layer (config.json's dict)."""
+    text = config.get("text_config") or config
+    heads = text.get("num_attention_heads") or 1
+    head_dim = text.get("head_dim") or (text.get("hidden_size", 0) // heads)
+    kv_heads = text.get("num_key_value_heads") or heads
+    return 2 * text.get("num_hidden_layers", 0) * kv_heads * head_dim * dtype_bytes
 
 
 def check_port(host: str, port: int) -> None:

@@ -31,3 +31,15 @@ def sampling(spec, step: int, validation: bool = False, round: int = 0) -> dict:
 def for_rank(sampling: dict, rank: int) -> dict:
     """The sampling of data-parallel rank `rank`: its own seed."""
     return {**sampling, "seed": sampling["seed"] * RANK_SEED + rank}
+
+
+def engine_sequences(spec, world: int, engine: str, val_set=None) -> int:
+    """The most sequences one rollout call gives a worker's engine: a step's (or round's) prompts
+    × n, or a validation batch × its n (on CPU vLLM's KV cache is sized to them)."""
+    d = spec.data
+    ranks = world // (spec.worker.rollout.tensor_parallel_size if engine == "vllm" else 1)
+    most = -(-(d.mini_rollout_batch_size or d.rollout_batch_size) // ranks) * spec.worker.rollout.n
+    if val_set:
+        size = d.val_batch_size if d.val_batch_size > 0 else len(val_set)
+        most = max(most, -(-size // ranks) * sampling(spec, 0, validation=True)["n"])
+    return most

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from ..spec.models import DTYPE_NAMES
+from ..serve import kv_bytes_per_token
+from ..spec.models import DTYPE_NAMES, torch_dtype
 from . import Request, Sample, Sampling, cut_at_eos, request_seed
 
 
@@ -30,11 +31,11 @@ class VLLMEngine:
 
     def __init__(
         self, model_path: str, tokenizer_path: str, cfg, eos_ids: set[int], seed: int, lora_rank: int = 0,
-        videos: int = 0,
+        videos: int = 0, sequences: int = 0,
     ):  # fmt: skip
         """`lora_rank`: LoRA enabled, for adapter syncs (`load_adapter`) instead of merged weights;
-        `videos`: the most videos a prompt holds (vLLM reserves room for that many)."""
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        `videos`: the most videos a prompt holds (vLLM reserves room for that many); `sequences`:
+        the most one generate call holds (on CPU the KV cache is sized to them; 0: unknown)."""
         from transformers import AutoConfig
 
         from .. import vision_compat
@@ -60,6 +61,12 @@ class VLLMEngine:
         self.cuda = torch.cuda.is_available()
         self.requests = itertools.count()  # stream()'s request ids
         max_len = cfg.max_model_len or cfg.prompt_length + cfg.response_length
+        kv = {}
+        if not self.cuda and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):  # the user's size wins
+            dtype_bytes = torch.empty(0, dtype=torch_dtype(cfg.dtype)).element_size()
+            kv["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(
+                kv_bytes_per_token(config.to_dict(), dtype_bytes), max_len, sequences
+            )
         self.llm = LLM(
             model=model_path,
             tokenizer=tokenizer_path,
@@ -80,6 +87,7 @@ class VLLMEngine:
             trust_remote_code=cfg.trust_remote_code,
             disable_log_stats=cfg.disable_log_stats,
             **mm,
+            **kv,
             **({} if self.cuda else _cpu_norm_kernels()),
             **({"enable_lora": True, "max_lora_rank": lora_rank, "max_loras": 1} if lora_rank else {}),
         )
@@ -193,6 +201,18 @@ class VLLMEngine:
             else:  # every live episode waits on its tools
                 add(play.ready(block=True))
         self.sleep()
+
+
+def cpu_kv_cache_bytes(per_token: int, max_len: int, sequences: int) -> int:
+    """The KV cache of an engine on CPU: room for `sequences` of `max_len` tokens at once, in the
+    CPU build's blocks of 128 tokens, at most 1 GiB (vLLM fills it with zeros as it starts, so
+    all of it is resident: the 1 GiB r1cloud gave every engine before, 2026-11-27, where the
+    benchmark's 32 sequences of 176 tokens needed 0.35), and at least one sequence; 1 GiB when
+    `sequences` is unknown (0). A larger step runs its sequences in waves; VLLM_CPU_KVCACHE_SPACE
+    (GiB) sets another size."""
+    block = 128
+    one = -(-max_len // block) * block * per_token
+    return max(one, min(one * sequences, 2**30)) if sequences else max(one, 2**30)
 
 
 def _refresh_tied_output_layer(worker) -> None:

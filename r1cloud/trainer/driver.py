@@ -24,7 +24,7 @@ from ..budget import EXIT, Budget
 from ..checkpoint.write import Bucket, Checkpoints, DamagedCheckpoint, read_state, write_hf_files
 from ..data import Loader, PromptSet, check_sets, chunk_evenly, load_tokenizer, total_steps
 from ..rollout import Request, pick_engine, refuse_unknown_sampling
-from ..rollout.sampling import for_rank
+from ..rollout.sampling import engine_sequences, for_rank
 from ..rollout.sampling import sampling as spec_sampling
 from ..spec import Spec, load_resolved
 from . import algorithms as alg
@@ -136,7 +136,8 @@ class Trainer:
         self.adapter = self.call("adapter")[0]  # LoRA: adapter_config.json and what it trains
         sets = [rows for rows in (self.train_set, self.val_set) if rows]
         videos = max((len(p.videos) for rows in sets for p in rows.prompts), default=0)
-        names = self.call("start_engine", engine, videos)
+        most = engine_sequences(self.spec, self.world, engine, self.val_set)  # its KV cache's size on CPU
+        names = self.call("start_engine", engine, videos, most)
         self.call("set_schedule", self.steps)
         return names[0]
 

@@ -194,9 +194,12 @@ class HybridWorker:
         full = model.state_dict() if from_rank0 and not empty else {}
         if four_bit:  # whole on every worker; FSDP shards the adapters and the rest
             shard["ignored_params"] = lora.four_bit_params(model)
-        for module in shard_units(model) + ([tower] if tower is not None else []):
-            fully_shard(module, **shard)
-        fully_shard(model, **shard)
+        # One worker on CPU computing in the dtype it stores: FSDP would have nothing to shard or
+        # cast, and its copies into and out of its flat buffers would be all it did
+        if not (self.world == 1 and not self.cuda and mp.param_dtype == kwargs["dtype"]):
+            for module in shard_units(model) + ([tower] if tower is not None else []):
+                fully_shard(module, **shard)
+            fully_shard(model, **shard)
         if from_rank0:
             receive_from_rank0(model, full, empty, self.device)
             del full
@@ -229,8 +232,9 @@ class HybridWorker:
     def shares_prompts(self) -> bool:
         return self.share_prompts
 
-    def start_engine(self, engine: str, videos: int = 0) -> str:
-        """The rollout engine; `videos`: the most videos a prompt holds (vLLM makes room for them)."""
+    def start_engine(self, engine: str, videos: int = 0, sequences: int = 0) -> str:
+        """The rollout engine; `videos`: the most videos a prompt holds (vLLM makes room for them);
+        `sequences`: the most one rollout call gives it (vLLM's KV cache is sized to them on CPU)."""
         from transformers import AutoTokenizer
 
         m, r = self.spec.worker.actor.model, self.spec.worker.rollout
@@ -247,8 +251,9 @@ class HybridWorker:
             self.adapter_sync = self.lora and lora.sync_adapters(m.lora, self.cuda)
             rank = vllm_max_rank(m.lora.rank) if self.adapter_sync else 0
             self.engine = VLLMEngine(
-                m.model_path, m.tokenizer_path, r, eos, seed=r.seed, lora_rank=rank, videos=videos
-            )
+                m.model_path, m.tokenizer_path, r, eos, seed=r.seed, lora_rank=rank, videos=videos,
+                sequences=sequences,
+            )  # fmt: skip
         else:
             from ..rollout.hf import HFEngine
 
@@ -275,6 +280,11 @@ class HybridWorker:
                 yield name, full.detach()
             return
         groups = {n: m for n, m in self.actor.named_modules() if isinstance(m, FSDPModule)}
+        if not groups:  # one worker without FSDP: the parameters themselves
+            with torch.no_grad():
+                for name, p in self.actor.named_parameters():
+                    yield name, lora.dense(p)
+            return
         names: dict[str, list[str]] = {prefix: [] for prefix in groups}  # each group's parameters
         for name, _ in self.actor.named_parameters():
             owner = name.rpartition(".")[0]
@@ -443,7 +453,7 @@ class HybridWorker:
         gloo reduce-scatter or all-gather of the whole model costs far more there than holding
         unsharded tensors in host memory. On GPUs, where memory is the scarce part, every
         micro-batch reduces and reshards (FSDP's default)."""
-        if not self.cuda:
+        if not self.cuda and hasattr(model, "set_requires_gradient_sync"):  # FSDP's (not one plain worker)
             model.set_requires_gradient_sync(last)
             model.set_reshard_after_backward(last)
 

@@ -348,6 +348,62 @@ def test_hybrid_sharding_on_four_workers_gives_one_process_gradients_and_a_whole
         assert torch.equal(saved[n], t) and not torch.equal(t, initial[n]), n
 
 
+def test_one_worker_trains_unwrapped_with_one_process_gradients_and_a_whole_checkpoint(
+    make_run, tiny_model, tmp_path
+):
+    """One CPU worker computing in the dtype it stores (fp32) holds its models unwrapped: FSDP
+    would have nothing to shard or cast and only copy. Gradients (two micro-batches) equal one
+    process's; the engine gets the trained weights; the checkpoint holds them whole and loads back
+    over a later step."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    run = make_run("trainer.n_gpus_per_node=1", name="one")
+    spec = load_resolved(run / "spec.yaml")
+    _, samples = random_samples(2)
+    want = single_process_grads(
+        tiny_model, samples, clip_of(spec), "token", spec.algorithm.kl_coef, spec.algorithm.kl_penalty
+    )
+    total = alg.count_for("token", pad([torch.ones(len(s["seq"][1])) for s in samples])[1])
+    plan = [[{"total": total, "micro": [samples[:4], samples[4:]]}]]
+
+    def weights(worker) -> dict:  # what a sync hands the engine
+        return {n: t.clone() for n, t in worker.full_weights()}
+
+    trainer = Trainer(run, spec)
+    try:
+        trainer.start_workers()
+        kinds = trainer.call(
+            "__ray_call__", lambda w: {type(p) for m in (w.actor, w.ref) for p in m.parameters()}
+        )
+        assert kinds == [{torch.nn.Parameter}]  # no DTensor: no FSDP
+        steps.update(trainer, plan, apply=False)
+        got = trainer.call("full_grads")[0]
+        assert max(w.abs().max().item() for w in want.values()) > 1e-4  # a real gradient
+        assert max((got[n] - want[n]).abs().max().item() for n in want) <= 1e-5
+        steps.update(trainer, plan)
+        trained = trainer.call("__ray_call__", weights)[0]
+        trainer.call("sync_weights")
+        engine = trainer.call(
+            "__ray_call__", lambda w: {n: t.clone() for n, t in w.engine.model.state_dict().items()}
+        )
+        assert all(torch.equal(engine[0][n], t.to(engine[0][n].dtype)) for n, t in trained.items())
+        trainer.call("save", str(tmp_path / "ckpt"), role="actor")
+        steps.update(trainer, plan)
+        assert not torch.equal(
+            trainer.call("__ray_call__", weights)[0]["lm_head.weight"], trained["lm_head.weight"]
+        )
+        trainer.call("load", str(tmp_path / "ckpt"), None)
+        back = trainer.call("__ray_call__", weights)[0]
+    finally:
+        trainer.shutdown()
+    assert all(torch.equal(back[n], t) for n, t in trained.items())
+    dcp_to_torch_save(tmp_path / "ckpt", tmp_path / "full.pt")
+    saved = torch.load(tmp_path / "full.pt", weights_only=False)["model"]
+    initial = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).state_dict()
+    for n, t in trained.items():
+        assert torch.equal(saved[n], t) and not torch.equal(t, initial[n]), n
+
+
 @pytest.mark.parametrize("tie", [False, True], ids=["untied", "tied"])
 def test_vllm_sampling_log_probs_equal_trainer_before_and_after_sync(tmp_path, digits_reward, tie):
     pytest.importorskip("vllm")
@@ -368,6 +424,10 @@ def test_vllm_sampling_log_probs_equal_trainer_before_and_after_sync(tmp_path, d
     trainer = Trainer(run)
     try:
         assert trainer.start_workers() == "vllm"
+        # the KV cache holds what one rollout call gives a worker, not a fixed GiB: 4 prompts × 4
+        # samples or 16 validation prompts × 1, over 2 workers
+        concurrency = trainer.call("__ray_call__", lambda w: w.engine.llm.llm_engine.vllm_config.cache_config)
+        assert [c.kv_cache_max_concurrency for c in concurrency] == [8, 8]
         trainer.call("sync_weights")
         prompts = [Request(p.prompt_ids) for p in trainer.train_set.prompts[:4]]
         sampling = {
@@ -411,6 +471,16 @@ def test_vllm_sampling_log_probs_equal_trainer_before_and_after_sync(tmp_path, d
         assert after <= 1e-4, after
     finally:
         trainer.shutdown()
+
+
+def test_cpu_kv_cache_holds_the_sequences_in_whole_blocks_up_to_a_gib():
+    from r1cloud.rollout.vllm import cpu_kv_cache_bytes
+
+    assert cpu_kv_cache_bytes(1000, 76, 8) == 8 * 128 * 1000  # a 76-token sequence in one block
+    assert cpu_kv_cache_bytes(1000, 176, 32) == 32 * 256 * 1000
+    assert cpu_kv_cache_bytes(1000, 76, 0) == 2**30  # unknown: a GiB, as before
+    assert cpu_kv_cache_bytes(10**5, 4096, 512) == 2**30  # more runs in waves
+    assert cpu_kv_cache_bytes(10**5, 32768, 4) == 32768 * 10**5  # one sequence, whatever it takes
 
 
 @pytest.mark.parametrize("engine_dtype", ["bf16", "fp32"])
