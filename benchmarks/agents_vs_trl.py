@@ -49,7 +49,10 @@ from trainer_vs_trl import (  # noqa: E402
     versions,
 )
 
-SETTINGS = {"prompts_per_step": 4, "group": 8, "max_new_tokens": 128, "lr": 1e-5, "seed": 1, "threads": 2}
+SETTINGS = {
+    "prompts_per_step": 4, "group": 8, "max_new_tokens": 128, "lr": 1e-5, "seed": 1, "threads": 2,
+    "workers": 1,  # r1cloud's worker processes sharing the threads (`--workers`)
+}  # fmt: skip
 SYSTEM = (
     "You can call a calculator. To multiply, write exactly <tool_call>\n"
     '{"name": "multiply", "arguments": {"a": X, "b": Y}}\n</tool_call> and stop; the result comes '
@@ -90,6 +93,9 @@ def prepare(work: Path) -> tuple[Path, Path]:
 
 def blueprint(model: Path, data: Path, engine: str, steps: int) -> str:
     s = SETTINGS
+    # one worker holds the update's activations (TRL's layout, without checkpointing as TRL runs
+    # here); two workers and their two engines did not fit this 23 GB machine without it
+    checkpointing = "false" if s["workers"] == 1 else "true"
     return f"""
 name: bench-agents
 data:
@@ -105,10 +111,11 @@ worker:
   actor:
     global_batch_size: {s["prompts_per_step"]}
     micro_batch_size_per_device_for_update: {s["group"]}  # TRL's micro-batch too; a group's prompt once
-    micro_batch_size_per_device_for_experience: {s["prompts_per_step"] * s["group"] // 2}
+    dynamic_batching: false  # 8 episodes a micro-batch, not a token budget (which took all 32 at once)
+    micro_batch_size_per_device_for_experience: {s["prompts_per_step"] * s["group"] // s["workers"]}
     clip_ratio_low: 0.2
     clip_ratio_high: 0.28
-    model: {{model_path: {model}, trust_remote_code: false}}
+    model: {{model_path: {model}, trust_remote_code: false, enable_gradient_checkpointing: {checkpointing}}}
     optim: {{lr: {s["lr"]}, weight_decay: 0.0}}
     fsdp: {{torch_dtype: fp32, mp_param_dtype: fp32}}
   rollout:
@@ -129,7 +136,7 @@ worker:
 trainer:
   max_steps: {steps}
   logger: [console]
-  n_gpus_per_node: 2
+  n_gpus_per_node: {s["workers"]}
   val_freq: -1
   val_before_train: false
   save_freq: -1
@@ -266,8 +273,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--systems", default="r1cloud-vllm,r1cloud-hf,trl")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--workers", type=int, default=1, help="r1cloud's worker processes")
     parser.add_argument("--trl-worker", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    SETTINGS["workers"] = args.workers
     if args.trl_worker:
         model, data, steps, out = args.trl_worker
         trl_worker(model, data, int(steps), out)

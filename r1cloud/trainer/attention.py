@@ -32,7 +32,7 @@ class Segments:
     def build(cls, segments: list[tuple[list[int], list[int]]], positions: list[int], device) -> Segments:
         """`segments`: (query tokens, keys before them) per segment; its keys are those, then
         its queries, causally."""
-        segments = [(q, pre) for q, pre in segments if q]
+        segments = _pieces([(q, pre) for q, pre in segments if q])
         S = len(segments)
         Q = max(len(q) for q, _ in segments)
         K = max(len(q) + len(pre) for q, pre in segments)
@@ -62,6 +62,15 @@ class Segments:
             valid.to(device),
             take.to(device),
         )
+
+
+def _pieces(segments: list[tuple[list[int], list[int]]]) -> list[tuple[list[int], list[int]]]:
+    """Segments cut into pieces of at most the median segment's queries (32 at least), each piece
+    seeing the keys before it: every segment is padded to the longest, so one long prompt among
+    short answers padded them all to its length (an agent's 500-token prompt over its 128-token
+    episodes: four times their work, and scores held at that size)."""
+    size = max(sorted(len(q) for q, _ in segments)[len(segments) // 2], 32)
+    return [(q[a : a + size], pre + q[:a]) for q, pre in segments for a in range(0, len(q), size)]
 
 
 def packed_attention(

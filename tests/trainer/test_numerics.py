@@ -83,6 +83,14 @@ def groups_of_answers(seed: int = 0) -> list[tuple[list[int], list[int]]]:
     return [seqs[i] for i in order]
 
 
+def long_prompt_group() -> list[tuple[list[int], list[int]]]:
+    """A 90-token prompt with short answers (an agent's worked examples): attention.py cuts it
+    into pieces of the median segment's size."""
+    g = torch.Generator().manual_seed(1)
+    prompt = torch.randint(5, 100, (90,), generator=g).tolist()
+    return [(prompt, torch.randint(5, 100, (n,), generator=g).tolist()) for n in (7, 3, 12)]
+
+
 def test_shared_prompt_pack_holds_each_prompt_once():
     seqs = groups_of_answers()
     shared, separate = pack(seqs, share_prompts=True), pack(seqs)
@@ -90,6 +98,8 @@ def test_shared_prompt_pack_holds_each_prompt_once():
     assert separate.input_ids.shape[1] == 4 * (5 + 9 + 3) + 3 * 11
     assert separate.segments is None
     assert shared.segments.q.shape[0] == 3 + 9  # each prompt, then each non-empty answer
+    pieces = pack(seqs + long_prompt_group(), share_prompts=True).segments
+    assert pieces.q.shape == (3 + 9 + 3 + 3, 32)  # the 90-token prompt in pieces of 32, 32, 26
     assert shared.targets.tolist() == separate.targets.tolist() and shared.lengths == separate.lengths
 
 
@@ -99,7 +109,7 @@ def test_segment_attention_with_shared_prompts_equals_sdpa_with_a_copy_each(tiny
     gives."""
     from transformers import AutoConfig, AutoModelForTokenClassification
 
-    seqs = groups_of_answers() + [([3, 4, 5], [6, 7])]  # and a prompt that is alone
+    seqs = groups_of_answers() + [([3, 4, 5], [6, 7])] + long_prompt_group()  # and a prompt alone
     got = {}
     for impl in ("sdpa", attention.register()):
         model = AutoModelForCausalLM.from_pretrained(
@@ -133,7 +143,7 @@ def test_segment_attention_keeps_a_sliding_window(tiny_model):
     config = AutoConfig.from_pretrained(tiny_model)
     config.use_sliding_window, config.sliding_window, config.max_window_layers = True, 3, 0
     config.layer_types = ["sliding_attention"] * config.num_hidden_layers
-    seqs = groups_of_answers()
+    seqs = groups_of_answers() + long_prompt_group()
     out = {}
     for impl in ("sdpa", attention.register()):
         model = AutoModelForCausalLM.from_pretrained(
