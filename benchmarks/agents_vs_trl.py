@@ -13,8 +13,10 @@ calls in half its episodes and answers those right (`r1cloud try`, 16 episodes: 
 budget (128 tokens for a whole episode, tool answers included: r1cloud's max_response_length,
 TRL's max_completion_length), one tool round (r1cloud's max_turns 2, TRL's
 max_tool_calling_iterations 1), learning rate, loss (token-mean, clip 0.2/0.28, no KL), update
-micro-batches of 8 episodes (one group: r1cloud lays its prompt out once), same 2 cores. r1cloud with 2 worker processes and vLLM (episodes without a barrier) or transformers'
-generate; TRL in one process with 2 threads and transformers' generate. Runs alternate; the first
+micro-batches of 8 episodes (one group: r1cloud lays its prompt out once), same 2 cores. r1cloud
+with one worker process holding both threads (`--workers`), without gradient checkpointing as TRL
+here, and vLLM (episodes without a barrier) or transformers' generate; TRL in one process with 2
+threads and transformers' generate. Runs alternate; the first
 step of each is warm-up and left out of the rates.
 
 Reported per system: wall seconds per step, rollout tokens/s, peak RSS, the mean reward and that of
