@@ -63,10 +63,8 @@ class VLLMEngine:
         max_len = cfg.max_model_len or cfg.prompt_length + cfg.response_length
         kv = {}
         if not self.cuda and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):  # the user's size wins
-            dtype_bytes = torch.empty(0, dtype=torch_dtype(cfg.dtype)).element_size()
-            kv["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(
-                kv_bytes_per_token(config.to_dict(), dtype_bytes), max_len, sequences
-            )
+            per_token = kv_bytes_per_token(config.to_dict(), torch_dtype(cfg.dtype).itemsize)
+            kv["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(per_token, max_len, sequences)
         self.llm = LLM(
             model=model_path,
             tokenizer=tokenizer_path,
