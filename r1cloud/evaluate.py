@@ -132,7 +132,7 @@ def main(folder: str) -> int:
     # the trainer's validation batches when the spec sets their size; without it the trainer takes
     # the whole set at once, and eval 64 prompts at a time (progress, and Ctrl-C keeps whole batches):
     # a seed goes by a sample's place in its batch, so beyond 64 prompts the samples differ
-    size = spec.data.val_batch_size if spec.data.val_batch_size > 0 else BATCH
+    size = batch_size(spec)
     print(f"[eval] 0/{len(indices)} prompts", flush=True)
     timing = {"generate_s": 0.0, "score_s": 0.0}  # where the time goes, in samples.jsonl's summary
     try:
@@ -214,21 +214,8 @@ def _engine(spec, job: dict, sampling):
     agent = Agent.of(spec, tokenizer, processor) if r.multi_turn.enable else None
     eos = eos_ids(m.model_path, tokenizer)
     if job["engine"] == "vllm":
-        from .rollout.vllm import VLLMEngine
-
         _one_process_world()
-        length = context_length(
-            m.model_path, r, [len(p.prompt_ids) for p in prompts.prompts], sampling.max_tokens
-        )
-        r = r.model_copy(update={"max_model_len": length})
-        engine = VLLMEngine(
-            m.model_path,
-            m.tokenizer_path,
-            r,
-            eos,
-            seed=r.seed,
-            videos=max((len(p.videos) for p in prompts.prompts), default=0),
-        )
+        engine = vllm_engine(spec, prompts.prompts, sampling, eos)
     else:
         from .rollout.hf import HFEngine
 
@@ -256,6 +243,31 @@ def _engine(spec, job: dict, sampling):
         return out
 
     return prompts.prompts, generate, _Decoder(tokenizer, spec.worker.reward.skip_special_tokens)
+
+
+def vllm_engine(spec, prompts: list, sampling, eos: set[int]):
+    """vLLM scoring `prompts` in this one process: no tensor parallelism whatever the spec says
+    (EasyR1's default of 2 is the trainer's), a context for these prompts, and on CPU a KV cache
+    for one batch's sequences (prompts × n)."""
+    from .rollout.vllm import VLLMEngine
+
+    m, r = spec.worker.actor.model, spec.worker.rollout
+    length = context_length(m.model_path, r, [len(p.prompt_ids) for p in prompts], sampling.max_tokens)
+    r = r.model_copy(update={"max_model_len": length, "tensor_parallel_size": 1})
+    return VLLMEngine(
+        m.model_path,
+        m.tokenizer_path,
+        r,
+        eos,
+        seed=r.seed,
+        videos=max((len(p.videos) for p in prompts), default=0),
+        sequences=min(batch_size(spec), len(prompts)) * sampling.n,
+    )
+
+
+def batch_size(spec) -> int:
+    """Prompts a batch: the trainer's validation batch when the spec sets one, else BATCH."""
+    return spec.data.val_batch_size if spec.data.val_batch_size > 0 else BATCH
 
 
 def context_length(model_path: str, rollout, prompt_lengths: list[int], max_tokens: int) -> int:

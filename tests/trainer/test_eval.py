@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -166,3 +167,32 @@ def test_an_r1v_superclevr_shaped_file(tmp_path, tiny_vlm, shapes, digits_reward
     assert got["targets"][0]["all"]["prompts"] == len(rows) == 4
     first = json.loads(Path(got["targets"][0]["samples"]).read_text().splitlines()[0])
     assert first["ground_truth"] == rows[0]["answer"] and first["question"] == "How many shapes are there?"
+
+
+def test_eval_builds_one_vllm_engine_sized_to_a_batch(tmp_path, tiny_model, digits_reward):
+    """eval's vLLM engine runs in its one process: no tensor parallelism whatever the spec says
+    (the trainer's default, EasyR1's 2, had stopped every eval without a blueprint from starting),
+    and its CPU KV cache holds one batch's sequences — min(val_batch_size, prompts) × n — not a
+    fixed GiB. Its own process: vLLM joins a torch.distributed world."""
+    run = run_folder(
+        tmp_path, "tp2", tiny_blueprint(tiny_model, digits_reward, engine="vllm"),
+        ["worker.rollout.tensor_parallel_size=2"],
+    )  # fmt: skip
+    script = f"""
+from r1cloud import evaluate
+from r1cloud.data import PromptSet, load_tokenizer
+from r1cloud.rollout import Sampling, eos_ids
+from r1cloud.spec import load_spec
+spec = load_spec({str(run / "spec.yaml")!r}, []).spec
+m = spec.worker.actor.model
+tokenizer, _ = load_tokenizer(m, spec.data)
+prompts = PromptSet(spec.data.val_files, tokenizer, spec.data, limit=10).prompts
+evaluate._one_process_world()
+engine = evaluate.vllm_engine(spec, prompts, Sampling(n=3, max_tokens=12), eos_ids(m.model_path, tokenizer))
+config = engine.llm.llm_engine.vllm_config
+print(config.parallel_config.tensor_parallel_size, config.cache_config.kv_cache_max_concurrency)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    tp, sequences = out.stdout.split()[-2:]
+    assert (int(tp), float(sequences)) == (1, 30.0)  # 10 prompts (fewer than the batch of 16) × 3
