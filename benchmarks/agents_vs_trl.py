@@ -123,6 +123,7 @@ worker:
   rollout:
     name: {engine}
     n: {s["group"]}
+    seed: {s["seed"]}  # the sampling's seed (EasyR1's rollout.seed; data.seed orders the data)
     temperature: 1.0
     tensor_parallel_size: 1
     dtype: fp32
@@ -172,7 +173,17 @@ def run_r1cloud(model: Path, data: Path, engine: str, steps: int, work: Path) ->
 def run_trl(model: Path, data: Path, steps: int, work: Path) -> dict:
     out = work / f"trl-{time.time_ns()}.json"
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--trl-worker", str(model), str(data), str(steps), str(out)],
+        [
+            sys.executable,
+            __file__,
+            "--seed",
+            str(SETTINGS["seed"]),
+            "--trl-worker",
+            str(model),
+            str(data),
+            str(steps),
+            str(out),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -272,13 +283,14 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each system, seeds SEED, SEED+1, …")
+    parser.add_argument("--seed", type=int, default=SETTINGS["seed"], help="the first repeat's seed")
     parser.add_argument("--systems", default="r1cloud-vllm,r1cloud-hf,trl")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--workers", type=int, default=1, help="r1cloud's worker processes")
     parser.add_argument("--trl-worker", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    SETTINGS["workers"] = args.workers
+    SETTINGS["workers"], SETTINGS["seed"] = args.workers, args.seed
     if args.trl_worker:
         model, data, steps, out = args.trl_worker
         trl_worker(model, data, int(steps), out)
@@ -289,7 +301,8 @@ def main() -> None:
         print(f"{args.steps} steps × {args.repeats} repeats; {json.dumps(SETTINGS)}")
         print("versions " + " ".join(f"{k}={v}" for k, v in versions().items()), flush=True)
         results: dict[str, list[dict]] = {s: [] for s in args.systems.split(",")}
-        for _ in range(args.repeats):
+        for r in range(args.repeats):
+            SETTINGS["seed"] = args.seed + r  # each repeat its own draw, the same in every system
             for system in results:
                 t = time.perf_counter()
                 if system == "trl":

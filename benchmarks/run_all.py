@@ -77,12 +77,19 @@ def benchmarks(quick: bool, trainer_json: dict[str, Path]) -> dict[str, list[str
 
 
 def machine() -> str:
+    """The cores and the CPU: its name and, where the name alone hides the generation (a cloud's
+    "AMD EPYC" is Zen 4 or Zen 5), its family and model numbers."""
     cpu = platform.processor() or platform.machine()
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        fields = dict(
+            (k.strip(), v.strip())
+            for k, _, v in (line.partition(":") for line in Path("/proc/cpuinfo").read_text().splitlines())
+            if k.strip() in ("model name", "cpu family", "model")
+        )
+        if "model name" in fields:
+            cpu = fields["model name"]
+            if "cpu family" in fields:
+                cpu += f", family {fields['cpu family']} model {fields.get('model', '?')}"
     except OSError:
         pass
     return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, {platform.system()}"

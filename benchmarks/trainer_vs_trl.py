@@ -20,8 +20,9 @@ malloc) and again under the jemalloc Ray ships with freed pages kept (`trl-jemal
 allocator alone is worth 1.3–1.5× to TRL here; r1cloud's workers tune glibc's malloc instead, so
 the ratios against it are the conservative ones). Runs
 alternate (r1cloud-hf, r1cloud-vllm, trl, trl-jemalloc, repeated) so drift on a noisy machine
-hits all alike. The first step of each run is warm-up (compilation, caches) and is left out of
-the rates.
+hits all alike; the r-th repeat (from 0) samples with seed SEED + r in every system (`--seed`,
+1 by default), so the reward difference pools independent draws. The first step of each run is warm-up (compilation,
+caches) and is left out of the rates.
 
 Reported per system: rollout tokens/s (response tokens ÷ generation time), trained tokens/s
 (prompt + response tokens ÷ the rest of the step: log-probs, loss, backward, optimizer, weight
@@ -31,7 +32,7 @@ The anchor: the matmul throughput this CPU reaches in the run's dtype (`matmul_r
 in the same run), and r1cloud's update as a fraction of it (model FLOPs: `update_flops`).
 
 Usage: python benchmarks/trainer_vs_trl.py [--model tiny|smollm2|tinyvlm|smolvlm|PATH] [--steps 4] [--repeats 1]
-       [--precision fp32|bf16] [--workers 2] [--json out.json] [--set KEY=VALUE …]
+       [--seed 1] [--precision fp32|bf16] [--workers 2] [--json out.json] [--set KEY=VALUE …]
 """
 
 from __future__ import annotations
@@ -217,6 +218,7 @@ worker:
     tensor_parallel_size: 1
     dtype: {s["precision"]}
     max_num_batched_tokens: 2048
+    seed: {s["seed"]}  # the sampling's seed (EasyR1's rollout.seed; data.seed orders the data)
   reward:
     reward_function: {ROOT}/{task["reward"]}:compute_score
     reward_function_kwargs: {json.dumps(task["reward_kwargs"])}
@@ -342,6 +344,8 @@ def run_trl(model: Path, steps: int, work: Path, jemalloc: bool = False) -> dict
             __file__,
             "--precision",
             SETTINGS["precision"],
+            "--seed",
+            str(SETTINGS["seed"]),
             "--trl-worker",
             str(model),
             str(steps),
@@ -524,7 +528,8 @@ def compare(args, work: Path) -> dict[str, list[dict]]:
     )
     print("versions " + " ".join(f"{k}={v}" for k, v in versions().items()), flush=True)
     results: dict[str, list[dict]] = {s: [] for s in systems}
-    for _ in range(args.repeats):
+    for r in range(args.repeats):
+        SETTINGS["seed"] = args.seed + r  # each repeat its own draw, the same in every system
         for system in systems:
             t = time.perf_counter()
             if system.startswith("trl"):
@@ -532,7 +537,11 @@ def compare(args, work: Path) -> dict[str, list[dict]]:
             else:
                 res = run_r1cloud(model, system.split("-", 1)[1], args.steps, work, args.set)
             results[system].append(res)
-            print(f"  {system}: {time.perf_counter() - t:.0f}s wall, {res['step_s']:.2f} s/step", flush=True)
+            print(
+                f"  {system} (seed {SETTINGS['seed']}): {time.perf_counter() - t:.0f}s wall, "
+                f"{res['step_s']:.2f} s/step, rewards {[round(s['reward'], 3) for s in res['steps']]}",
+                flush=True,
+            )
     return results
 
 
@@ -542,7 +551,8 @@ def main() -> None:
     )
     parser.add_argument("--model", default="tiny", help="tiny, smollm2, or a model folder")
     parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each system, seeds SEED, SEED+1, …")
+    parser.add_argument("--seed", type=int, default=SETTINGS["seed"], help="the first repeat's seed")
     parser.add_argument("--systems", default="r1cloud-hf,r1cloud-vllm,trl,trl-jemalloc")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument(
@@ -558,7 +568,7 @@ def main() -> None:
     )
     parser.add_argument("--trl-worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    SETTINGS["precision"], SETTINGS["workers"] = args.precision, args.workers
+    SETTINGS["precision"], SETTINGS["workers"], SETTINGS["seed"] = args.precision, args.workers, args.seed
     if args.trl_worker:
         trl_worker(args.trl_worker[0], int(args.trl_worker[1]), args.trl_worker[2])
         return
@@ -625,7 +635,9 @@ def report(results: dict[str, list[dict]]) -> dict:
                 "step speed": base["step_s"] / row["step_s"],
                 "memory": row["peak_rss"] / base["peak_rss"],
             }
-            diff = paired_reward_diff(results[system][0]["steps"], results[baseline][0]["steps"])
+            diff = paired_reward_diff(
+                [r["steps"] for r in results[system]], [r["steps"] for r in results[baseline]]
+            )
             row[f"vs_{baseline}"] = {**ratios, "reward_diff": diff}
             print(
                 f"{system}/{baseline}: " + ", ".join(f"{k} {v:.2f}×" for k, v in ratios.items())
@@ -634,11 +646,16 @@ def report(results: dict[str, list[dict]]) -> dict:
     return table
 
 
-def paired_reward_diff(mine: list[dict], theirs: list[dict]) -> tuple[float, float]:
-    """Mean reward difference over the steps and its standard error, paired by step: both tools
-    draw each step's prompts in the same order, so the prompts' own difficulty (most of a step's
-    variance here) cancels. The first run of each."""
-    d = [a["reward"] - b["reward"] for a, b in zip(mine, theirs, strict=False)]
+def paired_reward_diff(mine: list[list[dict]], theirs: list[list[dict]]) -> tuple[float, float]:
+    """Mean reward difference over the steps of every repeat and its standard error, paired by
+    repeat and step: both tools draw each step's prompts in the same order (and a repeat's seed),
+    so the prompts' own difficulty (most of a step's variance here) cancels. `mine`, `theirs`:
+    each repeat's steps."""
+    d = [
+        a["reward"] - b["reward"]
+        for m, t in zip(mine, theirs, strict=False)
+        for a, b in zip(m, t, strict=False)
+    ]
     se = statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else float("nan")
     return statistics.mean(d), se
 
