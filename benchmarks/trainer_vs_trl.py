@@ -21,8 +21,8 @@ allocator alone is worth 1.3–1.5× to TRL here; r1cloud's workers tune glibc's
 the ratios against it are the conservative ones). Runs
 alternate (r1cloud-hf, r1cloud-vllm, trl, trl-jemalloc, repeated) so drift on a noisy machine
 hits all alike; the r-th repeat (from 0) samples with seed SEED + r in every system (`--seed`,
-1 by default), so the reward difference pools independent draws. The first step of each run is warm-up (compilation,
-caches) and is left out of the rates.
+1 by default), so the reward difference pools independent draws. The first step of each run is
+warm-up (compilation, caches) and is left out of the rates.
 
 Reported per system: rollout tokens/s (response tokens ÷ generation time), trained tokens/s
 (prompt + response tokens ÷ the rest of the step: log-probs, loss, backward, optimizer, weight
