@@ -24,7 +24,7 @@ from ..spec.files import unsupported
 from ..spec.models import torch_dtype
 from ..vision import auto_class
 from . import algorithms as alg
-from . import lora, offload, ulysses
+from . import lora, offload, precision, ulysses
 from .batch import Batch, zero_copy_tensors
 from .model import (
     blank_sequence,
@@ -41,6 +41,10 @@ from .model import (
 from .optim import AdamWBF16, lr_factor
 
 VALUE_HEADS = ("score", "classifier")  # a critic's new head: trained in full when it has LoRA
+
+
+# what `update` sums over its micro-batches
+UPDATE_STATS = "pg_loss kl_loss entropy_loss tokens clip_hi clip_lo ppo_kl entropy is_weight".split()  # noqa: SIM905
 
 
 class HybridWorker:
@@ -194,9 +198,12 @@ class HybridWorker:
         full = model.state_dict() if from_rank0 and not empty else {}
         if four_bit:  # whole on every worker; FSDP shards the adapters and the rest
             shard["ignored_params"] = lora.four_bit_params(model)
-        # One worker on CPU computing in the dtype it stores: FSDP would have nothing to shard or
-        # cast, and its copies into and out of its flat buffers would be all it did
-        if not (self.world == 1 and not self.cuda and mp.param_dtype == kwargs["dtype"]):
+        # One worker on CPU: FSDP would have nothing to shard, and its copies into and out of its
+        # flat buffers would be all it did; precision.py casts instead where the dtypes differ
+        if self.world == 1 and not self.cuda and (mp.param_dtype == kwargs["dtype"] or not four_bit):
+            if mp.param_dtype != kwargs["dtype"]:
+                precision.attach(model, mp.param_dtype, mp.reduce_dtype)
+        else:
             for module in shard_units(model) + ([tower] if tower is not None else []):
                 fully_shard(module, **shard)
             fully_shard(model, **shard)
@@ -280,8 +287,8 @@ class HybridWorker:
                 yield name, full.detach()
             return
         groups = {n: m for n, m in self.actor.named_modules() if isinstance(m, FSDPModule)}
-        if not groups:  # one worker without FSDP: the parameters themselves
-            with torch.no_grad():
+        if not groups:  # one worker without FSDP: the parameters themselves, in the compute dtype
+            with torch.no_grad(), precision.window(self.actor):
                 for name, p in self.actor.named_parameters():
                     yield name, lora.dense(p)
             return
@@ -354,7 +361,7 @@ class HybridWorker:
         model.eval()
         t = self._temperature if temperature is None else temperature
         resident = self.offloads["actor" if model is self.actor else "ref"].resident()
-        with resident, lora.disabled(model) if base else contextlib.nullcontext():
+        with resident, lora.disabled(model) if base else contextlib.nullcontext(), precision.window(model):
             return _rows(
                 batch,
                 micro_batches,
@@ -379,68 +386,59 @@ class HybridWorker:
         results = []
         for mb in minibatches:
             total = mb["total"]
-            stats = {
-                "pg_loss": 0.0,
-                "kl_loss": 0.0,
-                "entropy_loss": 0.0,
-                "tokens": 0.0,
-                "clip_hi": 0.0,
-                "clip_lo": 0.0,
-                "ppo_kl": 0.0,
-                "entropy": 0.0,
-                "is_weight": 0.0,
-            }
-            for i, rows in enumerate(mb["micro"]):
-                self._sync_gradients(self.actor, last=i == len(mb["micro"]) - 1)
-                micro = batch.select(rows)
-                logps, entropies = packed_log_probs(
-                    self.actor,
-                    micro.seqs(),
-                    self._temperature,
-                    self.device,
-                    entropy=True,
-                    entropy_grad=actor_cfg.entropy_coeff > 0,
-                    sp=self.sp["actor"],
-                )
-                logp, mask = pad(logps, width=micro.response_ids.shape[1])[0], micro.mask
-                entropy = pad(entropies, width=mask.shape[1])[0]
-                old = logp.detach() if micro.old_logp is None else micro.old_logp
-                adv = micro.advantages * mask
-                loss_mat, m = alg.policy_loss(
-                    actor_cfg.loss_type,
-                    logp,
-                    old,
-                    adv,
-                    mask,
-                    clip,
-                    actor_cfg.tau_positive,
-                    actor_cfg.tau_negative,
-                )
-                if actor_cfg.rollout_is:  # the rollout engine's log-probs differ from the trainer's
-                    weights = alg.rollout_is_weights(
-                        old, micro.rollout_logp, mask, actor_cfg.rollout_is, actor_cfg.rollout_is_cap
+            stats = dict.fromkeys(UPDATE_STATS, 0.0)
+            with precision.window(self.actor):  # FSDP-free mixed precision (one worker)
+                for i, rows in enumerate(mb["micro"]):
+                    self._sync_gradients(self.actor, last=i == len(mb["micro"]) - 1)
+                    micro = batch.select(rows)
+                    logps, entropies = packed_log_probs(
+                        self.actor,
+                        micro.seqs(),
+                        self._temperature,
+                        self.device,
+                        entropy=True,
+                        entropy_grad=actor_cfg.entropy_coeff > 0,
+                        sp=self.sp["actor"],
                     )
-                    loss_mat = loss_mat * weights
-                    stats["is_weight"] += float((weights * mask).sum())
-                pg = alg.aggregate(loss_mat, mask, mode, total, norm)
-                ent = alg.aggregate(entropy, mask, mode, total, norm)
-                loss = pg - actor_cfg.entropy_coeff * ent if actor_cfg.entropy_coeff else pg
-                if a.use_kl_loss and not a.disable_kl:
-                    kl = alg.aggregate(
-                        alg.kl_estimate(logp, micro.ref_logp, a.kl_penalty), mask, mode, total, norm
+                    logp, mask = pad(logps, width=micro.response_ids.shape[1])[0], micro.mask
+                    entropy = pad(entropies, width=mask.shape[1])[0]
+                    old = logp.detach() if micro.old_logp is None else micro.old_logp
+                    adv = micro.advantages * mask
+                    loss_mat, m = alg.policy_loss(
+                        actor_cfg.loss_type,
+                        logp,
+                        old,
+                        adv,
+                        mask,
+                        clip,
+                        actor_cfg.tau_positive,
+                        actor_cfg.tau_negative,
                     )
-                    loss = loss + a.kl_coef * kl
-                    stats["kl_loss"] += kl.item()
-                # FSDP averages gradients over workers; each worker's loss is its share of the global mean.
-                (loss * self.world).backward()
-                n = mask.sum().item()
-                stats["pg_loss"] += pg.item()
-                stats["entropy_loss"] += alg.aggregate(-logp.detach(), mask, mode, total, norm).item()
-                stats["entropy"] += ent.item()
-                stats["tokens"] += n
-                stats["clip_hi"] += float(m.get("pg_clipfrac_higher", 0.0)) * n
-                stats["clip_lo"] += float(m.get("pg_clipfrac_lower", 0.0)) * n
-                stats["ppo_kl"] += m["ppo_kl"].item() * n
+                    if actor_cfg.rollout_is:  # the rollout engine's log-probs differ from the trainer's
+                        weights = alg.rollout_is_weights(
+                            old, micro.rollout_logp, mask, actor_cfg.rollout_is, actor_cfg.rollout_is_cap
+                        )
+                        loss_mat = loss_mat * weights
+                        stats["is_weight"] += float((weights * mask).sum())
+                    pg = alg.aggregate(loss_mat, mask, mode, total, norm)
+                    ent = alg.aggregate(entropy, mask, mode, total, norm)
+                    loss = pg - actor_cfg.entropy_coeff * ent if actor_cfg.entropy_coeff else pg
+                    if a.use_kl_loss and not a.disable_kl:
+                        kl = alg.aggregate(
+                            alg.kl_estimate(logp, micro.ref_logp, a.kl_penalty), mask, mode, total, norm
+                        )
+                        loss = loss + a.kl_coef * kl
+                        stats["kl_loss"] += kl.item()
+                    # FSDP averages gradients over workers; each worker's loss is its share of the global mean.
+                    (loss * self.world).backward()
+                    n = mask.sum().item()
+                    stats["pg_loss"] += pg.item()
+                    stats["entropy_loss"] += alg.aggregate(-logp.detach(), mask, mode, total, norm).item()
+                    stats["entropy"] += ent.item()
+                    stats["tokens"] += n
+                    stats["clip_hi"] += float(m.get("pg_clipfrac_higher", 0.0)) * n
+                    stats["clip_lo"] += float(m.get("pg_clipfrac_lower", 0.0)) * n
+                    stats["ppo_kl"] += m["ppo_kl"].item() * n
             if not apply:
                 return results
             stats["grad_norm"] = _step(self.actor, self.optim, actor_cfg.max_grad_norm)
@@ -470,7 +468,7 @@ class HybridWorker:
     def values(self, batch: Batch, micro_batches: list[list[int]]) -> torch.Tensor:
         """The critic's values at the response tokens, as `log_probs`."""
         self.critic.eval()
-        with self.offloads["critic"].resident():
+        with self.offloads["critic"].resident(), precision.window(self.critic):
             return _rows(
                 batch,
                 micro_batches,
@@ -488,24 +486,25 @@ class HybridWorker:
         results = []
         for mb in minibatches:
             stats = {"vf_loss": 0.0, "vf_clipfrac": 0.0, "vpred": 0.0, "tokens": 0.0}
-            for i, rows in enumerate(mb["micro"]):
-                self._sync_gradients(self.critic, last=i == len(mb["micro"]) - 1)
-                micro = batch.select(rows)
-                mask = micro.mask
-                vpred = pad(
-                    packed_values(self.critic, micro.seqs(), self.device, self.sp["critic"]),
-                    width=mask.shape[1],
-                )[0]
-                loss, clipfrac = alg.value_loss(
-                    vpred, micro.values, micro.returns, mask, c.cliprange_value, c.loss_avg_mode, mb["total"],
-                    self.spec.data.max_response_length,
-                )  # fmt: skip
-                (loss * self.world).backward()
-                n = float(mask.sum())
-                stats["vf_loss"] += loss.item()
-                stats["vf_clipfrac"] += float(clipfrac) * n
-                stats["vpred"] += float((vpred.detach() * mask).sum())
-                stats["tokens"] += n
+            with precision.window(self.critic):  # FSDP-free mixed precision (one worker)
+                for i, rows in enumerate(mb["micro"]):
+                    self._sync_gradients(self.critic, last=i == len(mb["micro"]) - 1)
+                    micro = batch.select(rows)
+                    mask = micro.mask
+                    vpred = pad(
+                        packed_values(self.critic, micro.seqs(), self.device, self.sp["critic"]),
+                        width=mask.shape[1],
+                    )[0]
+                    loss, clipfrac = alg.value_loss(
+                        vpred, micro.values, micro.returns, mask, c.cliprange_value, c.loss_avg_mode, mb["total"],
+                        self.spec.data.max_response_length,
+                    )  # fmt: skip
+                    (loss * self.world).backward()
+                    n = float(mask.sum())
+                    stats["vf_loss"] += loss.item()
+                    stats["vf_clipfrac"] += float(clipfrac) * n
+                    stats["vpred"] += float((vpred.detach() * mask).sum())
+                    stats["tokens"] += n
             stats["grad_norm"] = _step(self.critic, self.critic_optim, c.max_grad_norm)
             results.append(stats)
         return self._after_update("critic", self.critic_optim, results)
@@ -551,12 +550,9 @@ class HybridWorker:
             set_model_state_dict,
             set_optimizer_state_dict,
         )
-        from torch.distributed.fsdp import FSDPModule
 
         model, optim = self._role(role)
-        for module in model.modules():  # no gathered copy (full_weights) may outlive the new weights
-            if isinstance(module, FSDPModule):
-                module.reshard()
+        precision.forget(model)  # no copy of the old weights (full_weights') may outlive them
         state = {"model": lora.trained_state(model)}
         if optimizer:
             state["optim"] = get_optimizer_state_dict(model, optim)
@@ -596,5 +592,6 @@ def _step(model, optim, max_norm: float) -> float:
     grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
     if math.isfinite(grad_norm):
         optim.step()
+        precision.forget(model)
     optim.zero_grad(set_to_none=True)
     return grad_norm

@@ -161,28 +161,38 @@ def test_segment_attention_keeps_a_sliding_window(tiny_model):
     )
 
 
-def single_process_grads(model_path, samples, clip, mode, kl_coef, kl_kind, adapt=None):
+def single_process_grads(
+    model_path, samples, clip, mode, kl_coef, kl_kind, adapt=None, micro=None, total=None
+):
     """The loss's gradients in one process; `model_path` may be a function that loads the model;
-    `adapt(model)` first changes the model (LoRA)."""
+    `adapt(model)` first changes the model (LoRA). With `micro`: the samples in micro-batches of
+    that many, each term a share of `total` (alg.aggregate), their gradients added up in fp32."""
     if callable(model_path):
         model = model_path()
     else:
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     if adapt is not None:
         adapt(model)
-    logps = packed_log_probs(model, [s["seq"] for s in samples], 1.0)
-    logp, mask = pad(logps)
-    if "mask" in samples[0]:  # a multi-turn episode's: observation tokens out of every term, by hand
-        mask = mask * pad([torch.tensor(s["mask"], dtype=torch.float32) for s in samples])[0]
-    old = pad([s["old"] for s in samples])[0]
-    ref = pad([s["ref"] for s in samples])[0]
-    adv = alg.token_level(torch.tensor([s["adv"] for s in samples]), mask)
-    loss_mat, _ = alg.ppo_loss(logp, old, adv, mask, clip)
-    loss = alg.aggregate(loss_mat, mask, mode) + kl_coef * alg.aggregate(
-        alg.kl_estimate(logp, ref, kl_kind), mask, mode
-    )
-    loss.backward()
-    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    grads: dict = {}
+    for at in range(0, len(samples), micro or len(samples)):
+        part = samples[at : at + (micro or len(samples))]
+        logps = packed_log_probs(model, [s["seq"] for s in part], 1.0)
+        logp, mask = pad(logps)
+        if "mask" in part[0]:  # a multi-turn episode's: observation tokens out of every term, by hand
+            mask = mask * pad([torch.tensor(s["mask"], dtype=torch.float32) for s in part])[0]
+        old = pad([s["old"] for s in part])[0]
+        ref = pad([s["ref"] for s in part])[0]
+        adv = alg.token_level(torch.tensor([s["adv"] for s in part]), mask)
+        loss_mat, _ = alg.ppo_loss(logp, old, adv, mask, clip)
+        loss = alg.aggregate(loss_mat, mask, mode, total) + kl_coef * alg.aggregate(
+            alg.kl_estimate(logp, ref, kl_kind), mask, mode, total
+        )
+        loss.backward()
+        for n, p in model.named_parameters():
+            if p.grad is not None:
+                grads[n] = grads[n] + p.grad.float() if n in grads else p.grad.detach().float().clone()
+                p.grad = None
+    return grads
 
 
 @pytest.mark.parametrize("mode", ["token", "seq"])
@@ -358,26 +368,49 @@ def test_hybrid_sharding_on_four_workers_gives_one_process_gradients_and_a_whole
         assert torch.equal(saved[n], t) and not torch.equal(t, initial[n]), n
 
 
+@pytest.mark.parametrize("compute", ["fp32", "bf16"])
 def test_one_worker_trains_unwrapped_with_one_process_gradients_and_a_whole_checkpoint(
-    make_run, tiny_model, tmp_path
+    make_run, tiny_model, tmp_path, compute
 ):
-    """One CPU worker computing in the dtype it stores (fp32) holds its models unwrapped: FSDP
-    would have nothing to shard or cast and only copy. Gradients (two micro-batches) equal one
-    process's; the engine gets the trained weights; the checkpoint holds them whole and loads back
-    over a later step."""
+    """One CPU worker holds its models unwrapped: FSDP would have nothing to shard and only copy.
+    Computing in the dtype it stores (fp32), gradients (two micro-batches) equal one process's.
+    Computing in bf16 (precision.py), they equal one process's bf16 gradients added up in fp32,
+    nearer them than fp32 compute's are. The engine gets the trained fp32 weights in its dtype;
+    the checkpoint holds them whole and loads back over a later step, and the engine gets those."""
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-    run = make_run("trainer.n_gpus_per_node=1", name="one")
+    dtypes = [f"worker.actor.fsdp.mp_param_dtype={compute}", f"worker.rollout.dtype={compute}"]
+    run = make_run("trainer.n_gpus_per_node=1", *dtypes, name="one")
     spec = load_resolved(run / "spec.yaml")
     _, samples = random_samples(2)
-    want = single_process_grads(
-        tiny_model, samples, clip_of(spec), "token", spec.algorithm.kl_coef, spec.algorithm.kl_penalty
-    )
     total = alg.count_for("token", pad([torch.ones(len(s["seq"][1])) for s in samples])[1])
+    grads = [
+        single_process_grads(
+            lambda dtype=dtype: AutoModelForCausalLM.from_pretrained(
+                tiny_model, dtype=dtype, attn_implementation=attention.register()
+            ),  # the workers' attention (in bf16 its rounding differs from sdpa's)
+            samples,
+            clip_of(spec),
+            "token",
+            spec.algorithm.kl_coef,
+            spec.algorithm.kl_penalty,
+            micro=4,
+            total=total,
+        )  # fmt: skip
+        for dtype in (torch.float32, torch.bfloat16)
+    ]
+    want = grads[compute == "bf16"]
     plan = [[{"total": total, "micro": [samples[:4], samples[4:]]}]]
 
-    def weights(worker) -> dict:  # what a sync hands the engine
-        return {n: t.clone() for n, t in worker.full_weights()}
+    def weights(worker) -> dict:  # the actor's weights, as stored
+        return {n: t.clone() for n, t in worker.actor.state_dict().items()}
+
+    def engine_holds(worker) -> bool:  # the actor's weights in the engine's dtype, after a sync
+        worker.sync_weights()
+        engine = worker.engine.model.state_dict()
+        return all(
+            torch.equal(engine[n], t.to(engine[n].dtype)) for n, t in worker.actor.state_dict().items()
+        )
 
     trainer = Trainer(run, spec)
     try:
@@ -389,21 +422,25 @@ def test_one_worker_trains_unwrapped_with_one_process_gradients_and_a_whole_chec
         steps.update(trainer, plan, apply=False)
         got = trainer.call("full_grads")[0]
         assert max(w.abs().max().item() for w in want.values()) > 1e-4  # a real gradient
-        assert max((got[n] - want[n]).abs().max().item() for n in want) <= 1e-5
+        worst = max((got[n] - want[n]).abs().max().item() for n in want)
+        if compute == "fp32":
+            assert worst <= 1e-5
+        else:  # the same rounding as one bf16 process, not fp32's
+            assert {t.dtype for t in got.values()} == {torch.float32}
+            assert worst <= 0.1 * max((grads[0][n] - grads[1][n]).abs().max().item() for n in want), worst
         steps.update(trainer, plan)
         trained = trainer.call("__ray_call__", weights)[0]
-        trainer.call("sync_weights")
-        engine = trainer.call(
-            "__ray_call__", lambda w: {n: t.clone() for n, t in w.engine.model.state_dict().items()}
-        )
-        assert all(torch.equal(engine[0][n], t.to(engine[0][n].dtype)) for n, t in trained.items())
+        assert {t.dtype for t in trained.values()} == {torch.float32}
+        assert trainer.call("__ray_call__", engine_holds) == [True]
         trainer.call("save", str(tmp_path / "ckpt"), role="actor")
         steps.update(trainer, plan)
         assert not torch.equal(
             trainer.call("__ray_call__", weights)[0]["lm_head.weight"], trained["lm_head.weight"]
         )
+        assert trainer.call("__ray_call__", engine_holds) == [True]  # (bf16: a cast of these weights)
         trainer.call("load", str(tmp_path / "ckpt"), None)
         back = trainer.call("__ray_call__", weights)[0]
+        assert trainer.call("__ray_call__", engine_holds) == [True]  # the loaded weights, cast anew
     finally:
         trainer.shutdown()
     assert all(torch.equal(back[n], t) for n, t in trained.items())
