@@ -5,27 +5,36 @@ all-gather buffers, route each clip and optimizer op through DTensor, and copy e
 through its reduce-scatter. Here the parameters keep their stored dtype (what the optimizer steps,
 checkpoints save and a resume reads: fp32 by default), and inside a `window` (a forward pass with
 its backward) each parameter's data is swapped for a copy in the compute dtype (`mp_param_dtype`),
-cast again only after the weights change. Gradients arrive in the compute dtype and are added up in
-the reduce dtype (`mp_reduce_dtype`) as each is accumulated, as FSDP's reduce would: the same
-arithmetic as FSDP2 at world 1.
+cast again only after the weights change (`forget`). As FSDP does, the modules it would wrap get
+their floating inputs in the compute dtype, and gradients arrive in the compute dtype and are added
+up in the reduce dtype (`mp_reduce_dtype`) as each is accumulated: FSDP2's arithmetic at world 1
+(tests/trainer/test_vision.py compares the two).
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 
 import torch
+from torch.distributed.fsdp import FSDPModule
+from torch.utils._pytree import tree_map
 
 
 class Compute:
-    def __init__(self, model: torch.nn.Module, dtype: torch.dtype, reduce_dtype: torch.dtype):
+    def __init__(self, model: torch.nn.Module, dtype: torch.dtype, reduce_dtype: torch.dtype, units):
+        self.dtype = dtype
+        self.reduce_dtype = reduce_dtype
         self.params = list(model.parameters())
-        self.copies = [torch.empty_like(p, dtype=dtype, requires_grad=False) for p in self.params]
-        self.reduce_dtype, self.fresh, self.open = reduce_dtype, False, False
+        self.copies = [torch.empty_like(p, dtype=dtype) for p in self.params]
+        self.fresh = False  # the copies hold the current weights
+        self.open = False  # inside a window: the parameters hold the copies
         self.grads: dict[torch.Tensor, torch.Tensor] = {}
         for p in self.params:
             if p.requires_grad:
                 p.register_post_accumulate_grad_hook(self._keep)
+        for module in units:
+            module.register_forward_pre_hook(self._cast_inputs, with_kwargs=True)
 
     def _keep(self, p: torch.Tensor) -> None:
         g, p.grad = p.grad, None
@@ -34,18 +43,27 @@ class Compute:
         else:
             self.grads[p] = g.to(self.reduce_dtype)
 
+    def _cast_inputs(self, module, args, kwargs):
+        """FSDP's cast_forward_inputs (e.g. a Qwen-VL vision block's rotary embedding)."""
+        if not self.open:
+            return None
+        cast = lambda x: x.to(self.dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x  # noqa: E731
+        return tree_map(cast, args), tree_map(cast, kwargs)
+
+    def cast(self) -> list[torch.Tensor]:
+        if not self.fresh:
+            with torch.no_grad():
+                torch._foreach_copy_(self.copies, [p.detach() for p in self.params])
+            self.fresh = True
+        return self.copies
+
     @contextlib.contextmanager
     def window(self):
-        if self.open:  # nested (a forward inside a rollout's window): already in the compute dtype
-            yield
-            return
-        with torch.no_grad():
-            if not self.fresh:
-                torch._foreach_copy_(self.copies, [p.detach() for p in self.params])
-                self.fresh = True
-            stored = [p.data for p in self.params]
-            for p, c in zip(self.params, self.copies, strict=True):
-                p.data = c
+        if self.open:
+            raise RuntimeError("precision.window: already open")
+        stored = [p.data for p in self.params]
+        for p, c in zip(self.params, self.cast(), strict=True):
+            p.data = c
         self.open = True
         try:
             yield
@@ -59,8 +77,9 @@ class Compute:
             self.grads.clear()
 
 
-def attach(model: torch.nn.Module, dtype: torch.dtype, reduce_dtype: torch.dtype) -> None:
-    model.r1cloud_compute = Compute(model, dtype, reduce_dtype)
+def attach(model: torch.nn.Module, dtype: torch.dtype, reduce_dtype: torch.dtype, units) -> None:
+    """`units`: the modules FSDP would wrap (their inputs are cast)."""
+    model.r1cloud_compute = Compute(model, dtype, reduce_dtype, units)
 
 
 def window(model: torch.nn.Module):
@@ -70,11 +89,20 @@ def window(model: torch.nn.Module):
     return compute.window() if compute is not None else contextlib.nullcontext()
 
 
+def named_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """The parameters by name, in the compute dtype (the copies: nothing swapped)."""
+    compute = getattr(model, "r1cloud_compute", None)
+    named = model.named_parameters()
+    if compute is None:
+        yield from named
+    else:
+        yield from zip((n for n, _ in named), compute.cast(), strict=True)
+
+
 def forget(model: torch.nn.Module) -> None:
     """After the weights change (an optimizer step, a loaded checkpoint): no copy made from the old
-    ones, FSDP's gathered parameters or the compute dtype's, may be used again."""
-    from torch.distributed.fsdp import FSDPModule
-
+    ones may be used again, the compute dtype's or FSDP's gathered parameters (full_weights'; after
+    a backward pass FSDP has resharded already)."""
     if (compute := getattr(model, "r1cloud_compute", None)) is not None:
         compute.fresh = False
     for module in model.modules():

@@ -44,7 +44,7 @@ VALUE_HEADS = ("score", "classifier")  # a critic's new head: trained in full wh
 
 
 # what `update` sums over its micro-batches
-UPDATE_STATS = "pg_loss kl_loss entropy_loss tokens clip_hi clip_lo ppo_kl entropy is_weight".split()  # noqa: SIM905
+UPDATE_STATS = ("pg_loss", "kl_loss", "entropy_loss", "tokens", "clip_hi", "clip_lo", "ppo_kl", "entropy")
 
 
 class HybridWorker:
@@ -198,15 +198,16 @@ class HybridWorker:
         full = model.state_dict() if from_rank0 and not empty else {}
         if four_bit:  # whole on every worker; FSDP shards the adapters and the rest
             shard["ignored_params"] = lora.four_bit_params(model)
+        units = shard_units(model) + ([tower] if tower is not None else []) + [model]  # the root last
+        cast = mp.param_dtype != kwargs["dtype"]
         # One worker on CPU: FSDP would have nothing to shard, and its copies into and out of its
-        # flat buffers would be all it did; precision.py casts instead where the dtypes differ
-        if self.world == 1 and not self.cuda and (mp.param_dtype == kwargs["dtype"] or not four_bit):
-            if mp.param_dtype != kwargs["dtype"]:
-                precision.attach(model, mp.param_dtype, mp.reduce_dtype)
+        # flat buffers would be all it did; precision.py casts instead (not a 4-bit base's data)
+        if self.world == 1 and not self.cuda and not (cast and four_bit):
+            if cast:
+                precision.attach(model, mp.param_dtype, mp.reduce_dtype, units)
         else:
-            for module in shard_units(model) + ([tower] if tower is not None else []):
+            for module in units:
                 fully_shard(module, **shard)
-            fully_shard(model, **shard)
         if from_rank0:
             receive_from_rank0(model, full, empty, self.device)
             del full
@@ -288,8 +289,8 @@ class HybridWorker:
             return
         groups = {n: m for n, m in self.actor.named_modules() if isinstance(m, FSDPModule)}
         if not groups:  # one worker without FSDP: the parameters themselves, in the compute dtype
-            with torch.no_grad(), precision.window(self.actor):
-                for name, p in self.actor.named_parameters():
+            with torch.no_grad():
+                for name, p in precision.named_weights(self.actor):
                     yield name, lora.dense(p)
             return
         names: dict[str, list[str]] = {prefix: [] for prefix in groups}  # each group's parameters
@@ -386,8 +387,8 @@ class HybridWorker:
         results = []
         for mb in minibatches:
             total = mb["total"]
-            stats = dict.fromkeys(UPDATE_STATS, 0.0)
-            with precision.window(self.actor):  # FSDP-free mixed precision (one worker)
+            stats = dict.fromkeys((*UPDATE_STATS, "is_weight"), 0.0)
+            with precision.window(self.actor):  # one worker computing in bf16 without FSDP
                 for i, rows in enumerate(mb["micro"]):
                     self._sync_gradients(self.actor, last=i == len(mb["micro"]) - 1)
                     micro = batch.select(rows)
@@ -486,7 +487,7 @@ class HybridWorker:
         results = []
         for mb in minibatches:
             stats = {"vf_loss": 0.0, "vf_clipfrac": 0.0, "vpred": 0.0, "tokens": 0.0}
-            with precision.window(self.critic):  # FSDP-free mixed precision (one worker)
+            with precision.window(self.critic):
                 for i, rows in enumerate(mb["micro"]):
                     self._sync_gradients(self.critic, last=i == len(mb["micro"]) - 1)
                     micro = batch.select(rows)

@@ -80,6 +80,60 @@ def test_packed_image_rows_equal_one_sequence_at_a_time(tmp_path, arch, monkeypa
         assert max((together[n] - grads[n]).abs().max().item() for n in grads) <= 1e-5 * scale
 
 
+@pytest.mark.parametrize("arch", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "idefics3"])
+def test_one_worker_mixed_precision_is_fsdp_at_world_one(tmp_path, arch):
+    """One CPU worker computing in bf16 over fp32 weights (trainer/precision.py, no FSDP) gives
+    FSDP2's log-probs and gradients at world 1 with the same policy, bit for bit: two
+    micro-batches whose gradients add up before the reduce (as the CPU workers defer it), each
+    wrapped module's floating inputs cast as FSDP casts them (a Qwen-VL vision block's rotary
+    embedding)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from transformers import AutoConfig
+
+    from r1cloud.trainer import precision
+    from r1cloud.trainer.model import shard_units, vision_tower
+
+    path = make_tiny_vlm(tmp_path / arch, arch)
+    seqs = image_seqs(vision.ImageProcessor(vision.load_processor(str(path))))
+    config = AutoConfig.from_pretrained(path)
+
+    def run(fsdp: bool):
+        model = auto_class(config).from_pretrained(
+            path, dtype=torch.float32, attn_implementation=attention_for(config)
+        )
+        units = [*shard_units(model), vision_tower(model), model]  # as the workers wrap them
+        if fsdp:
+            mp, mesh = MixedPrecisionPolicy(torch.bfloat16, torch.float32), init_device_mesh("cpu", (1,))
+            for unit in units:
+                fully_shard(unit, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
+        else:
+            precision.attach(model, torch.bfloat16, torch.float32, units)
+        logps = []
+        for i, micro in enumerate((seqs[:3], seqs[3:])):
+            if fsdp:
+                model.set_requires_gradient_sync(i == 1)
+                model.set_reshard_after_backward(i == 1)
+            with precision.window(model):
+                lps = packed_log_probs(model, micro, 0.7)
+                sum(lp.sum() * (k + 1) for k, lp in enumerate(lps)).backward()
+            logps += [lp.detach() for lp in lps]
+        grads = {n: getattr(p.grad, "full_tensor", lambda g=p.grad: g)() for n, p in model.named_parameters()}
+        return logps, grads
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        want_logps, want = run(fsdp=True)
+    finally:
+        dist.destroy_process_group()
+    logps, got = run(fsdp=False)
+    assert all(torch.equal(a, b) for a, b in zip(want_logps, logps, strict=True))
+    assert got.keys() == want.keys() and {g.dtype for g in got.values()} == {torch.float32}
+    assert max(want[n].abs().max().item() for n in want if "vis" in n) > 0  # the pictures count
+    assert [n for n in want if not torch.equal(want[n], got[n])] == []
+
+
 def test_image_data_as_easyr1_reads_it(make_vl_run, shapes):
     """Relative paths under image_dir, EasyR1's pixel bounds, expanded lengths; raw ids keep one
     placeholder per image for vLLM."""
