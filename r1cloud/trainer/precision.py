@@ -21,22 +21,24 @@ from torch.distributed.fsdp import FSDPModule
 from torch.utils._pytree import tree_map
 
 
-class Compute:
+class MixedPrecision:
     def __init__(self, model: torch.nn.Module, dtype: torch.dtype, reduce_dtype: torch.dtype, units):
         self.dtype = dtype
         self.reduce_dtype = reduce_dtype
         self.params = list(model.parameters())
         self.copies = [torch.empty_like(p, dtype=dtype) for p in self.params]
-        self.fresh = False  # the copies hold the current weights
+        self.fresh = False  # True once the copies hold the current weights
         self.open = False  # inside a window: the parameters hold the copies
         self.grads: dict[torch.Tensor, torch.Tensor] = {}
         for p in self.params:
             if p.requires_grad:
-                p.register_post_accumulate_grad_hook(self._keep)
+                p.register_post_accumulate_grad_hook(self._accumulate)
         for module in units:
-            module.register_forward_pre_hook(self._cast_inputs, with_kwargs=True)
+            module.register_forward_pre_hook(self._cast_inputs, with_kwargs=True, prepend=True)
 
-    def _keep(self, p: torch.Tensor) -> None:
+    def _accumulate(self, p: torch.Tensor) -> None:
+        if not self.open:  # a backward pass outside a window: fp32 gradients, left as they are
+            return
         g, p.grad = p.grad, None
         if p in self.grads:
             self.grads[p].add_(g)
@@ -47,11 +49,17 @@ class Compute:
         """FSDP's cast_forward_inputs (e.g. a Qwen-VL vision block's rotary embedding)."""
         if not self.open:
             return None
-        cast = lambda x: x.to(self.dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x  # noqa: E731
+
+        def cast(x):
+            return x.to(self.dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
         return tree_map(cast, args), tree_map(cast, kwargs)
 
-    def cast(self) -> list[torch.Tensor]:
+    def current(self) -> list[torch.Tensor]:
+        """The copies, cast anew if the weights changed since."""
         if not self.fresh:
+            if self.open:  # the parameters hold the copies themselves
+                raise RuntimeError("precision: weights changed inside a window")
             with torch.no_grad():
                 torch._foreach_copy_(self.copies, [p.detach() for p in self.params])
             self.fresh = True
@@ -62,7 +70,7 @@ class Compute:
         if self.open:
             raise RuntimeError("precision.window: already open")
         stored = [p.data for p in self.params]
-        for p, c in zip(self.params, self.cast(), strict=True):
+        for p, c in zip(self.params, self.current(), strict=True):
             p.data = c
         self.open = True
         try:
@@ -79,7 +87,7 @@ class Compute:
 
 def attach(model: torch.nn.Module, dtype: torch.dtype, reduce_dtype: torch.dtype, units) -> None:
     """`units`: the modules FSDP would wrap (their inputs are cast)."""
-    model.r1cloud_compute = Compute(model, dtype, reduce_dtype, units)
+    model.r1cloud_compute = MixedPrecision(model, dtype, reduce_dtype, units)
 
 
 def window(model: torch.nn.Module):
@@ -96,13 +104,13 @@ def named_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     if compute is None:
         yield from named
     else:
-        yield from zip((n for n, _ in named), compute.cast(), strict=True)
+        yield from zip((n for n, _ in named), compute.current(), strict=True)
 
 
 def forget(model: torch.nn.Module) -> None:
-    """After the weights change (an optimizer step, a loaded checkpoint): no copy made from the old
-    ones may be used again, the compute dtype's or FSDP's gathered parameters (full_weights'; after
-    a backward pass FSDP has resharded already)."""
+    """After the weights change (an optimizer step, a loaded checkpoint): no copy of the old weights
+    may be used again, neither the compute dtype's here nor FSDP's gathered parameters (kept after
+    full_weights on CPU; a no-op after a backward pass, which reshards)."""
     if (compute := getattr(model, "r1cloud_compute", None)) is not None:
         compute.fresh = False
     for module in model.modules():

@@ -43,7 +43,7 @@ from .optim import AdamWBF16, lr_factor
 VALUE_HEADS = ("score", "classifier")  # a critic's new head: trained in full when it has LoRA
 
 
-# what `update` sums over its micro-batches
+# what `update` sums over its micro-batches (besides is_weight)
 UPDATE_STATS = ("pg_loss", "kl_loss", "entropy_loss", "tokens", "clip_hi", "clip_lo", "ppo_kl", "entropy")
 
 
@@ -199,11 +199,11 @@ class HybridWorker:
         if four_bit:  # whole on every worker; FSDP shards the adapters and the rest
             shard["ignored_params"] = lora.four_bit_params(model)
         units = shard_units(model) + ([tower] if tower is not None else []) + [model]  # the root last
-        cast = mp.param_dtype != kwargs["dtype"]
+        mixed = mp.param_dtype != kwargs["dtype"]
         # One worker on CPU: FSDP would have nothing to shard, and its copies into and out of its
         # flat buffers would be all it did; precision.py casts instead (not a 4-bit base's data)
-        if self.world == 1 and not self.cuda and not (cast and four_bit):
-            if cast:
+        if self.world == 1 and not self.cuda and not (mixed and four_bit):
+            if mixed:
                 precision.attach(model, mp.param_dtype, mp.reduce_dtype, units)
         else:
             for module in units:

@@ -384,8 +384,8 @@ def test_one_worker_trains_unwrapped_with_one_process_gradients_and_a_whole_chec
     spec = load_resolved(run / "spec.yaml")
     _, samples = random_samples(2)
     total = alg.count_for("token", pad([torch.ones(len(s["seq"][1])) for s in samples])[1])
-    grads = [
-        single_process_grads(
+    grads = {
+        name: single_process_grads(
             lambda dtype=dtype: AutoModelForCausalLM.from_pretrained(
                 tiny_model, dtype=dtype, attn_implementation=attention.register()
             ),  # the workers' attention (in bf16 its rounding differs from sdpa's)
@@ -397,9 +397,9 @@ def test_one_worker_trains_unwrapped_with_one_process_gradients_and_a_whole_chec
             micro=4,
             total=total,
         )  # fmt: skip
-        for dtype in (torch.float32, torch.bfloat16)
-    ]
-    want = grads[compute == "bf16"]
+        for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
+    }
+    want = grads[compute]
     plan = [[{"total": total, "micro": [samples[:4], samples[4:]]}]]
 
     def weights(worker) -> dict:  # the actor's weights, as stored
@@ -427,7 +427,7 @@ def test_one_worker_trains_unwrapped_with_one_process_gradients_and_a_whole_chec
             assert worst <= 1e-5
         else:  # the same rounding as one bf16 process, not fp32's
             assert {t.dtype for t in got.values()} == {torch.float32}
-            assert worst <= 0.1 * max((grads[0][n] - grads[1][n]).abs().max().item() for n in want), worst
+            assert worst <= 0.1 * max((grads["fp32"][n] - want[n]).abs().max().item() for n in want), worst
         steps.update(trainer, plan)
         trained = trainer.call("__ray_call__", weights)[0]
         assert {t.dtype for t in trained.values()} == {torch.float32}

@@ -80,19 +80,23 @@ def test_packed_image_rows_equal_one_sequence_at_a_time(tmp_path, arch, monkeypa
         assert max((together[n] - grads[n]).abs().max().item() for n in grads) <= 1e-5 * scale
 
 
-@pytest.mark.parametrize("arch", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "idefics3"])
-def test_one_worker_mixed_precision_is_fsdp_at_world_one(tmp_path, arch):
+@pytest.mark.parametrize(
+    "arch, adapters",
+    [("qwen2_vl", 0), ("qwen2_5_vl", 0), ("qwen3_vl", 0), ("idefics3", 0), ("qwen2_5_vl", 4)],
+)
+def test_one_worker_mixed_precision_is_fsdp_at_world_one(tmp_path, arch, adapters):
     """One CPU worker computing in bf16 over fp32 weights (trainer/precision.py, no FSDP) gives
     FSDP2's log-probs and gradients at world 1 with the same policy, bit for bit: two
     micro-batches whose gradients add up before the reduce (as the CPU workers defer it), each
     wrapped module's floating inputs cast as FSDP casts them (a Qwen-VL vision block's rotary
-    embedding)."""
+    embedding); with LoRA adapters (rank 4, B drawn at random) too."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from transformers import AutoConfig
 
-    from r1cloud.trainer import precision
+    from r1cloud.spec.models import LoraConfig
+    from r1cloud.trainer import lora, precision
     from r1cloud.trainer.model import shard_units, vision_tower
 
     path = make_tiny_vlm(tmp_path / arch, arch)
@@ -103,6 +107,13 @@ def test_one_worker_mixed_precision_is_fsdp_at_world_one(tmp_path, arch):
         model = auto_class(config).from_pretrained(
             path, dtype=torch.float32, attn_implementation=attention_for(config)
         )
+        if adapters:
+            torch.manual_seed(0)
+            lora.add(model, LoraConfig(rank=adapters, alpha=8))
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    if "lora_B" in name:
+                        p.normal_(0, 0.02)
         units = [*shard_units(model), vision_tower(model), model]  # as the workers wrap them
         if fsdp:
             mp, mesh = MixedPrecisionPolicy(torch.bfloat16, torch.float32), init_device_mesh("cpu", (1,))
@@ -119,7 +130,11 @@ def test_one_worker_mixed_precision_is_fsdp_at_world_one(tmp_path, arch):
                 lps = packed_log_probs(model, micro, 0.7)
                 sum(lp.sum() * (k + 1) for k, lp in enumerate(lps)).backward()
             logps += [lp.detach() for lp in lps]
-        grads = {n: getattr(p.grad, "full_tensor", lambda g=p.grad: g)() for n, p in model.named_parameters()}
+        grads = {
+            n: getattr(p.grad, "full_tensor", lambda g=p.grad: g)()
+            for n, p in model.named_parameters()
+            if p.grad is not None
+        }
         return logps, grads
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
@@ -131,6 +146,7 @@ def test_one_worker_mixed_precision_is_fsdp_at_world_one(tmp_path, arch):
     assert all(torch.equal(a, b) for a, b in zip(want_logps, logps, strict=True))
     assert got.keys() == want.keys() and {g.dtype for g in got.values()} == {torch.float32}
     assert max(want[n].abs().max().item() for n in want if "vis" in n) > 0  # the pictures count
+    assert not adapters or all(".lora_" in n for n in want)  # only the adapters train
     assert [n for n in want if not torch.equal(want[n], got[n])] == []
 
 
