@@ -82,30 +82,38 @@ def test_packed_image_rows_equal_one_sequence_at_a_time(tmp_path, arch, monkeypa
 
 @pytest.mark.parametrize(
     "arch, adapters",
-    [("qwen2_vl", 0), ("qwen2_5_vl", 0), ("qwen3_vl", 0), ("idefics3", 0), ("qwen2_5_vl", 4)],
+    [("qwen2_vl", 0), ("qwen2_5_vl", 0), ("qwen3_vl", 0), ("idefics3", 0), ("qwen2_5_vl", 4), ("critic", 0)],
 )
 def test_one_worker_mixed_precision_is_fsdp_at_world_one(tmp_path, arch, adapters):
     """One CPU worker computing in bf16 over fp32 weights (trainer/precision.py, no FSDP) gives
     FSDP2's log-probs and gradients at world 1 with the same policy, bit for bit: two
     micro-batches whose gradients add up before the reduce (as the CPU workers defer it), each
     wrapped module's floating inputs cast as FSDP casts them (a Qwen-VL vision block's rotary
-    embedding); with LoRA adapters (rank 4, B drawn at random) too."""
+    embedding); with LoRA adapters (rank 4, B drawn at random) too, and for a GAE critic (a text
+    model's value head)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    from transformers import AutoConfig
+    from transformers import AutoConfig, AutoModelForTokenClassification
 
     from r1cloud.spec.models import LoraConfig
+    from r1cloud.testing import make_tiny_model
     from r1cloud.trainer import lora, precision
-    from r1cloud.trainer.model import shard_units, vision_tower
+    from r1cloud.trainer.model import packed_values, shard_units, vision_tower
 
-    path = make_tiny_vlm(tmp_path / arch, arch)
-    seqs = image_seqs(vision.ImageProcessor(vision.load_processor(str(path))))
+    critic = arch == "critic"
+    path = make_tiny_model(tmp_path / arch) if critic else make_tiny_vlm(tmp_path / arch, arch)
     config = AutoConfig.from_pretrained(path)
+    if critic:  # as the workers build it
+        config.num_labels, config.classifier_dropout = 1, 0.0
+        seqs = [([1, 2, 3, 4], [5, 6, 7]), ([1, 2, 3, 4], [8, 9]), ([10, 11], [12, 13, 14])] * 2
+    else:
+        seqs = image_seqs(vision.ImageProcessor(vision.load_processor(str(path))))
 
     def run(fsdp: bool):
-        model = auto_class(config).from_pretrained(
-            path, dtype=torch.float32, attn_implementation=attention_for(config)
+        torch.manual_seed(0)  # the same new value head in both
+        model = (AutoModelForTokenClassification if critic else auto_class(config)).from_pretrained(
+            path, config=config, dtype=torch.float32, attn_implementation=attention_for(config)
         )
         if adapters:
             torch.manual_seed(0)
@@ -114,7 +122,8 @@ def test_one_worker_mixed_precision_is_fsdp_at_world_one(tmp_path, arch, adapter
                 for name, p in model.named_parameters():
                     if "lora_B" in name:
                         p.normal_(0, 0.02)
-        units = [*shard_units(model), vision_tower(model), model]  # as the workers wrap them
+        tower = vision_tower(model)
+        units = [*shard_units(model), *([tower] if tower else []), model]  # as the workers wrap them
         if fsdp:
             mp, mesh = MixedPrecisionPolicy(torch.bfloat16, torch.float32), init_device_mesh("cpu", (1,))
             for unit in units:
@@ -127,7 +136,7 @@ def test_one_worker_mixed_precision_is_fsdp_at_world_one(tmp_path, arch, adapter
                 model.set_requires_gradient_sync(i == 1)
                 model.set_reshard_after_backward(i == 1)
             with precision.window(model):
-                lps = packed_log_probs(model, micro, 0.7)
+                lps = packed_values(model, micro) if critic else packed_log_probs(model, micro, 0.7)
                 sum(lp.sum() * (k + 1) for k, lp in enumerate(lps)).backward()
             logps += [lp.detach() for lp in lps]
         grads = {
@@ -145,7 +154,7 @@ def test_one_worker_mixed_precision_is_fsdp_at_world_one(tmp_path, arch, adapter
     logps, got = run(fsdp=False)
     assert all(torch.equal(a, b) for a, b in zip(want_logps, logps, strict=True))
     assert got.keys() == want.keys() and {g.dtype for g in got.values()} == {torch.float32}
-    assert max(want[n].abs().max().item() for n in want if "vis" in n) > 0  # the pictures count
+    assert max(want[n].abs().max().item() for n in want if "vis" in n or critic) > 0  # pictures count
     assert not adapters or all(".lora_" in n for n in want)  # only the adapters train
     assert [n for n in want if not torch.equal(want[n], got[n])] == []
 
