@@ -1,0 +1,49 @@
+"""The malloc settings CPU workers start with (group.cpu_allocator), seen in a real process: its
+large buffers come from the heap or from transparent huge pages, and the user's own glibc
+tunables are kept."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from r1cloud.trainer.group import cpu_allocator
+
+THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+# 256 MiB through malloc (above the 32 MiB mmap threshold: a fresh mapping), every 4 KiB page
+# written, then this process's huge-page and fault counts.
+TOUCH = """
+import resource, sys
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+b = bytearray(256 << 20)
+b[::4096] = b"x" * len(range(0, len(b), 4096))
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+rollup = open("/proc/self/smaps_rollup").read().split()
+print(faults, int(rollup[rollup.index("AnonHugePages:") + 1]))
+"""
+
+
+def touch(env: dict[str, str]) -> tuple[int, int]:
+    out = subprocess.run([sys.executable, "-c", TOUCH], env=env, capture_output=True, text=True, check=True)
+    faults, huge_kib = map(int, out.stdout.split())
+    return faults, huge_kib
+
+
+@pytest.mark.skipif(
+    not THP.is_file() or "[never]" in THP.read_text(), reason="the kernel gives no transparent huge pages"
+)
+def test_workers_large_buffers_fault_in_huge_pages(monkeypatch):
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    plain_faults, plain_huge = touch({"PATH": "/usr/bin:/bin"})
+    faults, huge = touch({"PATH": "/usr/bin:/bin", **cpu_allocator()})
+    assert huge >= 128 << 10  # at least half of the 256 MiB in 2 MiB pages
+    assert faults * 8 < plain_faults, (faults, plain_faults, plain_huge)  # 65,536 4-KiB faults without
+
+
+def test_the_users_glibc_tunables_are_kept(monkeypatch):
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
+    assert cpu_allocator()["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0:glibc.malloc.arena_max=2")
+    assert cpu_allocator()["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=0:glibc.malloc.arena_max=2"
