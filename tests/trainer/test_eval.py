@@ -190,9 +190,16 @@ prompts = PromptSet(spec.data.val_files, tokenizer, spec.data, limit=10).prompts
 evaluate._one_process_world()
 engine = evaluate.vllm_engine(spec, prompts, Sampling(n=3, max_tokens=12), eos_ids(m.model_path, tokenizer))
 config = engine.llm.llm_engine.vllm_config
-print(config.parallel_config.tensor_parallel_size, config.cache_config.kv_cache_max_concurrency)
+# four samples of one 40-token prompt in one step: the first computes its whole block of 32 tokens,
+# the others find it in the prefix cache (CPU_BLOCK; vLLM's 128 there would share nothing)
+ids = (prompts[0].prompt_ids * 40)[:40]
+outs = engine.llm.generate([{{"prompt_token_ids": ids}}] * 4,
+                           [engine._params(Sampling(max_tokens=2), 2, seed) for seed in range(4)], use_tqdm=False)
+print(config.parallel_config.tensor_parallel_size, config.cache_config.kv_cache_max_concurrency,
+      ",".join(str(o.num_cached_tokens) for o in outs))
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    tp, sequences = out.stdout.split()[-2:]
+    tp, sequences, cached = out.stdout.split()[-3:]
     assert (int(tp), float(sequences)) == (1, 30.0)  # 10 prompts (fewer than the batch of 16) × 3
+    assert sorted(map(int, cached.split(","))) == [0, 32, 32, 32]  # a group's prompt computed once

@@ -523,8 +523,8 @@ def test_vllm_sampling_log_probs_equal_trainer_before_and_after_sync(tmp_path, d
 def test_cpu_kv_cache_holds_the_sequences_in_whole_blocks_up_to_a_gib():
     from r1cloud.rollout.vllm import cpu_kv_cache_bytes
 
-    assert cpu_kv_cache_bytes(1000, 76, 8) == 8 * 128 * 1000  # a 76-token sequence in one block
-    assert cpu_kv_cache_bytes(1000, 176, 32) == 32 * 256 * 1000
+    assert cpu_kv_cache_bytes(1000, 76, 8) == 8 * 96 * 1000  # a 76-token sequence in 3 blocks of 32
+    assert cpu_kv_cache_bytes(1000, 176, 32) == 32 * 192 * 1000
     assert cpu_kv_cache_bytes(1000, 76, 0) == 2**30  # unknown: a GiB, as before
     assert cpu_kv_cache_bytes(10**5, 4096, 512) == 2**30  # more runs in waves
     assert cpu_kv_cache_bytes(10**5, 32768, 4) == 32768 * 10**5  # one sequence, whatever it takes
