@@ -16,10 +16,10 @@ THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 # 256 MiB through malloc (above the 32 MiB mmap threshold: a fresh mapping), every 4 KiB page
 # written, then this process's huge-page and fault counts.
 TOUCH = """
-import resource, sys
+import resource
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 b = bytearray(256 << 20)
-b[::4096] = b"x" * len(range(0, len(b), 4096))
+b[::4096] = b"x" * (len(b) // 4096)
 faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 rollup = open("/proc/self/smaps_rollup").read().split()
 print(faults, int(rollup[rollup.index("AnonHugePages:") + 1]))

@@ -86,9 +86,8 @@ class VLLMEngine:
             disable_log_stats=cfg.disable_log_stats,
             **mm,
             **kv,
-            **({} if self.cuda else _cpu_norm_kernels()),
+            **({} if self.cuda else {**_cpu_norm_kernels(), "block_size": CPU_BLOCK}),
             **({"enable_lora": True, "max_lora_rank": lora_rank, "max_loras": 1} if lora_rank else {}),
-            **({} if self.cuda else {"block_size": CPU_BLOCK}),
         )
         # the output layer is the embedding (SmolLM2, Qwen2.5 up to 3B): see _refresh_tied_output_layer
         self.tied = bool(getattr(config.get_text_config(), "tie_word_embeddings", False))

@@ -136,8 +136,9 @@ def cpu_allocator() -> dict[str, str]:
     pages kept was as fast but grew to 10 GB per worker over a 10-step quickstart run.)
 
     Its memory also asks for transparent huge pages (glibc.malloc.hugetlb=1, glibc 2.35 and
-    later, where the kernel's THP setting is `madvise`; under `always` every process has them): a fresh 2 MiB page is one fault
-    instead of 512 (SmolVLM bf16, one worker, 8 steps: 2.27 → 0.38 million faults)."""
+    later, where the kernel's THP setting is `madvise`; under `always` every process has them):
+    a fresh 2 MiB page is one fault instead of 512 (SmolVLM bf16, one worker, 8 steps: 2.27 →
+    0.38 million faults)."""
     tunables = [t for t in os.environ.get("GLIBC_TUNABLES", "").split(":") if t]  # the user's kept
     if not any(t.startswith("glibc.malloc.hugetlb=") for t in tunables):
         tunables.append("glibc.malloc.hugetlb=1")
