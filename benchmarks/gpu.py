@@ -36,7 +36,6 @@ import gc
 import json
 import os
 import platform
-import socket
 import sys
 import tempfile
 import time
@@ -56,10 +55,7 @@ SECTIONS = ("checks", "offload", "attention", "mfu", "mfu7b")
 # ---------------------------------------------------------------------------- the worker, no Ray
 
 
-def free_master() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
+STORES = []  # the rendezvous stores of this process's workers, held while they run
 
 
 class Local:
@@ -77,9 +73,12 @@ class Local:
 
 def worker(spec) -> object:
     """One HybridWorker for `spec` (a Spec), world 1, in this process."""
+    from r1cloud.trainer.group import rendezvous
     from r1cloud.trainer.workers import HybridWorker
 
-    return HybridWorker(spec.model_dump(mode="json"), 0, 1, free_master(), threads=os.cpu_count() or 1)
+    store, master = rendezvous("127.0.0.1")
+    STORES.append(store)
+    return HybridWorker(spec.model_dump(mode="json"), 0, 1, master, threads=os.cpu_count() or 1)
 
 
 @contextlib.contextmanager
@@ -87,7 +86,7 @@ def trainer(run: Path):
     """The trainer's driver for the run folder `run`, its one worker in this process; closed after."""
     from r1cloud.trainer import driver
 
-    driver.launch = lambda spec, world: [Local(worker(spec))]
+    driver.launch = lambda spec, world: ([Local(worker(spec))], None)
     driver.gather = list
     t = driver.Trainer(run)
     try:

@@ -39,8 +39,6 @@ def _build(rank: int, spec: dict, master: str, peaks) -> None:
 
 def measure_load(model: Path, flag: bool, work: Path) -> list[float]:
     """Each worker's peak RSS once its models are built and sharded (no rollout engine)."""
-    import socket
-
     import torch.multiprocessing as mp
     from trainer_vs_trl import blueprint
 
@@ -49,9 +47,9 @@ def measure_load(model: Path, flag: bool, work: Path) -> list[float]:
     bp = Path(tempfile.mkdtemp(dir=work)) / "bp.yaml"
     bp.write_text(blueprint(model, "hf", 1))
     spec = load_spec(bp, overrides(flag)).spec.model_dump(mode="json")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        master = f"127.0.0.1:{s.getsockname()[1]}"
+    from r1cloud.trainer.group import rendezvous
+
+    store, master = rendezvous("127.0.0.1")  # held here while the two workers start
     peaks = mp.get_context("spawn").Manager().dict()
     mp.start_processes(_build, args=(spec, master, peaks), nprocs=2, start_method="spawn")
     return [peaks[r] / GiB for r in range(2)]

@@ -13,8 +13,9 @@ import torch
 from .batch import RunError, zero_copy_tensors
 
 
-def launch(spec, world: int) -> list:
-    """Start Ray (or join the job's cluster) and one HybridWorker per device, placed as the spec says."""
+def launch(spec, world: int) -> tuple[list, object]:
+    """Start Ray (or join the job's cluster) and one HybridWorker per device, placed as the spec says;
+    the workers and their rendezvous store (kept for as long as they run)."""
     import ray
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -56,24 +57,18 @@ def launch(spec, world: int) -> list:
             f"Ray cannot place {world} workers ({nnodes} node(s) × {per_node}); the cluster has "
             f"{ray.cluster_resources()}: lower trainer.n_gpus_per_node or nnodes, or add machines"
         ) from None
-    if len([n for n in ray.nodes() if n["Alive"]]) == 1:  # this machine (a driver runs on a node)
-        master = _free_address()  # without a task's worker process to start first (about 2 s)
-    else:  # rank 0's node
-        master = ray.get(
-            ray.remote(num_cpus=0)(_free_address)
-            .options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0))
-            .remote()
-        )
+    store, master = rendezvous(ray.util.get_node_ip_address())  # this driver runs on a cluster node
     threads = max(1, (os.cpu_count() or 1) // world)
     actor = ray.remote(num_cpus=1, num_gpus=1 if cuda else 0)(HybridWorker)
     config = spec.model_dump(mode="json")
-    return [
+    workers = [
         actor.options(
             scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=slot(r)),
             runtime_env={"env_vars": {**env, **cpu_allocator()}} if not cuda else None,
         ).remote(config, r, world, master, threads)
         for r in range(world)
     ]
+    return workers, store
 
 
 # What workers need from the trainer's environment to reach the model, data and checkpoints.
@@ -149,12 +144,11 @@ def cpu_allocator() -> dict[str, str]:
     }
 
 
-def _free_address() -> str:
-    import socket
+def rendezvous(host: str):
+    """The workers' torch.distributed store, held by this process on a port the system gives it
+    while it listens, and its address (`host`:port) for HybridWorker. A port found free, released
+    and bound again by rank 0 later could be taken in between (another job's workers starting)."""
+    from torch.distributed import TCPStore
 
-    import ray
-
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        port = sock.getsockname()[1]
-    return f"{ray.util.get_node_ip_address()}:{port}"
+    store = TCPStore(host, 0, is_master=True, wait_for_workers=False)
+    return store, f"{host}:{store.port}"

@@ -64,11 +64,13 @@ class HybridWorker:
             MASTER_ADDR=host,
             MASTER_PORT=port,
         )
+        wait = timedelta(minutes=30)
+        store = dist.TCPStore(host, int(port), is_master=False, timeout=wait)  # group.rendezvous's
         w, a = self.spec.worker, self.spec.algorithm
         # FSDP's CPU offload keeps gradients in host memory: clipping's all-reduce needs gloo for them
         host = any(r.fsdp.enable_cpu_offload for r in (w.actor, w.ref, w.critic))
         backend = ("cuda:nccl,cpu:gloo" if host else "nccl") if self.cuda else "gloo"
-        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(minutes=30))
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=wait)
         # Ulysses groups (the reference model's is the actor's, as in EasyR1)
         roles = ("actor", "critic") if a.adv_estimator == "gae" else ("actor",)
         sizes = {role: getattr(w, role).ulysses_size for role in roles}

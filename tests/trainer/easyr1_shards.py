@@ -11,9 +11,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def worker(rank: int, world: int, model_path: str, out: str, mesh_kind: str, port: int) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def worker(rank: int, world: int, model_path: str, out: str, mesh_kind: str, rendezvous: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world)
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -58,11 +57,6 @@ def worker(rank: int, world: int, model_path: str, out: str, mesh_kind: str, por
 
 
 if __name__ == "__main__":
-    model_path, out, world, mesh_kind, port = (
-        sys.argv[1],
-        sys.argv[2],
-        int(sys.argv[3]),
-        sys.argv[4],
-        int(sys.argv[5]),
-    )
-    mp.spawn(worker, args=(world, model_path, out, mesh_kind, port), nprocs=world)
+    model_path, out, world, mesh_kind = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    os.makedirs(out, exist_ok=True)  # the rendezvous file (no port: one found free could be taken)
+    mp.spawn(worker, args=(world, model_path, out, mesh_kind, os.path.join(out, ".rendezvous")), nprocs=world)

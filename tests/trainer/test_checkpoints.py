@@ -7,7 +7,6 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -111,17 +110,11 @@ def test_merge_shards_and_loads_in_vllm(trained, tmp_path):
     assert "TOKENS 4" in r.stdout, f"exit {r.returncode}: " + r.stderr[-3000:]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("world,mesh", [(2, "fsdp"), (4, "hsdp")])
 def test_easyr1_shards_merge_and_load(tiny_model, tmp_path, world, mesh):
     out = tmp_path / "easyr1"
     r = subprocess.run(
-        [sys.executable, HERE / "easyr1_shards.py", tiny_model, out, str(world), mesh, str(_free_port())],
+        [sys.executable, HERE / "easyr1_shards.py", tiny_model, out, str(world), mesh],
         capture_output=True,
         text=True,
         timeout=300,
@@ -147,7 +140,7 @@ def test_unsupported_mesh_is_a_clear_error(tiny_model, tmp_path):
     out = tmp_path / "tp"
     # A mesh whose dimension is neither fsdp nor ddp, as a tensor-parallel run writes.
     r = subprocess.run(
-        [sys.executable, HERE / "easyr1_shards.py", tiny_model, out, "2", "tp", str(_free_port())],
+        [sys.executable, HERE / "easyr1_shards.py", tiny_model, out, "2", "tp"],
         capture_output=True,
         text=True,
         timeout=300,

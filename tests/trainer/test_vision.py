@@ -697,7 +697,7 @@ def test_ulysses_on_a_vlm_gives_one_process_log_probs_and_gradients(tmp_path):
         make_tiny_vlm(tmp_path / arch, arch)
     helper = Path(__file__).with_name("ulysses_vlm.py")
     r = subprocess.run(
-        [sys.executable, str(helper), str(tmp_path), str(free_port()), *archs],
+        [sys.executable, str(helper), str(tmp_path), *archs],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]

@@ -2,7 +2,7 @@
 each running the tiny VLM's packed rows (pictures, a video, shared prompts, a text-only row) over its half.
 Rank 0 writes the log-probs and the group's summed gradients of a weighted log-prob sum to
 ROOT/ARCH/ulysses.pt for the test to hold against one process (test_vision.py).
-Run: python ulysses_vlm.py ROOT PORT ARCH..."""
+Run: python ulysses_vlm.py ROOT ARCH..."""
 
 import os
 import sys
@@ -60,12 +60,12 @@ def run(model, processor, sp=None) -> tuple[list[torch.Tensor], dict[str, torch.
     return [lp.detach() for lp in logps], grads
 
 
-def worker(rank: int, root: str, port: int, archs: list[str]) -> None:
+def worker(rank: int, root: str, archs: list[str]) -> None:
     from r1cloud.trainer import ulysses
 
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    init = f"file://{os.path.join(root, '.rendezvous')}"  # no port: one found free could be taken
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
     sp = ulysses.groups(2, 2, rank)
     for arch in archs:
         model, processor = load(os.path.join(root, arch))
@@ -78,4 +78,4 @@ def worker(rank: int, root: str, port: int, archs: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    mp.spawn(worker, args=(sys.argv[1], int(sys.argv[2]), sys.argv[3:]), nprocs=2)
+    mp.spawn(worker, args=(sys.argv[1], sys.argv[2:]), nprocs=2)
