@@ -11,7 +11,7 @@ batched attention, padded to the longest (sdpa on GPU, grouped matmuls on CPU), 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -27,7 +27,6 @@ class Segments:
     positions: torch.Tensor  # (N,) position ids (for sliding windows)
     valid: torch.Tensor  # (S, Q) bool: real queries
     take: torch.Tensor  # (N,) where each row token's output sits among the (S × Q) flattened queries
-    biases: dict = field(default_factory=dict)  # the CPU path's additive masks, made once for every layer
 
     @classmethod
     def build(cls, segments: list[tuple[list[int], list[int]]], positions: list[int], device) -> Segments:
@@ -110,11 +109,7 @@ def packed_attention(
             q, k, v, attn_mask=mask, dropout_p=dropout, scale=scaling, enable_gqa=q.shape[1] != k.shape[1]
         )
     else:
-        heads = (k.shape[1], q.shape[1] // k.shape[1])
-        key = (q.dtype, heads, sliding_window)
-        if key not in seg.biases:
-            seg.biases[key] = _bias(mask, *heads, q.dtype)
-        out = _grouped_attention(q, k, v, seg.biases[key], scaling, dropout)
+        out = _grouped_attention(q, k, v, mask, scaling, dropout)
     S, H, Q, D = out.shape  # -> (1, N, H, D)
     return out.transpose(1, 2).reshape(S * Q, H, D).index_select(0, seg.take)[None], None
 
@@ -127,28 +122,18 @@ def _gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return x[0].transpose(0, 1).index_select(0, idx.flatten()).view(S, Q, H, D).transpose(1, 2)
 
 
-def _bias(mask: torch.Tensor, Hk: int, G: int, dtype) -> torch.Tensor:
-    """The mask (S, 1, Q, K) as _grouped_attention adds it to the scores: 0 where a query sees a key,
-    -inf elsewhere, for each of the Hk × G query heads (S·Hk, G·Q, K)."""
-    S, _, Q, K = mask.shape
-    bias = torch.zeros(S, Hk, G, Q, K, dtype=dtype, device=mask.device)
-    return bias.masked_fill_(~mask[:, :, None], float("-inf")).view(S * Hk, G * Q, K)
-
-
-def _grouped_attention(q, k, v, bias, scaling, dropout):
+def _grouped_attention(q, k, v, mask, scaling, dropout):
     """Softmax attention by plain matmuls, the query heads that share a key head stacked into one
-    matmul (no repeated keys), the scale and mask applied inside it (baddbmm: no pass of their own
-    over the scores), the softmax computed in fp32 by its kernel and kept in the compute dtype, as
-    the matmul after it takes it. On CPU, for these short segments, about 3× faster forward +
-    backward than sdpa's flash kernel."""
+    matmul (no repeated keys); fp32 softmax. On CPU, for these short segments, about 3× faster
+    forward + backward than sdpa's flash kernel."""
     S, H, Q, D = q.shape
     Hk, K = k.shape[1], k.shape[2]
     G = H // Hk  # query heads per key head, in transformers' repeat_kv order
-    scale = D**-0.5 if scaling is None else scaling
-    keys = k.reshape(S * Hk, K, D).transpose(-1, -2)
-    weights = torch.baddbmm(bias, q.reshape(S * Hk, G * Q, D), keys, alpha=scale).softmax(-1)
+    scores = (q.reshape(S, Hk, G * Q, D) @ k.transpose(-1, -2)).view(S, Hk, G, Q, K)
+    scores = scores * (D**-0.5 if scaling is None else scaling)
+    weights = scores.masked_fill(~mask[:, :, None], float("-inf")).softmax(-1, dtype=torch.float32)
     weights = torch.nn.functional.dropout(weights, dropout) if dropout else weights
-    return (weights.view(S, Hk, G * Q, K) @ v).view(S, H, Q, D)
+    return (weights.to(v.dtype).view(S, Hk, G * Q, K) @ v).view(S, H, Q, D)
 
 
 def register() -> str:
