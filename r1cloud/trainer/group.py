@@ -57,7 +57,9 @@ def launch(spec, world: int) -> tuple[list, object]:
             f"Ray cannot place {world} workers ({nnodes} node(s) × {per_node}); the cluster has "
             f"{ray.cluster_resources()}: lower trainer.n_gpus_per_node or nnodes, or add machines"
         ) from None
-    store, master = rendezvous(ray.util.get_node_ip_address())  # this driver runs on a cluster node
+    # this controller runs on a node of the cluster (this machine, or a `ray start` head: RAY_ADDRESS
+    # HEAD:6379); through Ray Client (ray://) its address would be the client's, out of the workers' reach
+    store, master = rendezvous(ray.util.get_node_ip_address())
     threads = max(1, (os.cpu_count() or 1) // world)
     actor = ray.remote(num_cpus=1, num_gpus=1 if cuda else 0)(HybridWorker)
     config = spec.model_dump(mode="json")

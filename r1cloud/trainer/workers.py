@@ -56,20 +56,16 @@ class HybridWorker:
         self.device = f"cuda:{torch.cuda.current_device()}" if self.cuda else "cpu"
         if not self.cuda:  # (vLLM runs in this process: its CPU build binds no threads here)
             torch.set_num_threads(threads)
+        # vLLM's in-process launcher reads these; no MASTER_ADDR/PORT: the world meets through the
+        # controller's store (group.rendezvous), and nothing here may try to listen on its port
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank if not self.cuda else 0))
         host, port = master.rsplit(":", 1)
-        os.environ.update(
-            RANK=str(rank),
-            WORLD_SIZE=str(world),
-            LOCAL_RANK=str(rank if not self.cuda else 0),
-            MASTER_ADDR=host,
-            MASTER_PORT=port,
-        )
         wait = timedelta(minutes=30)
-        store = dist.TCPStore(host, int(port), is_master=False, timeout=wait)  # group.rendezvous's
+        store = dist.TCPStore(host, int(port), is_master=False, timeout=wait)
         w, a = self.spec.worker, self.spec.algorithm
         # FSDP's CPU offload keeps gradients in host memory: clipping's all-reduce needs gloo for them
-        host = any(r.fsdp.enable_cpu_offload for r in (w.actor, w.ref, w.critic))
-        backend = ("cuda:nccl,cpu:gloo" if host else "nccl") if self.cuda else "gloo"
+        offloaded = any(r.fsdp.enable_cpu_offload for r in (w.actor, w.ref, w.critic))
+        backend = ("cuda:nccl,cpu:gloo" if offloaded else "nccl") if self.cuda else "gloo"
         dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=wait)
         # Ulysses groups (the reference model's is the actor's, as in EasyR1)
         roles = ("actor", "critic") if a.adv_estimator == "gae" else ("actor",)
