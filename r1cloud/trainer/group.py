@@ -63,14 +63,13 @@ def launch(spec, world: int) -> tuple[list, object]:
     threads = max(1, (os.cpu_count() or 1) // world)
     actor = ray.remote(num_cpus=1, num_gpus=1 if cuda else 0)(HybridWorker)
     config = spec.model_dump(mode="json")
-    workers = [
+    return [
         actor.options(
             scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=slot(r)),
             runtime_env={"env_vars": {**env, **cpu_allocator()}} if not cuda else None,
         ).remote(config, r, world, master, threads)
         for r in range(world)
-    ]
-    return workers, store
+    ], store
 
 
 # What workers need from the trainer's environment to reach the model, data and checkpoints.
