@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -48,15 +47,11 @@ def generate_loop(model_dir: str, texts: list[str], tokens: int) -> float:
     return produced / (time.perf_counter() - start)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def served(model_dir: str, engine: str, texts: list[str], tokens: int, home: str) -> float:
     """Tokens/s of r1cloud serve answering all prompts at once through the openai client."""
     from openai import OpenAI
+
+    from r1cloud.serve import free_port
 
     port = free_port()
     env = {**os.environ, "R1CLOUD_HOME": home, "VLLM_CPU_KVCACHE_SPACE": "2"}

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -28,12 +27,6 @@ class Endpoint:
         from openai import OpenAI
 
         return OpenAI(base_url=self.url, api_key=self.api_key or "none", max_retries=0, timeout=600)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def remote(url: str, api_key: str | None) -> Endpoint:
@@ -83,7 +76,7 @@ def open_endpoint(
         yield remote(target, api_key)
         return
     model = sv.resolve(target, merge_fn, cache)
-    key, port = secrets.token_hex(16), _free_port()
+    key, port = secrets.token_hex(16), sv.free_port()
     engine = sv.pick_engine(engine)
     flags = sv.tool_flags(tools) if engine == "vllm" else []
     cmd = sv.command(engine, model, "127.0.0.1", port, model.name, None, flags)

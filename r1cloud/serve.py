@@ -14,6 +14,7 @@ import importlib.util
 import json
 import math
 import os
+import random
 import re
 import socket
 import sys
@@ -373,6 +374,28 @@ def check_port(host: str, port: int) -> None:
                     " pick another with --port, or stop it (`r1cloud jobs` lists r1cloud's servers)"
                 ],
             ) from None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on, for a server started a moment later. Drawn at random from 20000 up
+    to the kernel's ephemeral range (from which it hands out ports to outgoing connections and to
+    binds of port 0: one of those could take a port freed by a port-0 bind before the server binds
+    it) and above Ray's worker ports (10002-19999); port 0's way where that range is unknown or low."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    draw = random.SystemRandom()
+    for _ in range(64 if low > 21000 else 0):
+        with socket.socket() as s:
+            try:
+                s.bind((host, draw.randrange(20000, low)))
+                return s.getsockname()[1]
+            except OSError:
+                continue
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 def base_url(host: str, port: int) -> str:

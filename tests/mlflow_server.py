@@ -9,12 +9,12 @@ import time
 import urllib.request
 from pathlib import Path
 
-from s3_server import _free_port
+from r1cloud.serve import free_port
 
 
 class MlflowServer:
     def __init__(self, folder: Path, host: str = "127.0.0.1"):
-        port = _free_port(host)
+        port = free_port(host)
         self.url = f"http://{host}:{port}"
         self.proc = subprocess.Popen(
             [

@@ -10,16 +10,12 @@ import sys
 import time
 from pathlib import Path
 
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+from r1cloud.serve import free_port
 
 
 class S3Server:
     def __init__(self, host: str = "127.0.0.1"):
-        port = _free_port(host)
+        port = free_port(host)
         self.url = f"http://{host}:{port}"
         self.env = {
             "AWS_ENDPOINT_URL": self.url,

@@ -1,23 +1,28 @@
-"""The workers' torch.distributed rendezvous (group.rendezvous): the trainer holds the store's port
+"""Ports a process picks for others to use. The workers' torch.distributed rendezvous (group.rendezvous): the trainer holds the store's port
 from the moment it hands the address out, so no other process can take it before the workers join
 (a port found free and released had been taken once by another test's workers: EADDRINUSE in CI),
-and real processes form a gloo world through it as HybridWorker does."""
+and real processes form a gloo world through it as HybridWorker does. A server's port
+(serve.free_port, for `r1cloud chat`'s private server and the tests' servers) comes from outside
+the kernel's ephemeral range, so no outgoing connection or port-0 bind can take it meanwhile."""
 
 import os
 import socket
 import subprocess
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import torch.distributed as dist
 
+from r1cloud.serve import free_port
 from r1cloud.trainer.group import rendezvous
 
 # one worker's join, as HybridWorker.__init__ does it, then a sum across the world
 JOIN = """
 import sys
 from datetime import timedelta
+from pathlib import Path
 import torch, torch.distributed as dist
 host, port, rank = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=60))
@@ -53,3 +58,19 @@ def test_two_processes_join_a_gloo_world_through_it():
     outs = [w.communicate(timeout=120)[0].strip() for w in workers]
     assert [w.returncode for w in workers] == [0, 0]
     assert outs == ["3", "3"]  # 1 + 2 on both ranks
+
+
+def test_a_server_port_comes_from_outside_the_ephemeral_range():
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    ephemeral = []
+    for _ in range(20):  # what the kernel gives a port-0 bind lies in its range; free_port's not
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ephemeral.append(s.getsockname()[1])
+    assert all(low <= p <= high for p in ephemeral)
+    ports = {free_port() for _ in range(20)}
+    assert len(ports) > 1 and all((20000 <= p < low) if low > 21000 else p > 0 for p in ports)
+    for port in ports:  # each is free: a server can listen on it
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+            s.listen()

@@ -1,5 +1,4 @@
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -7,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from r1cloud.serve import free_port
 from r1cloud.spec import dump_spec, load_spec
 from tinyrun import DIGITS_REWARD, ROOT, tiny_blueprint
 
@@ -16,9 +16,7 @@ def ray_head():
     """One Ray head for the whole session, as a user's `ray start`: every trainer run joins it through
     RAY_ADDRESS (and is handed the job's environment, group.job_environment) instead of starting and
     stopping Ray itself, about 6 s a run. A run started without RAY_ADDRESS still starts its own."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     start = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", f"--port={port}"]
     start += [
         "--node-ip-address=127.0.0.1",

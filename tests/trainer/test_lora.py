@@ -11,11 +11,11 @@ import steps
 import torch
 from openai import OpenAI
 from test_numerics import SEQS, single_process_grads
-from test_serve import free_port
 from torch.distributed.checkpoint import FileSystemReader
 from transformers import AutoModelForCausalLM
 
 from r1cloud.rollout import Request
+from r1cloud.serve import free_port
 from r1cloud.spec import load_resolved
 from r1cloud.testing import generated
 from r1cloud.trainer import algorithms as alg

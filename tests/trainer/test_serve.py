@@ -6,7 +6,6 @@ with the job's format prompt and --compare."""
 import json
 import os
 import signal
-import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -17,15 +16,10 @@ import openai
 import pytest
 from openai import OpenAI
 
+from r1cloud.serve import free_port
 from tinyrun import R1CLOUD, ROOT, r1, tiny_blueprint
 
 KEY = "sk-test-7f3a"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,10 @@ import pytest
 import steps
 import torch
 from openai import OpenAI
-from test_serve import free_port
 
 from r1cloud import vision
 from r1cloud.data import PromptSet, load_tokenizer
+from r1cloud.serve import free_port
 from r1cloud.spec import load_resolved
 from r1cloud.testing import generated, make_tiny_vlm
 from r1cloud.trainer import algorithms as alg
