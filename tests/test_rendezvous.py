@@ -1,7 +1,8 @@
-"""Ports a process picks for others to use. The workers' torch.distributed rendezvous (group.rendezvous): the trainer holds the store's port
-from the moment it hands the address out, so no other process can take it before the workers join
-(a port found free and released had been taken once by another test's workers: EADDRINUSE in CI),
-and real processes form a gloo world through it as HybridWorker does. A server's port
+"""Ports a process picks for others to use. The workers' torch.distributed rendezvous
+(group.rendezvous): the trainer holds the store's port from the moment it hands the address out,
+so no other process can take it before the workers join (a port found free and released had been
+taken once by another test's workers: EADDRINUSE in CI), and real processes form a gloo world
+through it as HybridWorker does. A server's port
 (serve.free_port, for `r1cloud chat`'s private server and the tests' servers) comes from outside
 the kernel's ephemeral range, so no outgoing connection or port-0 bind can take it meanwhile."""
 
@@ -22,7 +23,6 @@ from r1cloud.trainer.group import rendezvous
 JOIN = """
 import sys
 from datetime import timedelta
-from pathlib import Path
 import torch, torch.distributed as dist
 host, port, rank = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=60))
