@@ -10,6 +10,8 @@ rollout engine. Sections (`--only`):
              full logits (fp32 and bf16), head.py's entropy, a LoRA run and a VLM run with images
   offload    offload_params/offload_optimizer: device memory between phases, and an update equal
              to one without; fsdp.enable_cpu_offload with gradient accumulation against none
+  landed     what came after #23 (gpu_landed.py): Ulysses' code path at world 1, a multi-turn run
+             with a gym environment and a video run (tiny Qwen2.5-VL), engine against trainer
   attention  packed attention four ways (gpu_attention.py), Qwen2.5-1.5B-shaped
   mfu        the actor update's forward and backward (gpu_mfu.py): tokens/s and MFU, 0.5B and 1.5B
              shapes, 8k-32k-token micro-batches, gradient checkpointing on and off, a profile
@@ -21,8 +23,9 @@ wheels, see `scripts/gpu-wheels`):
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
   PYTHONPATH=/tmp/site:. python3 benchmarks/gpu.py --out $OUT
 
-(with `carry: [".whl"]`; a call may run 10 minutes: `--only checks,offload,attention` in one call,
-`--only mfu` and `--only mfu7b` in the next ones).
+(with `carry: [".whl"]`; a call may run 10 minutes: `--only checks,offload,landed,attention` in one
+call, `--only mfu` and `--only mfu7b` in the next ones). The report is written again after each
+section, so a call stopped at its limit still returns what ran.
 
 On CPU, `--quick` runs every section on tiny shapes (gloo instead of nccl): what the tests run.
 Prints a report (markdown) and writes it with the raw numbers to --out (report.md, gpu.json).
@@ -49,7 +52,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT), str(ROOT / "tests" / "trainer")]
 
-SECTIONS = ("checks", "offload", "attention", "mfu", "mfu7b")
+SECTIONS = ("checks", "offload", "landed", "attention", "mfu", "mfu7b")
 
 
 # ---------------------------------------------------------------------------- the worker, no Ray
@@ -226,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
                 import gpu_checks
 
                 gpu_checks.offload(report, work, cuda, args.quick)
+            elif section == "landed":
+                import gpu_landed
+
+                gpu_landed.run(report, work, cuda, args.quick)
             elif section == "attention":
                 import gpu_attention
 
@@ -257,12 +264,11 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             release()
         print(f"== {section}: {time.perf_counter() - t0:.0f} s", flush=True)
-    text = report.markdown(env)
-    print("\n" + text)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "report.md").write_text(text + "\n")
-        (args.out / "gpu.json").write_text(json.dumps({"env": env, "checks": report.checks}, indent=1))
+        if args.out:  # after each section: a call stopped at its limit keeps what ran
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "report.md").write_text(report.markdown(env) + "\n")
+            (args.out / "gpu.json").write_text(json.dumps({"env": env, "checks": report.checks}, indent=1))
+    print("\n" + report.markdown(env))
     return 0 if all(c["ok"] for c in report.checks) else 1
 
 

@@ -31,6 +31,9 @@ def test_the_gpu_runner_passes_every_check_on_cpu(tmp_path):
         "LoRA",
         "VLM",
         "offload",
+        "Ulysses' code path at world 1",
+        "multi-turn",
+        "video",
         "attention",
         "actor update measured at every shape",
     ):

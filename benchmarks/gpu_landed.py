@@ -1,0 +1,153 @@
+"""What landed after #23, on the GPU path (issue #39): Ulysses sequence parallelism's code path at
+world 1 (a group of one: its all-to-alls, sliced row and gathered log-probs, against none), a
+multi-turn run (a gym environment's observations between the model's turns, masked out of the
+loss) and a video run (a tiny Qwen2.5-VL on generated clips), both through the trainer with the hf
+engine, each with the engine's sampling log-probs against the trainer's on the trained tokens."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from gpu import gpu_overrides, make_run, release, trainer, worker
+from gpu_checks import _batch, _blueprint, _models, _whole, finite, metrics
+
+
+def run(report, work: Path, cuda: bool, quick: bool) -> None:
+    ulysses_check(report, work, cuda)
+    multi_turn(report, work, cuda)
+    video_run(report, work, cuda)
+
+
+def _grads(w) -> dict:
+    out = {n: _whole(p.grad) for n, p in w.actor.named_parameters() if p.grad is not None}
+    w.optim.zero_grad(set_to_none=True)
+    return out
+
+
+def ulysses_check(report, work: Path, cuda: bool) -> None:
+    """The worker's log-probs and update gradients with its actor's Ulysses group set to a group
+    of one, against the same worker without one."""
+    import torch.distributed as dist
+
+    from r1cloud.spec import load_resolved
+    from r1cloud.testing import batch_of, per_sequence, shard
+    from r1cloud.trainer import ulysses
+
+    precision = "bf16" if cuda else "fp32"
+    over = [*gpu_overrides(precision), "algorithm.disable_kl=true", "algorithm.use_kl_loss=false"]
+    w = worker(load_resolved(make_run(work, "ulysses", _blueprint(work), over) / "spec.yaml"))
+    try:
+        mb = _batch(w.actor.config.vocab_size, micro=2)
+        seqs = [s["seq"] for micro in mb[0]["micro"] for s in micro]
+        b, rows = batch_of(seqs)
+        got = {}
+        for name, sp in (("none", None), ("one", ulysses.Group(dist.new_group([0]), 1, 0))):
+            w.sp["actor"] = sp
+            lp = per_sequence(w.log_probs(b, [rows], temperature=1.0), [len(s[1]) for s in seqs])
+            w._update(*shard(mb), apply=False)
+            got[name] = (lp, _grads(w))
+        w.sp["actor"] = None
+    finally:
+        w.shutdown()
+        del w
+        release()
+    (lp0, g0), (lp1, g1) = got["none"], got["one"]
+    d_lp = max(abs(a - b) for x, y in zip(lp0, lp1, strict=True) for a, b in zip(x, y, strict=True))
+    rel = max(float((g0[k] - g1[k]).norm() / g0[k].norm().clamp_min(1e-30)) for k in g0)
+    limit = (5e-2, 1e-2) if cuda else (1e-6, 1e-5)  # bf16 compute: the repeated key/value heads
+    report.check(
+        f"Ulysses' code path at world 1 ({precision}): log-probs and gradients as without it",
+        g0.keys() == g1.keys() and d_lp <= limit[0] and rel <= limit[1],
+        f"log-prob max |Δ| {d_lp:.1e}; gradients, worst relative difference {rel:.1e} over {len(g0)} tensors",
+        f"{limit[0]:g}, {limit[1]:g}",
+    )
+
+
+def multi_turn(report, work: Path, cuda: bool) -> None:
+    """2 steps with envs/guess_number.py (a gym-shaped environment answering each turn), 3 turns,
+    two updates a step so the trainer recomputes the old log-probs: they must equal the engine's on
+    the model's tokens (the loss mask), the observations' tokens left out."""
+    import shutil
+
+    from transformers import GenerationConfig
+
+    from tinyrun import ROOT
+
+    # the tiny random model seldom samples its EOS, so its turns would run to the response budget:
+    # a copy whose generation config ends a turn at a third of its vocabulary (Qwen2.5's lists two)
+    model = work / "tiny-turns"
+    if not model.exists():
+        shutil.copytree(_models(work)[0], model)
+        gen = GenerationConfig.from_pretrained(model)
+        vocab = json.loads((model / "config.json").read_text())["vocab_size"]
+        gen.eos_token_id = sorted({gen.eos_token_id, *range(3, vocab, 3)})
+        gen.save_pretrained(model)
+    data = work / "guess.jsonl"
+    data.write_text("".join(json.dumps({"problem": "Guess the number.", "answer": "", "secret": s}) + "\n"
+                            for s in (3, 7, 12, 50)))  # fmt: skip
+    over = [
+        *gpu_overrides("bf16" if cuda else "fp32"), f"worker.actor.model.model_path={model}",
+        "worker.rollout.multi_turn.enable=true",
+        f"worker.rollout.multi_turn.environment={ROOT}/envs/guess_number.py:GuessNumber",
+        "worker.rollout.multi_turn.max_turns=3", f"data.train_files={data}", f"data.val_files={data}",
+        "data.format_prompt=null", "data.max_prompt_length=160", "data.max_response_length=48",
+        "worker.actor.global_batch_size=2", "trainer.max_steps=2", "trainer.val_freq=-1",
+    ]  # fmt: skip
+    run_dir = make_run(work, "multiturn", _blueprint(work), over)
+    with trainer(run_dir) as t:
+        t.fit()
+    rows = metrics(run_dir)
+    diff = max(r.get("rollout/logp_diff_max", float("inf")) for r in rows)
+    limit = 1e-1 if cuda else 1e-4  # bf16 on CUDA, as the other engine-against-trainer checks
+    report.check(
+        "multi-turn (gym environment, 3 turns): 2 steps train; the engine's log-probs on the model's "
+        "tokens equal the trainer's",
+        len(rows) == 2 and finite(rows) and min(r["agent/turns"] for r in rows) > 1 and diff <= limit,
+        f"turns per episode {[round(r['agent/turns'], 2) for r in rows]}, environment reward "
+        f"{[round(r['reward/environment'], 3) for r in rows]}, max |Δ| log-prob {diff:.2e}",
+        f"{limit:g}; more than 1 turn",
+    )
+
+
+def video_run(report, work: Path, cuda: bool) -> None:
+    """One step on generated clips (files and a frame list) with a tiny Qwen2.5-VL, two updates so
+    the old log-probs over the same frames are recomputed and compared with the engine's."""
+    from PIL import Image
+
+    from r1cloud.testing import make_tiny_vlm, write_video
+    from tinyrun import tiny_vl_blueprint
+
+    clips = work / "clips"
+    clips.mkdir(exist_ok=True)
+    rows = []
+    for i in range(6):
+        write_video(clips / f"c{i}.mp4", frames=10 * (1 + i % 3), fps=10, size=(84, 56))
+        rows.append({"videos": [f"c{i}.mp4"], "problem": "<video>How many seconds long is it?",
+                     "answer": str(1 + i % 3)})  # fmt: skip
+    frames = [f"f{k}.png" for k in range(3)]
+    for k, name in enumerate(frames):
+        Image.new("RGB", (84, 56), (60 * k, 200 - 60 * k, 90)).save(clips / name)
+    rows += [{"videos": [frames], "problem": "Watch <video> and count the frames.", "answer": "3"}] * 2
+    for split in ("train", "test"):
+        (clips / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model = make_tiny_vlm(work / "tiny-qwen2_5_vl", "qwen2_5_vl")
+    bp = yaml.safe_load(tiny_vl_blueprint(model, clips, _models(work)[1], steps=1))
+    bp["data"].update(video_fps=2.0, max_pixels=4704, max_prompt_length=160)
+    bp["worker"]["actor"]["global_batch_size"] = 2  # two updates a step: old log-probs recomputed
+    run_dir = make_run(work, "video", yaml.safe_dump(bp), [*gpu_overrides("bf16" if cuda else "fp32"),
+                                                           "trainer.val_freq=-1"])  # fmt: skip
+    with trainer(run_dir) as t:
+        t.fit()
+    rows = metrics(run_dir)
+    diff = max(r.get("rollout/logp_diff_max", float("inf")) for r in rows)
+    limit = 1e-1 if cuda else 1e-4
+    report.check(
+        "video (tiny Qwen2.5-VL, clips and a frame list) through the hf engine and the trainer: "
+        "a step trains, the engine's log-probs equal the trainer's over the same frames",
+        len(rows) == 1 and finite(rows) and diff <= limit,
+        f"grad norm {rows[0]['actor/grad_norm']:.4f}, prompt length {rows[0]['prompt_length/mean']:.0f} "
+        f"tokens, max |Δ| log-prob {diff:.2e}",
+        f"{limit:g}",
+    )
