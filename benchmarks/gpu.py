@@ -76,12 +76,13 @@ class Local:
 
 def worker(spec) -> object:
     """One HybridWorker for `spec` (a Spec), world 1, in this process."""
+    from r1cloud.trainer import workers
     from r1cloud.trainer.group import rendezvous
-    from r1cloud.trainer.workers import HybridWorker
 
+    workers.zero_copy_tensors = lambda: None  # Ray's serializer for what workers return: no Ray here
     store, master = rendezvous("127.0.0.1")
     STORES.append(store)
-    return HybridWorker(spec.model_dump(mode="json"), 0, 1, master, threads=os.cpu_count() or 1)
+    return workers.HybridWorker(spec.model_dump(mode="json"), 0, 1, master, threads=os.cpu_count() or 1)
 
 
 @contextlib.contextmanager
@@ -181,6 +182,7 @@ def environment(cuda: bool, quick: bool) -> dict:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),
+        "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
     if cuda:
         n = 2048 if quick else 8192

@@ -103,23 +103,41 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, {platform.system()}"
 
 
+def gpu_section(folders: list[Path]) -> tuple[str, str]:
+    """benchmarks/gpu.py's reports (its --out folders, one per call) as one section, and the GPU."""
+    env = json.loads((folders[0] / "gpu.json").read_text())["env"]
+    text = "\n\n".join((f / "report.md").read_text().strip() for f in folders)
+    return (
+        text,
+        f"{env['device']} (a lent GPU machine), torch {env['torch']}, transformers {env['transformers']}",
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--only", default="cli,rewards,merge,scale,serve,lora,trainer")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--gpu", nargs="+", type=Path, default=[],
+        help="folders benchmarks/gpu.py wrote (--out) on a lent GPU machine, one per call: their reports "
+        "become the gpu section, kept by later runs; nothing else runs",
+    )  # fmt: skip
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-all-"))
     # the trainer runs (bf16: fp32 weights, bf16 compute — both tools' default)
     trainer_json = {r: tmp / f"trainer-{r}.json" for r in (TRAINER_RUNS[:1] if args.quick else TRAINER_RUNS)}
     every = benchmarks(args.quick, trainer_json)
     matches = {a: [n for n in every if n == a or n.startswith(f"{a}-")] for a in args.only.split(",")}
-    chosen = {n for names in matches.values() for n in names}
+    chosen = set() if args.gpu else {n for names in matches.values() for n in names}
     unknown = [a for a, names in matches.items() if not names]
     if unknown:
         parser.error(f"--only {','.join(unknown)}: not a section; the sections are {', '.join(every)}")
     outputs: dict[str, str] = {}
+    gpu = gpu_section(args.gpu) if args.gpu else None
+    if gpu:
+        outputs["gpu"] = gpu[0]
     for name, cmd in every.items():
         if name not in chosen:
             continue
@@ -137,16 +155,17 @@ def main() -> None:
         with contextlib.suppress(PackageNotFoundError):
             versions[pkg] = version(pkg)
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    previous = {}
-    if (HERE / "results.json").exists() and chosen != set(every):
-        previous = json.loads((HERE / "results.json").read_text())
+    previous = json.loads((HERE / "results.json").read_text()) if (HERE / "results.json").exists() else {}
+    if chosen == set(every):  # a whole run replaces every section but the GPU's (not run here)
+        previous = {k: {"gpu": previous[k]["gpu"]} for k in ("reports", "dates", "machines")
+                    if "gpu" in previous.get(k, {})}  # fmt: skip
     dates = {
         n: previous.get("dates", {}).get(n, previous.get("generated")) for n in previous.get("reports", {})
     }
     machines = {n: previous.get("machines", {}).get(n, previous.get("machine")) for n in dates}
     reports = {**previous.get("reports", {}), **outputs}
     dates.update({n: when for n in outputs})
-    machines.update({n: machine() for n in outputs})  # sessions run on different machines
+    machines.update({n: gpu[1] if n == "gpu" else machine() for n in outputs})  # sessions' machines differ
     trainer = {
         **previous.get("trainer", {}),
         **{m: json.loads(p.read_text()) for m, p in trainer_json.items() if p.exists()},

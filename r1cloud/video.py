@@ -55,6 +55,12 @@ class Clip:
             "do_sample_frames": False,
         }
 
+    @property
+    def hf_metadata(self) -> dict:
+        """The metadata as transformers' own video processor (where torchvision is) takes it: it
+        builds a VideoMetadata of each dict, which has no `do_sample_frames` (vLLM's key)."""
+        return {k: v for k, v in self.metadata.items() if k != "do_sample_frames"}
+
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
     """Qwen-VL's per-frame size: sides rounded to `factor`, pixels kept in [min, max]."""

@@ -273,6 +273,11 @@ class ClipConfig:
     dual: float = 3.0
 
 
+def _log32(x: float) -> float:
+    """log(x) rounded as fp32 computes it, a plain number: a bound on any device's tensor."""
+    return float(torch.log(torch.tensor(x)))
+
+
 def ppo_loss(
     logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, clip: ClipConfig
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -282,9 +287,7 @@ def ppo_loss(
     """
     log_ratio = logp - old_logp
     ratio = torch.exp(torch.clamp(log_ratio, -20, 20))
-    clipped = torch.exp(
-        torch.clamp(log_ratio, torch.log(torch.tensor(1 - clip.low)), torch.log(torch.tensor(1 + clip.high)))
-    )
+    clipped = torch.exp(torch.clamp(log_ratio, _log32(1 - clip.low), _log32(1 + clip.high)))
     l1, l2 = -adv * ratio, -adv * clipped
     lc = torch.maximum(l1, l2)
     l3 = -adv * clip.dual
@@ -332,7 +335,7 @@ def policy_loss(
     log_ratio = logp - old_logp
     ratio = torch.exp(torch.clamp(log_ratio, -20, 20))
     if kind == "cispo":
-        low, high = torch.log(torch.tensor(max(1 - clip.low, 1e-8))), torch.log(torch.tensor(1 + clip.high))
+        low, high = _log32(max(1 - clip.low, 1e-8)), _log32(1 + clip.high)
         weight = torch.exp(torch.clamp(log_ratio, low, high)).detach()
         loss = -adv * logp * weight
     elif kind == "sapo":

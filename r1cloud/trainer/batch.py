@@ -53,12 +53,21 @@ class Batch:
     def response_mask(self) -> torch.Tensor:
         """(B, R) float: 1 on every response token."""
         width = self.response_ids.shape[1]
-        return (torch.arange(width)[None, :] < self.response_len[:, None]).float()
+        return (
+            torch.arange(width, device=self.response_len.device)[None, :] < self.response_len[:, None]
+        ).float()
 
     @property
     def mask(self) -> torch.Tensor:
         """(B, R) float: the tokens the loss counts."""
         return self.response_mask if self.loss_mask is None else self.loss_mask.float()
+
+    def to(self, device) -> Batch:
+        """The lengths, loss mask and per-token fields on `device` (what an update computes with)."""
+        names = ("response_len", "loss_mask", *PER_TOKEN)
+        return replace(
+            self, **{n: getattr(self, n).to(device) for n in names if getattr(self, n) is not None}
+        )
 
     def select(self, idx, keep: tuple[str, ...] = PER_TOKEN) -> Batch:
         """Rows `idx` (in that order), cut to their longest prompt and response, with the

@@ -28,11 +28,16 @@ import torch
 
 from ..onednn import mm_nt
 
-CHUNK_BYTES = 8 << 20  # one chunk's fp32 logits: small enough to reuse the same memory each time
+# One chunk's fp32 logits. On CPU small enough to reuse the same memory each time. On a GPU, where
+# the softmax kernels run one row per thread block, 8 MiB was 16 rows of Qwen's 152k vocabulary:
+# 16 of an H200's 132 multiprocessors busy, 992 chunks and ~8 small kernels each in a 1.5B update
+# of 16k tokens, the softmaxes alone 13% of its GPU time (profile, benchmarks/RESULTS.md `gpu`).
+CHUNK_BYTES = {"cpu": 8 << 20}
+GPU_CHUNK_BYTES = 512 << 20
 
 
-def _rows(vocab: int) -> int:
-    return max(16, CHUNK_BYTES // (4 * vocab))
+def _rows(vocab: int, device: torch.device) -> int:
+    return max(16, CHUNK_BYTES.get(device.type, GPU_CHUNK_BYTES) // (4 * vocab))
 
 
 def scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -57,7 +62,7 @@ class _HeadLogProbs(torch.autograd.Function):
         n = hidden.shape[0]
         logits = mm_nt(hidden, weight)
         logp, entropy = hidden.new_empty(n, dtype=torch.float32), hidden.new_empty(n, dtype=torch.float32)
-        step = _rows(weight.shape[0])
+        step = _rows(weight.shape[0], hidden.device)
         for s in range(0, n, step):
             rows = slice(s, s + step)
             lp = _log_softmax(logits[rows], temperature)
@@ -77,7 +82,7 @@ class _HeadLogProbs(torch.autograd.Function):
         # tensor, whose fresh pages the kernel would fault in one by one (a second backward, as
         # retain_graph would run, is refused by autograd: a saved tensor was modified)
         grad_z = logits  # in the compute dtype, as autograd's would be
-        step = _rows(weight.shape[0])
+        step = _rows(weight.shape[0], hidden.device)
         for s in range(0, n, step):
             rows = slice(s, s + step)
             g = g_logp[rows, None]

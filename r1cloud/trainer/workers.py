@@ -130,7 +130,7 @@ class HybridWorker:
         return init_device_mesh(kind, (groups, fsdp_size), mesh_dim_names=("ddp", "fsdp"))
 
     def _build(self, m, fsdp_cfg, mesh, train: bool, value_head: bool = False):
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy
         from transformers import AutoConfig, AutoModelForTokenClassification
 
         config = AutoConfig.from_pretrained(m.model_path, trust_remote_code=m.trust_remote_code)
@@ -204,8 +204,7 @@ class HybridWorker:
             if mixed:
                 precision.attach(model, mp.param_dtype, mp.reduce_dtype, units)
         else:
-            for module in units:
-                fully_shard(module, **shard)
+            apply_fsdp(units, shard)
         if from_rank0:
             receive_from_rank0(model, full, empty, self.device)
             del full
@@ -390,9 +389,10 @@ class HybridWorker:
                 for i, rows in enumerate(mb["micro"]):
                     self._sync_gradients(self.actor, last=i == len(mb["micro"]) - 1)
                     micro = batch.select(rows)
+                    seqs, micro = micro.seqs(), micro.to(self.device)
                     logps, entropies = packed_log_probs(
                         self.actor,
-                        micro.seqs(),
+                        seqs,
                         self._temperature,
                         self.device,
                         entropy=True,
@@ -489,9 +489,10 @@ class HybridWorker:
                 for i, rows in enumerate(mb["micro"]):
                     self._sync_gradients(self.critic, last=i == len(mb["micro"]) - 1)
                     micro = batch.select(rows)
+                    seqs, micro = micro.seqs(), micro.to(self.device)
                     mask = micro.mask
                     vpred = pad(
-                        packed_values(self.critic, micro.seqs(), self.device, self.sp["critic"]),
+                        packed_values(self.critic, seqs, self.device, self.sp["critic"]),
                         width=mask.shape[1],
                     )[0]
                     loss, clipfrac = alg.value_loss(
@@ -575,13 +576,25 @@ class HybridWorker:
             dist.destroy_process_group()
 
 
+def apply_fsdp(units: list, shard: dict) -> None:
+    """FSDP2 on each unit, the root (the whole model) last. head.py reads the output layer's weight
+    after the forward pass, so the root's parameters (embeddings, final norm, output layer) stay
+    gathered until the backward pass reshards them: a root resharded after its forward pass (as
+    reshard_after_forward=True asks, on GPUs) hands head.py a DTensor (seen on an H200)."""
+    from torch.distributed.fsdp import fully_shard
+
+    for module in units[:-1]:
+        fully_shard(module, **shard)
+    fully_shard(units[-1], **{**shard, "reshard_after_forward": False})
+
+
 def _rows(batch: Batch, micro_batches: list[list[int]], forward) -> torch.Tensor:
     """`forward(seqs)`'s per-sequence values for each micro-batch's rows, fp32, the shard's rows'
     response tokens end to end (batch.packed's layout)."""
     out: list = [None] * len(batch)
     for rows in micro_batches:
         for i, x in zip(rows, forward(batch.seqs(rows)), strict=True):
-            out[i] = x.float()
+            out[i] = x.float().cpu()  # to the driver: host memory (what Ray's serializer sends)
     return torch.cat(out) if out else torch.zeros(0)
 
 

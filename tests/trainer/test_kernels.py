@@ -78,10 +78,16 @@ def test_head_log_probs_in_chunks_equal_one_chunk_and_backward_runs_once(monkeyp
 
     results = []
     for chunk_bytes in (1, 1 << 30):  # the smallest chunk (16 rows), then all 100 rows at once
-        monkeypatch.setattr(head, "CHUNK_BYTES", chunk_bytes)
+        monkeypatch.setattr(head, "CHUNK_BYTES", {"cpu": chunk_bytes})
         results.append(_case(torch.float32, True, 0.7, rows=100)[1])
     for many, one in zip(*results, strict=True):
         assert torch.allclose(many, one, rtol=1e-6, atol=1e-7)
+    # on a GPU a chunk of Qwen's 152k vocabulary has rows for each of an H200's 132 multiprocessors
+    # several times over (the softmax kernels run a row per block); on CPU it stays cache-sized
+    monkeypatch.undo()
+    assert (
+        head._rows(151936, torch.device("cuda")) >= 4 * 132 and head._rows(151936, torch.device("cpu")) == 16
+    )
     h = torch.randn(4, 8, requires_grad=True)
     lp, _ = head_log_probs(h, torch.randn(50, 8), torch.tensor([1, 2, 3, 4]))
     lp.sum().backward(retain_graph=True)

@@ -594,3 +594,40 @@ def test_adamw_bf16_follows_adamw_with_half_the_state_memory():
 
     assert {t.dtype for t in ours.state[b].values() if t.dim()} == {torch.bfloat16}
     assert size(ours) * 2 == size(ref)
+
+
+RESHARDED = """
+import os, sys, torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from transformers import AutoModelForCausalLM
+from r1cloud.trainer.model import packed_log_probs, shard_units
+from r1cloud.trainer.workers import apply_fsdp
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2])
+dist.init_process_group("gloo", rank=0, world_size=1)
+seqs = [([5, 6, 7, 8], [9, 10, 11]), ([5, 6, 7, 8], [12, 13])]
+grads = []
+for sharded in (False, True):
+    model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32)
+    if sharded:
+        apply_fsdp([*shard_units(model), model], dict(mesh=init_device_mesh("cpu", (1,)), reshard_after_forward=True))
+    sum(x.sum() for x in packed_log_probs(model, seqs, 1.0)).backward()
+    grads.append({n: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad) for n, p in model.named_parameters()})
+print(max(float((grads[0][n] - grads[1][n]).abs().max()) for n in grads[0]))
+"""
+
+
+def test_fsdp_resharding_after_forward_as_on_gpus_gives_one_process_gradients(tiny_model):
+    """On GPUs the workers shard with reshard_after_forward=True (CPU workers keep parameters
+    gathered). apply_fsdp, so configured on one gloo process: head.py's log-probs and their
+    gradients equal the unsharded model's — a resharded root would hand head.py a DTensor."""
+    import subprocess
+    import sys
+
+    from r1cloud.serve import free_port
+
+    r = subprocess.run(
+        [sys.executable, "-c", RESHARDED, str(tiny_model), str(free_port())],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert float(r.stdout.split()[-1]) <= 1e-6, r.stdout

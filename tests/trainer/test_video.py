@@ -28,6 +28,12 @@ def test_a_file_is_sampled_as_fetch_video_samples_it(tmp_path):
     path = write_video(tmp_path / "count.mp4", frames=30, fps=10, size=(84, 56))
     clip = video.load(str(path), None, 2.0, 784, 3136)
     assert clip.indices == [0, 6, 12, 17, 23, 29] and clip.fps == pytest.approx(10)
+    # where torchvision is (GPU machines), transformers' own video processor reads the metadata
+    # vision.encode passes, as VideoMetadata, which refuses vLLM's do_sample_frames key (seen on an H200)
+    from transformers.video_utils import make_batched_metadata
+
+    (meta,) = make_batched_metadata([clip.frames], [clip.hf_metadata])
+    assert meta.frames_indices == clip.indices and meta.fps == pytest.approx(10)
     for index, frame in zip(clip.indices, clip.frames, strict=True):
         assert abs(int(np.asarray(frame)[..., 0].mean()) - index * 8) <= 6  # the frame it claims
     assert all(f.size == clip.frames[0].size for f in clip.frames)
