@@ -278,6 +278,18 @@ def shard_units(model) -> list[torch.nn.Module]:
     return [u for u in units if id(u) not in inside]
 
 
+def apply_fsdp(units: list, shard: dict) -> None:
+    """FSDP2 on each unit, the root (the whole model) last. head.py reads the output layer's weight
+    after the forward pass, so the root's parameters (embeddings, final norm, output layer) stay
+    gathered until the backward pass reshards them: a root resharded after its forward pass (as
+    reshard_after_forward=True asks, on GPUs) hands head.py a DTensor (seen on an H200)."""
+    from torch.distributed.fsdp import fully_shard
+
+    for module in units[:-1]:
+        fully_shard(module, **shard)
+    fully_shard(units[-1], **{**shard, "reshard_after_forward": False})
+
+
 def uses_segments(model) -> bool:
     """Whether the model attends through attention.py (then its prompts can be shared)."""
     return getattr(model.config, "_attn_implementation", None) == NAME

@@ -27,6 +27,7 @@ from . import algorithms as alg
 from . import lora, offload, precision, ulysses
 from .batch import Batch, zero_copy_tensors
 from .model import (
+    apply_fsdp,
     blank_sequence,
     language_model,
     load_weights,
@@ -574,18 +575,6 @@ class HybridWorker:
             self.agent.sandbox.close()
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def apply_fsdp(units: list, shard: dict) -> None:
-    """FSDP2 on each unit, the root (the whole model) last. head.py reads the output layer's weight
-    after the forward pass, so the root's parameters (embeddings, final norm, output layer) stay
-    gathered until the backward pass reshards them: a root resharded after its forward pass (as
-    reshard_after_forward=True asks, on GPUs) hands head.py a DTensor (seen on an H200)."""
-    from torch.distributed.fsdp import fully_shard
-
-    for module in units[:-1]:
-        fully_shard(module, **shard)
-    fully_shard(units[-1], **{**shard, "reshard_after_forward": False})
 
 
 def _rows(batch: Batch, micro_batches: list[list[int]], forward) -> torch.Tensor:

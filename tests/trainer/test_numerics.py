@@ -600,8 +600,7 @@ RESHARDED = """
 import os, sys, torch, torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from transformers import AutoModelForCausalLM
-from r1cloud.trainer.model import packed_log_probs, shard_units
-from r1cloud.trainer.workers import apply_fsdp
+from r1cloud.trainer.model import apply_fsdp, packed_log_probs, shard_units
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2])
 dist.init_process_group("gloo", rank=0, world_size=1)
 seqs = [([5, 6, 7, 8], [9, 10, 11]), ([5, 6, 7, 8], [12, 13])]
