@@ -23,9 +23,11 @@ wheels, see `scripts/gpu-wheels`):
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
   PYTHONPATH=/tmp/site:. python3 benchmarks/gpu.py --out $OUT
 
-(with `carry: [".whl"]`; a call may run 10 minutes: `--only checks,offload,landed,attention` in one
-call, `--only mfu` and `--only mfu7b` in the next ones). The report is written again after each
-section, so a call stopped at its limit still returns what ran.
+(with `carry: [".whl"]`). On an H200 (2026-11-28) the sections took: checks 59 s, offload 5 s,
+landed ~20 s, attention 62 s (FlexAttention's compiles are most of it), mfu 128 s, mfu7b 60 s:
+about 6 minutes in all, one call; a machine's start took about 40 s more. The report is written
+again after each section, so a call stopped at its limit still returns what ran; then
+`python benchmarks/run_all.py --gpu FOLDER…` puts the reports into RESULTS.md.
 
 On CPU, `--quick` runs every section on tiny shapes (gloo instead of nccl): what the tests run.
 Prints a report (markdown) and writes it with the raw numbers to --out (report.md, gpu.json).
