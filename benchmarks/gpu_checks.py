@@ -301,8 +301,10 @@ def offload(report, work: Path, cuda: bool, quick: bool) -> None:
     }
     results = {}
     for name, extra in variants.items():
-        run_dir = make_run(work, "offload-" + name.replace(" ", "-"), bp, base + extra)
-        w = worker(load_resolved(run_dir / "spec.yaml"))
+        spec = load_resolved(
+            make_run(work, "offload-" + name.replace(" ", "-"), bp, base + extra) / "spec.yaml"
+        )
+        lr, w = spec.worker.actor.optim.lr, worker(spec)
         try:
             resident = torch.cuda.memory_allocated() if cuda else 0
             batch = _batch(w.actor.config.vocab_size, micro=2)  # two micro-batches: accumulation
@@ -322,8 +324,12 @@ def offload(report, work: Path, cuda: bool, quick: bool) -> None:
     for name in ("between phases", "fsdp cpu offload"):
         r = results[name]
         diff = max_diff(none["weights"], r["weights"])
-        # the policy's step runs on the host's AdamW; neither may differ beyond the floor
-        limit = max(floor, 0.0 if name == "between phases" else 1e-6)
+        # the policy's step runs on the host's AdamW. On a GPU, AdamW's first step is lr·g/(|g| + ε):
+        # where |g| is near ε, a last-bit change of the gradient (CUDA's kernels do not repeat
+        # their sums bit for bit) moves a weight by up to lr; the weights may then differ by a
+        # tenth of lr, the gradient norms by 1e-6 of theirs
+        limit = max(floor, 0.0 if name == "between phases" else 1e-6, 0.1 * lr if cuda else 0.0)
+        norms = abs(r["stats"]["grad_norm"] - none["stats"]["grad_norm"]) <= 1e-6 * none["stats"]["grad_norm"]
         memory = (
             f"; device memory at rest {r['at_rest'] / gib:.3f} GiB vs {none['at_rest'] / gib:.3f} without"
             f" (resident for the update: {r['during'] / gib:.3f})"
@@ -332,8 +338,8 @@ def offload(report, work: Path, cuda: bool, quick: bool) -> None:
         )
         report.check(
             f"offload ({name}): two accumulated micro-batches update as without it",
-            diff <= limit and (not cuda or r["at_rest"] < none["at_rest"]),
+            diff <= limit and norms and (not cuda or r["at_rest"] < none["at_rest"]),
             f"max |Δ| weights {diff:.1e}, grad norm {r['stats']['grad_norm']:.6f} vs {none['stats']['grad_norm']:.6f}"
             f" (the same update twice without offload: max |Δ| {floor:.1e})" + memory,
-            f"{limit:g}" + ("; less memory at rest" if cuda else ""),
+            f"{limit:g}; grad norms 1e-6 relative" + ("; less memory at rest" if cuda else ""),
         )

@@ -64,27 +64,27 @@ def ulysses_check(report, work: Path, cuda: bool) -> None:
         )
         try:
             mb = _batch(w.actor.config.vocab_size, micro=2)
-            got[precision] = _gradients(w, mb, None)
-            if precision == ("bf16" if cuda else "fp32"):
-                got["one"] = _gradients(w, mb, ulysses.Group(dist.new_group([0]), 1, 0))
+            one = ulysses.Group(dist.new_group([0]), 1, 0)  # in this worker's process group
+            got[precision] = _gradients(w, mb, None), _gradients(w, mb, one)
         finally:
             w.shutdown()
             del w
             release()
-    plain = got["bf16" if cuda else "fp32"]
-    d_lp = max(
-        abs(a - b) for x, y in zip(plain[0], got["one"][0], strict=True) for a, b in zip(x, y, strict=True)
-    )
-    rel = _worst(plain[1], got["one"][1])
-    own = _worst(got["fp32"][1], plain[1]) if cuda else 0.0  # bf16's own error
-    limit = (5e-2, 2 * own) if cuda else (1e-6, 1e-5)
-    report.check(
-        f"Ulysses' code path at world 1 ({'bf16' if cuda else 'fp32'}): log-probs and gradients as without it",
-        plain[1].keys() == got["one"][1].keys() and d_lp <= limit[0] and rel <= limit[1],
-        f"log-prob max |Δ| {d_lp:.1e}; gradients, worst relative difference {rel:.1e} over "
-        f"{len(plain[1])} tensors" + (f" (bf16 against fp32: {own:.1e})" if cuda else ""),
-        f"{limit[0]:g}, " + ("2 × bf16's own" if cuda else f"{limit[1]:g}"),
-    )
+    own = _worst(got["fp32"][0][1], got["bf16"][0][1]) if cuda else 0.0  # bf16's own error
+    for precision, (plain, sliced) in got.items():
+        d_lp = max(
+            abs(a - b) for x, y in zip(plain[0], sliced[0], strict=True) for a, b in zip(x, y, strict=True)
+        )
+        rel = _worst(plain[1], sliced[1])
+        # fp32: the same numbers but for the order of a few sums; bf16: within bf16's own error
+        limit = (1e-5, 1e-4) if precision == "fp32" else (5e-2, 2 * own)
+        report.check(
+            f"Ulysses' code path at world 1 ({precision}): log-probs and gradients as without it",
+            plain[1].keys() == sliced[1].keys() and d_lp <= limit[0] and rel <= limit[1],
+            f"log-prob max |Δ| {d_lp:.1e}; gradients, worst relative difference {rel:.1e} over "
+            f"{len(plain[1])} tensors" + (f" (bf16 against fp32: {own:.1e})" if precision == "bf16" else ""),
+            f"{limit[0]:g}, " + (f"{limit[1]:g}" if precision == "fp32" else "2 × bf16's own"),
+        )
 
 
 def multi_turn(report, work: Path, cuda: bool) -> None:
@@ -104,7 +104,8 @@ def multi_turn(report, work: Path, cuda: bool) -> None:
         shutil.copytree(_models(work)[0], model)
         gen = GenerationConfig.from_pretrained(model)
         vocab = json.loads((model / "config.json").read_text())["vocab_size"]
-        gen.eos_token_id = sorted({gen.eos_token_id, *range(3, vocab, 3)})
+        eos = gen.eos_token_id if isinstance(gen.eos_token_id, list) else [gen.eos_token_id]
+        gen.eos_token_id = sorted({*eos, *range(3, vocab, 3)} - {None})
         gen.save_pretrained(model)
     data = work / "guess.jsonl"
     data.write_text("".join(json.dumps({"problem": "Guess the number.", "answer": "", "secret": s}) + "\n"

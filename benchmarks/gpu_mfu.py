@@ -224,7 +224,7 @@ def run(report, work: Path, cuda: bool, quick: bool, big: bool = False) -> list[
     report.check(
         f"actor update{' of a 7B' if big else ''} measured at every shape (forward + backward, then with the "
         "optimizer step)",
-        len(done) + len(oom) == len(results) and all(r["tokens_per_s"] > 0 for r in done),
+        done and len(done) + len(oom) == len(results) and all(r["tokens_per_s"] > 0 for r in done),
         f"{len(done)} of {len(results)} shapes ran, {len(oom)} out of memory; best MFU "
         + (
             f"{max(r['mfu'] for r in done if r.get('mfu')):.1%}" if any(r.get("mfu") for r in done) else "n/a"

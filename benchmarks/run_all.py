@@ -103,14 +103,16 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, {platform.system()}"
 
 
-def gpu_section(folders: list[Path]) -> tuple[str, str]:
-    """benchmarks/gpu.py's reports (its --out folders, one per call) as one section, and the GPU."""
+def gpu_section(folders: list[Path]) -> tuple[str, str, str]:
+    """benchmarks/gpu.py's reports (its --out folders, one per call) as one section, the GPU, and
+    when the first call started (reports before that field: now)."""
     env = json.loads((folders[0] / "gpu.json").read_text())["env"]
     text = "\n\n".join((f / "report.md").read_text().strip() for f in folders)
-    return (
-        text,
-        f"{env['device']} (a lent GPU machine), torch {env['torch']}, transformers {env['transformers']}",
+    when = env.get("started") or datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    machine = (
+        f"{env['device']} (a lent GPU machine), torch {env['torch']}, transformers {env['transformers']}"
     )
+    return text, machine, when
 
 
 def main() -> None:
@@ -125,6 +127,10 @@ def main() -> None:
         "become the gpu section, kept by later runs; nothing else runs",
     )  # fmt: skip
     args = parser.parse_args()
+    if missing := [
+        str(f) for f in args.gpu if not (f / "gpu.json").is_file() or not (f / "report.md").is_file()
+    ]:
+        parser.error(f"--gpu: no gpu.json and report.md (benchmarks/gpu.py --out) in {', '.join(missing)}")
     tmp = Path(tempfile.mkdtemp(prefix="bench-all-"))
     # the trainer runs (bf16: fp32 weights, bf16 compute — both tools' default)
     trainer_json = {r: tmp / f"trainer-{r}.json" for r in (TRAINER_RUNS[:1] if args.quick else TRAINER_RUNS)}
@@ -164,7 +170,7 @@ def main() -> None:
     }
     machines = {n: previous.get("machines", {}).get(n, previous.get("machine")) for n in dates}
     reports = {**previous.get("reports", {}), **outputs}
-    dates.update({n: when for n in outputs})
+    dates.update({n: gpu[2] if n == "gpu" else when for n in outputs})
     machines.update({n: gpu[1] if n == "gpu" else machine() for n in outputs})  # sessions' machines differ
     trainer = {
         **previous.get("trainer", {}),

@@ -242,6 +242,16 @@ def ragged(rows: list[list], dtype: torch.dtype, width: int | None = None) -> to
     return out
 
 
+def forward_rows(batch: Batch, micro_batches: list[list[int]], forward) -> torch.Tensor:
+    """`forward(seqs)`'s per-sequence values for each micro-batch's rows, fp32, the shard's rows'
+    response tokens end to end (batch.packed's layout)."""
+    out: list = [None] * len(batch)
+    for rows in micro_batches:
+        for i, x in zip(rows, forward(batch.seqs(rows)), strict=True):
+            out[i] = x.float().cpu()  # to the driver: host memory (what Ray's serializer sends)
+    return torch.cat(out) if out else torch.zeros(0)
+
+
 def pad_cat(parts: list[torch.Tensor]) -> torch.Tensor:
     """(Σ rows, widest) of several (rows, width) tensors, right-padded with zeros."""
     width = max((x.shape[1] for x in parts), default=0)

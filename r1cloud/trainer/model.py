@@ -290,6 +290,18 @@ def apply_fsdp(units: list, shard: dict) -> None:
     fully_shard(units[-1], **{**shard, "reshard_after_forward": False})
 
 
+@contextmanager
+def resharded(model, cuda: bool):
+    """A forward pass with no backward after it, the root's parameters sharded again at its end:
+    on GPUs, where apply_fsdp keeps them gathered for head.py until a backward pass, which a
+    reference model never runs (its embeddings and output layer would stay whole for the run)."""
+    try:
+        yield
+    finally:
+        if cuda and hasattr(model, "reshard"):  # an FSDP module
+            model.reshard()
+
+
 def uses_segments(model) -> bool:
     """Whether the model attends through attention.py (then its prompts can be shared)."""
     return getattr(model.config, "_attn_implementation", None) == NAME

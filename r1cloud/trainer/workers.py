@@ -25,7 +25,7 @@ from ..spec.models import torch_dtype
 from ..vision import auto_class
 from . import algorithms as alg
 from . import lora, offload, precision, ulysses
-from .batch import Batch, zero_copy_tensors
+from .batch import Batch, forward_rows, zero_copy_tensors
 from .model import (
     apply_fsdp,
     blank_sequence,
@@ -35,6 +35,7 @@ from .model import (
     packed_values,
     pad,
     receive_from_rank0,
+    resharded,
     shard_units,
     uses_segments,
     vision_tower,
@@ -360,8 +361,13 @@ class HybridWorker:
         model.eval()
         t = self._temperature if temperature is None else temperature
         resident = self.offloads["actor" if model is self.actor else "ref"].resident()
-        with resident, lora.disabled(model) if base else contextlib.nullcontext(), precision.window(model):
-            return _rows(
+        with (
+            resident,
+            lora.disabled(model) if base else contextlib.nullcontext(),
+            precision.window(model),
+            resharded(model, self.cuda),
+        ):
+            return forward_rows(
                 batch,
                 micro_batches,
                 lambda seqs: packed_log_probs(model, seqs, t, self.device, sp=self.sp["actor"]),
@@ -468,8 +474,12 @@ class HybridWorker:
     def values(self, batch: Batch, micro_batches: list[list[int]]) -> torch.Tensor:
         """The critic's values at the response tokens, as `log_probs`."""
         self.critic.eval()
-        with self.offloads["critic"].resident(), precision.window(self.critic):
-            return _rows(
+        with (
+            self.offloads["critic"].resident(),
+            precision.window(self.critic),
+            resharded(self.critic, self.cuda),
+        ):
+            return forward_rows(
                 batch,
                 micro_batches,
                 lambda seqs: packed_values(self.critic, seqs, self.device, self.sp["critic"]),
@@ -575,16 +585,6 @@ class HybridWorker:
             self.agent.sandbox.close()
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def _rows(batch: Batch, micro_batches: list[list[int]], forward) -> torch.Tensor:
-    """`forward(seqs)`'s per-sequence values for each micro-batch's rows, fp32, the shard's rows'
-    response tokens end to end (batch.packed's layout)."""
-    out: list = [None] * len(batch)
-    for rows in micro_batches:
-        for i, x in zip(rows, forward(batch.seqs(rows)), strict=True):
-            out[i] = x.float().cpu()  # to the driver: host memory (what Ray's serializer sends)
-    return torch.cat(out) if out else torch.zeros(0)
 
 
 def _step(model, optim, max_norm: float) -> float:

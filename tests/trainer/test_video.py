@@ -28,12 +28,6 @@ def test_a_file_is_sampled_as_fetch_video_samples_it(tmp_path):
     path = write_video(tmp_path / "count.mp4", frames=30, fps=10, size=(84, 56))
     clip = video.load(str(path), None, 2.0, 784, 3136)
     assert clip.indices == [0, 6, 12, 17, 23, 29] and clip.fps == pytest.approx(10)
-    # where torchvision is (GPU machines), transformers' own video processor reads the metadata
-    # vision.encode passes, as VideoMetadata, which refuses vLLM's do_sample_frames key (seen on an H200)
-    from transformers.video_utils import make_batched_metadata
-
-    (meta,) = make_batched_metadata([clip.frames], [clip.hf_metadata])
-    assert meta.frames_indices == clip.indices and meta.fps == pytest.approx(10)
     for index, frame in zip(clip.indices, clip.frames, strict=True):
         assert abs(int(np.asarray(frame)[..., 0].mean()) - index * 8) <= 6  # the frame it claims
     assert all(f.size == clip.frames[0].size for f in clip.frames)
@@ -49,6 +43,30 @@ def test_a_file_is_sampled_as_fetch_video_samples_it(tmp_path):
     listed = video.load([vision.open_image(f.name, str(tmp_path)) for f in frames], None, 2.0, 784, 3136)
     assert len(listed.frames) == 4 and listed.frames[3].tobytes() == listed.frames[2].tobytes()
     assert listed.metadata["fps"] == 2.0
+
+
+def test_encode_gives_transformers_own_video_processor_metadata_it_takes(models, tmp_path):
+    """Where torchvision is (GPU machines), transformers' own video processor builds a VideoMetadata
+    of each dict encode passes, which refuses vLLM's do_sample_frames (seen on an H200); r1cloud's
+    stand-in here would not notice, so the call's metadata goes through transformers' own step."""
+    from transformers.video_utils import make_batched_metadata
+
+    processor = vision.ImageProcessor(vision.load_processor(str(models["qwen2_5_vl"])))
+    clip = video.load(str(write_video(tmp_path / "v.mp4", frames=20, fps=10)), None, 2.0, 784, 3136)
+    seen, real = {}, processor.processor
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def __call__(self, **kwargs):
+            seen.update(kwargs)
+            return real(**kwargs)
+
+    processor.processor = Spy()
+    processor.encode(processor.render("<video>What moves?", False), [], [clip])
+    (meta,) = make_batched_metadata(seen["videos"], seen["video_metadata"])
+    assert meta.frames_indices == clip.indices and meta.fps == pytest.approx(10)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
