@@ -11,19 +11,13 @@ from pathlib import Path
 
 import yaml
 from gpu import gpu_overrides, make_run, release, trainer, worker
-from gpu_checks import _batch, _blueprint, _models, _whole, finite, metrics
+from gpu_checks import _batch, _blueprint, _models, finite, metrics
 
 
 def run(report, work: Path, cuda: bool, quick: bool) -> None:
     ulysses_check(report, work, cuda)
     multi_turn(report, work, cuda)
     video_run(report, work, cuda)
-
-
-def _grads(w) -> dict:
-    out = {n: _whole(p.grad) for n, p in w.actor.named_parameters() if p.grad is not None}
-    w.optim.zero_grad(set_to_none=True)
-    return out
 
 
 def _gradients(w, mb, sp) -> tuple[list, dict]:
@@ -37,7 +31,7 @@ def _gradients(w, mb, sp) -> tuple[list, dict]:
     lp = per_sequence(w.log_probs(b, [rows], temperature=1.0), [len(s[1]) for s in seqs])
     w._update(*shard(mb), apply=False)
     w.sp["actor"] = None
-    return lp, _grads(w)
+    return lp, {k: v.cpu() for k, v in w.full_grads().items()}
 
 
 def _worst(a: dict, b: dict) -> float:
@@ -137,24 +131,10 @@ def multi_turn(report, work: Path, cuda: bool) -> None:
 def video_run(report, work: Path, cuda: bool) -> None:
     """One step on generated clips (files and a frame list) with a tiny Qwen2.5-VL, two updates so
     the old log-probs over the same frames are recomputed and compared with the engine's."""
-    from PIL import Image
-
-    from r1cloud.testing import make_tiny_vlm, write_video
+    from r1cloud.testing import make_tiny_vlm, write_clips
     from tinyrun import tiny_vl_blueprint
 
-    clips = work / "clips"
-    clips.mkdir(exist_ok=True)
-    rows = []
-    for i in range(6):
-        write_video(clips / f"c{i}.mp4", frames=10 * (1 + i % 3), fps=10, size=(84, 56))
-        rows.append({"videos": [f"c{i}.mp4"], "problem": "<video>How many seconds long is it?",
-                     "answer": str(1 + i % 3)})  # fmt: skip
-    frames = [f"f{k}.png" for k in range(3)]
-    for k, name in enumerate(frames):
-        Image.new("RGB", (84, 56), (60 * k, 200 - 60 * k, 90)).save(clips / name)
-    rows += [{"videos": [frames], "problem": "Watch <video> and count the frames.", "answer": "3"}] * 2
-    for split in ("train", "test"):
-        (clips / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    clips = write_clips(work / "clips")
     model = make_tiny_vlm(work / "tiny-qwen2_5_vl", "qwen2_5_vl")
     bp = yaml.safe_load(tiny_vl_blueprint(model, clips, _models(work)[1], steps=1))
     bp["data"].update(video_fps=2.0, max_pixels=4704, max_prompt_length=160)

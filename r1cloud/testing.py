@@ -334,3 +334,28 @@ def write_video(
     finally:
         writer.release()
     return path
+
+
+def write_clips(root: str | Path) -> Path:
+    """A small generated video set in `root`, EasyR1-style: rows {"videos": [file or frame list],
+    "problem": "<video>…", "answer": …}, clips of 1 to 3 s and two rows whose video is a list of
+    frames; train.jsonl holds all 8 rows, test.jsonl the first 4."""
+    import json
+
+    from PIL import Image
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(6):
+        write_video(root / f"c{i}.mp4", frames=10 * (1 + i % 3), fps=10, size=(84, 56))
+        rows.append({"videos": [f"c{i}.mp4"], "problem": "<video>How many seconds long is it?",
+                     "answer": str(1 + i % 3)})  # fmt: skip
+    for i in range(2):
+        frames = [f"f{i}_{k}.png" for k in range(3)]
+        for k, name in enumerate(frames):
+            Image.new("RGB", (84, 56), (60 * k, 200 - 60 * k, 90)).save(root / name)
+        rows.append({"videos": [frames], "problem": "Watch <video> and count the frames.", "answer": "3"})
+    (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:4]))
+    return root

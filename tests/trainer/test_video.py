@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from r1cloud import video, vision
-from r1cloud.testing import make_tiny_vlm, write_video
+from r1cloud.testing import make_tiny_vlm, write_clips, write_video
 from r1cloud.trainer.model import attention_for, packed_log_probs
 
 ARCHS = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
@@ -176,31 +176,8 @@ def test_qwen2_5_positions_follow_qwen_rule_after_a_video():
 
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory):
-    """A small generated video set, EasyR1-style: rows {"videos": [file or frame list], "problem":
-    "<video>…", "answer": …} — clips of 1 to 3 s, and two rows whose video is a list of frames."""
-    import json
-
-    from PIL import Image
-
-    root = tmp_path_factory.mktemp("clips")
-    rows = []
-    for i in range(6):
-        write_video(root / f"c{i}.mp4", frames=10 * (1 + i % 3), fps=10, size=(84, 56))
-        rows.append(
-            {
-                "videos": [f"c{i}.mp4"],
-                "problem": "<video>How many seconds long is it?",
-                "answer": str(1 + i % 3),
-            }
-        )
-    for i in range(2):
-        frames = [f"f{i}_{k}.png" for k in range(3)]
-        for k, name in enumerate(frames):
-            Image.new("RGB", (84, 56), (60 * k, 200 - 60 * k, 90)).save(root / name)
-        rows.append({"videos": [frames], "problem": "Watch <video> and count the frames.", "answer": "3"})
-    (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (root / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:4]))
-    return root
+    """A small generated video set, EasyR1-style (r1cloud.testing.write_clips)."""
+    return write_clips(tmp_path_factory.mktemp("clips"))
 
 
 @pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen3_vl"])
