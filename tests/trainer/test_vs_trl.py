@@ -1,5 +1,5 @@
 """r1cloud's GRPO update against TRL's GRPOTrainer (trl 1.16, the peer in benchmarks/trainer_vs_trl.py)
-on TRL's own batch: the benchmark's claim that both tools run the same loss, checked in their code.
+on TRL's own batches: the benchmark's claim that both tools run the same loss, checked in their code.
 
 TRL runs three real steps on the tiny Qwen2-VL and the shapes pictures (its generation, rewards,
 group advantages, DAPO token-mean loss, AdamW at a constant lr), and what it trains on and its
@@ -114,12 +114,11 @@ def test_grpo_update_equals_trls_on_its_own_batches(make_vl_run, tiny_vlm, shape
         plan = [[{"total": total, "micro": [samples[:4]]}], [{"total": total, "micro": [samples[4:]]}]]
         steps.update(trainer, plan, apply=apply)
 
-    def close(got: dict, want: dict, limit: float) -> float:
+    def close(got: dict, want: dict, limit: float) -> None:
         assert set(got) == set(want)
         scale = max(g.abs().max().item() for g in want.values())
         gap = max((got[n] - want[n]).abs().max().item() for n in want) / scale
         assert gap <= limit, gap
-        return gap
 
     try:
         trainer.start_workers()
@@ -133,5 +132,5 @@ def test_grpo_update_equals_trls_on_its_own_batches(make_vl_run, tiny_vlm, shape
         trainer.shutdown()
     want = kept["grads"][0]
     assert any(n.startswith("model.visual.") and want[n].abs().max() > 0 for n in want)  # the pictures count
-    gaps = close(first, want, 1e-5), close(third, kept["grads"][2], 1e-5)
-    print("gradient gaps, steps 1 and 3 (of the largest entry):", gaps)
+    close(first, want, 1e-5)
+    close(third, kept["grads"][2], 1e-5)  # 4.5e-7 measured; with r1cloud's lr 10% off, 5.4e-3
