@@ -27,7 +27,9 @@ warm-up (compilation, caches) and is left out of the rates.
 Reported per system: rollout tokens/s (response tokens ÷ generation time), trained tokens/s
 (prompt + response tokens ÷ the rest of the step: log-probs, loss, backward, optimizer, weight
 sync), wall seconds per step, peak RSS of the whole process tree, the mean reward over all steps
-and of the last step; r1cloud's seconds per step by phase; and r1cloud's ratios to each TRL run.
+and of the last step (and each run's mean); r1cloud's seconds per step by phase; and r1cloud's
+ratios to each TRL run, with the reward difference paired by step and, the honest error over
+several repeats, by run.
 The anchor: the matmul throughput this CPU reaches in the run's dtype (`matmul_roofline`, measured
 in the same run), and r1cloud's update as a fraction of it (model FLOPs: `update_flops`).
 
@@ -638,11 +640,15 @@ def report(results: dict[str, list[dict]]) -> dict:
             diff = paired_reward_diff(
                 [r["steps"] for r in results[system]], [r["steps"] for r in results[baseline]]
             )
-            row[f"vs_{baseline}"] = {**ratios, "reward_diff": diff}
+            by_run = run_reward_diff(results[system], results[baseline])
+            row[f"vs_{baseline}"] = {**ratios, "reward_diff": diff, "reward_diff_by_run": by_run}
             print(
                 f"{system}/{baseline}: " + ", ".join(f"{k} {v:.2f}×" for k, v in ratios.items())
-                + f", reward {diff[0]:+.3f} ± {diff[1]:.3f}"
+                + f", reward {diff[0]:+.3f} ± {diff[1]:.3f} paired by step,"
+                f" {by_run[0]:+.3f} ± {by_run[1]:.3f} by run"
             )  # fmt: skip
+    for system, runs in results.items():
+        print(f"{system} mean reward per run: " + ", ".join(f"{r['mean_reward']:.3f}" for r in runs))
     return table
 
 
@@ -658,6 +664,18 @@ def paired_reward_diff(mine: list[list[dict]], theirs: list[list[dict]]) -> tupl
     ]
     se = statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else float("nan")
     return statistics.mean(d), se
+
+
+def run_reward_diff(mine: list[dict], theirs: list[dict]) -> tuple[float, float]:
+    """The difference of the two tools' mean reward per run, and its standard error with the run
+    as the unit (Welch's). The honest one over several repeats: a run's steps are not independent,
+    since what a run learns early it scores on at every later step (on SmolVLM, whether it learned
+    to answer "1" decides most of its reward), which the paired-by-step error leaves out."""
+    a, b = [r["mean_reward"] for r in mine], [r["mean_reward"] for r in theirs]
+    if len(a) < 2 or len(b) < 2:
+        return statistics.mean(a) - statistics.mean(b), float("nan")
+    se = (statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) ** 0.5
+    return statistics.mean(a) - statistics.mean(b), se
 
 
 if __name__ == "__main__":
