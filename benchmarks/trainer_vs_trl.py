@@ -672,10 +672,10 @@ def run_reward_diff(mine: list[dict], theirs: list[dict]) -> tuple[float, float]
     since what a run learns early it scores on at every later step (on SmolVLM, whether it learned
     to answer "1" decides most of its reward), which the paired-by-step error leaves out."""
     a, b = [r["mean_reward"] for r in mine], [r["mean_reward"] for r in theirs]
+    diff = statistics.mean(a) - statistics.mean(b)
     if len(a) < 2 or len(b) < 2:
-        return statistics.mean(a) - statistics.mean(b), float("nan")
-    se = (statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) ** 0.5
-    return statistics.mean(a) - statistics.mean(b), se
+        return diff, float("nan")
+    return diff, (statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) ** 0.5
 
 
 if __name__ == "__main__":
