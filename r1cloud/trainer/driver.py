@@ -399,11 +399,8 @@ class Trainer:
         s = self.spec
         tis = s.worker.actor.rollout_is
         steps = self.optimizer_steps(batch, n_mini, s.worker.actor)
-        keep = (
-            ("advantages", "ref_logp")
-            + (("old_logp",) if keep_old else ())
-            + (("rollout_logp",) if tis else ())
-        )
+        # the engine's log-probs: TIS weighs by them; on-policy the update measures the engine against them
+        keep = ("advantages", "ref_logp", "rollout_logp") + (("old_logp",) if keep_old else ())
         results = self.train("update", batch, steps, keep)
         return actor_metrics(results, len(steps), tis, s.algorithm.use_kl_loss and not s.algorithm.disable_kl)
 

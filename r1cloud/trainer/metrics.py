@@ -31,6 +31,9 @@ def actor_metrics(results: list[list[dict]], steps: int, tis: bool, kl_loss: boo
         out["actor/pg_clipfrac_lower"].append(sum(x["clip_lo"] for x in ranks) / tokens)
         out["actor/ppo_kl"].append(sum(x["ppo_kl"] for x in ranks) / tokens)
         out["actor/grad_norm"].append(ranks[0]["grad_norm"])
+        if "engine_diff" in ranks[0]:  # on-policy (one optimizer step): measured in the update
+            out["rollout/logp_diff_mean"].append(sum(x["engine_diff"] for x in ranks) / tokens)
+            out["rollout/logp_diff_max"].append(max(x["engine_diff_max"] for x in ranks))
         if kl_loss:
             out["actor/kl_loss"].append(sum(x["kl_loss"] for x in ranks))
     metrics = {k: sum(v) / len(v) for k, v in out.items()}

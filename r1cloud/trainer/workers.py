@@ -45,8 +45,10 @@ from .optim import AdamWBF16, lr_factor
 VALUE_HEADS = ("score", "classifier")  # a critic's new head: trained in full when it has LoRA
 
 
-# what `update` sums over its micro-batches (besides is_weight)
-UPDATE_STATS = ("pg_loss", "kl_loss", "entropy_loss", "tokens", "clip_hi", "clip_lo", "ppo_kl", "entropy")
+# what `update` sums over its micro-batches (on-policy, engine_diff and its max besides)
+UPDATE_STATS = (
+    "pg_loss", "kl_loss", "entropy_loss", "tokens", "clip_hi", "clip_lo", "ppo_kl", "entropy", "is_weight"
+)  # fmt: skip
 
 
 class HybridWorker:
@@ -391,7 +393,7 @@ class HybridWorker:
         results = []
         for mb in minibatches:
             total = mb["total"]
-            stats = dict.fromkeys((*UPDATE_STATS, "is_weight"), 0.0)
+            stats = dict.fromkeys(UPDATE_STATS, 0.0)
             with precision.window(self.actor):  # one worker computing in bf16 without FSDP
                 for i, rows in enumerate(mb["micro"]):
                     self._sync_gradients(self.actor, last=i == len(mb["micro"]) - 1)
@@ -409,6 +411,10 @@ class HybridWorker:
                     logp, mask = pad(logps, width=micro.response_ids.shape[1])[0], micro.mask
                     entropy = pad(entropies, width=mask.shape[1])[0]
                     old = logp.detach() if micro.old_logp is None else micro.old_logp
+                    if micro.old_logp is None and micro.rollout_logp is not None:  # on-policy: the
+                        gap = (old - micro.rollout_logp).abs() * mask  # engine against the trainer, free
+                        stats["engine_diff"] = stats.get("engine_diff", 0.0) + float(gap.sum())
+                        stats["engine_diff_max"] = max(stats.get("engine_diff_max", 0.0), float(gap.max()))
                     adv = micro.advantages * mask
                     loss_mat, m = alg.policy_loss(
                         actor_cfg.loss_type,

@@ -56,6 +56,10 @@ def test_listing_shows_steps_rewards_and_inference_ready(trained):
     assert [c.inference_ready for c in found] == [False, True]  # save_hf: the last one is merged
     metrics = [json.loads(x) for x in (trained / "metrics.jsonl").read_text().splitlines()]
     assert [c.train_reward for c in found] == [m["reward/overall"] for m in metrics]
+    # on-policy (no old log-probs recomputed): the update measures the engine against the trainer
+    assert all(m["perf/old_log_prob_recomputed"] == 0.0 for m in metrics)
+    diffs = [(m["rollout/logp_diff_mean"], m["rollout/logp_diff_max"]) for m in metrics]
+    assert all(0 <= mean <= top < 1e-3 for mean, top in diffs), diffs  # fp32, both sides
     assert found[0].id == "run:step-1" and found[0].size > 0
     r = r1("checkpoints", trained / "checkpoints")
     assert r.returncode == 0, r.stderr
