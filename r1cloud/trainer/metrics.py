@@ -41,6 +41,15 @@ def actor_metrics(results: list[list[dict]], steps: int, tis: bool, kl_loss: boo
     return metrics
 
 
+def engine_gap(stats: dict, logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor) -> None:
+    """Adds to an update's `stats` how far the engine's log-probs are from the trainer's on the
+    response tokens (summed, and the largest): on-policy, the update's own first pass is the
+    old log-probs, so this costs no forward."""
+    gap = (logp - rollout_logp).abs() * mask
+    stats["engine_diff"] = stats.get("engine_diff", 0.0) + float(gap.sum())
+    stats["engine_diff_max"] = max(stats.get("engine_diff_max", 0.0), float(gap.max()))
+
+
 def critic_metrics(results: list[list[dict]], steps: int, batch: Batch) -> dict[str, float]:
     """critic/* from the critic's update statistics and the step's values and returns."""
     out: dict[str, list[float]] = defaultdict(list)

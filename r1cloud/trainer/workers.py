@@ -22,10 +22,10 @@ from ..rollout import Request, Sampling, eos_ids, vllm_max_rank
 from ..spec import Spec
 from ..spec.files import unsupported
 from ..spec.models import torch_dtype
-from ..vision import auto_class
 from . import algorithms as alg
 from . import lora, offload, precision, ulysses
 from .batch import Batch, forward_rows, zero_copy_tensors
+from .metrics import engine_gap
 from .model import (
     apply_fsdp,
     blank_sequence,
@@ -45,10 +45,8 @@ from .optim import AdamWBF16, lr_factor
 VALUE_HEADS = ("score", "classifier")  # a critic's new head: trained in full when it has LoRA
 
 
-# what `update` sums over its micro-batches (on-policy, engine_diff and its max besides)
-UPDATE_STATS = (
-    "pg_loss", "kl_loss", "entropy_loss", "tokens", "clip_hi", "clip_lo", "ppo_kl", "entropy", "is_weight"
-)  # fmt: skip
+# what `update` sums over its micro-batches (besides is_weight; on-policy, engine_gap's)
+UPDATE_STATS = ("pg_loss", "kl_loss", "entropy_loss", "tokens", "clip_hi", "clip_lo", "ppo_kl", "entropy")
 
 
 class HybridWorker:
@@ -140,7 +138,7 @@ class HybridWorker:
         config = AutoConfig.from_pretrained(m.model_path, trust_remote_code=m.trust_remote_code)
         if reason := unsupported(config.to_dict()):  # a Hub model validate could not read
             raise ValueError(f"worker.actor.model.model_path: {reason}")
-        load, extra = auto_class(config), {}
+        load, extra = vision.auto_class(config), {}
         four_bit = train and m.lora.rank and m.lora.load_in_4bit  # QLoRA: quantised as it loads
         # enable_rank0_init: rank 0 reads the weights, the others build an empty model (meta device)
         # and receive their shards from it after sharding: one copy in host memory, not one per worker
@@ -393,7 +391,7 @@ class HybridWorker:
         results = []
         for mb in minibatches:
             total = mb["total"]
-            stats = dict.fromkeys(UPDATE_STATS, 0.0)
+            stats = dict.fromkeys((*UPDATE_STATS, "is_weight"), 0.0)
             with precision.window(self.actor):  # one worker computing in bf16 without FSDP
                 for i, rows in enumerate(mb["micro"]):
                     self._sync_gradients(self.actor, last=i == len(mb["micro"]) - 1)
@@ -411,10 +409,8 @@ class HybridWorker:
                     logp, mask = pad(logps, width=micro.response_ids.shape[1])[0], micro.mask
                     entropy = pad(entropies, width=mask.shape[1])[0]
                     old = logp.detach() if micro.old_logp is None else micro.old_logp
-                    if micro.old_logp is None and micro.rollout_logp is not None:  # on-policy: the
-                        gap = (old - micro.rollout_logp).abs() * mask  # engine against the trainer, free
-                        stats["engine_diff"] = stats.get("engine_diff", 0.0) + float(gap.sum())
-                        stats["engine_diff_max"] = max(stats.get("engine_diff_max", 0.0), float(gap.max()))
+                    if micro.old_logp is None and micro.rollout_logp is not None:  # on-policy
+                        engine_gap(stats, old, micro.rollout_logp, mask)
                     adv = micro.advantages * mask
                     loss_mat, m = alg.policy_loss(
                         actor_cfg.loss_type,
