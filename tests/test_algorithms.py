@@ -182,6 +182,28 @@ def test_rollout_importance_sampling_weights_follow_trls_formula(mode):
     assert not got.requires_grad
 
 
+def test_engine_gap_over_micro_batches_becomes_the_steps_logp_diff():
+    """On-policy, the update's log-probs against the engine's: |diff| summed over response tokens
+    across micro-batches (padding left out however large), its max, and per token in the metrics."""
+    from r1cloud.trainer.metrics import actor_metrics, engine_gap
+
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.float32)
+    logp = torch.tensor([[-1.0, -2.0, -9.0], [-0.5, 0.0, 0.0]])
+    rollout = torch.tensor([[-1.1, -1.7, 5.0], [-0.5, 3.0, 3.0]])
+    stats: dict = {}
+    engine_gap(stats, logp, rollout, mask)
+    engine_gap(stats, logp[:1], rollout[:1] - 0.2, mask[:1])  # a second micro-batch
+    assert stats["engine_diff"] == pytest.approx(0.1 + 0.3 + 0.0 + 0.3 + 0.1)
+    assert stats["engine_diff_max"] == pytest.approx(0.3)
+    zeros = dict.fromkeys(("pg_loss", "entropy_loss", "entropy", "clip_hi", "clip_lo", "ppo_kl", "lr"), 0.0)
+    rank = zeros | {"grad_norm": 1.0, "tokens": 5.0} | stats
+    m = actor_metrics([[rank], [{**rank, "engine_diff_max": 0.5}]], 1, tis=False, kl_loss=False)
+    assert m["rollout/logp_diff_mean"] == pytest.approx(2 * 0.8 / 10)
+    assert m["rollout/logp_diff_max"] == pytest.approx(0.5)
+    off_policy = {k: v for k, v in rank.items() if not k.startswith("engine_")}  # old log-probs given
+    assert not any(k.startswith("rollout/") for k in actor_metrics([[off_policy]], 1, False, False))
+
+
 def test_dynamic_sampling_keeps_groups_strictly_inside_the_bounds():
     uids = ["a", "a", "b", "b", "c", "d", "d", "e", "e"]
     values = [1.0, 1.0, 0.0, 0.0, 0.5, 0.01, 0.01, 0.2, 0.9]
