@@ -45,9 +45,11 @@ def engine_gap(stats: dict, logp: torch.Tensor, rollout_logp: torch.Tensor, mask
     """Adds to an update's `stats` how far the engine's log-probs are from the trainer's on the
     response tokens (summed, and the largest): on-policy, the update's own first pass is the
     old log-probs, so this costs no forward."""
-    gap = (logp - rollout_logp).abs() * mask
+    gap = torch.where(mask > 0, (logp - rollout_logp).abs(), 0.0)  # padding left out, whatever it holds
     stats["engine_diff"] = stats.get("engine_diff", 0.0) + float(gap.sum())
-    stats["engine_diff_max"] = max(stats.get("engine_diff_max", 0.0), float(gap.max()))
+    stats["engine_diff_max"] = max(
+        stats.get("engine_diff_max", 0.0), float(gap.max()) if gap.numel() else 0.0
+    )
 
 
 def critic_metrics(results: list[list[dict]], steps: int, batch: Batch) -> dict[str, float]:
@@ -84,10 +86,10 @@ def rollout_metrics(
     m["prompt_length/clip_ratio"] = float((batch.prompt_len >= max_prompt_length).double().mean())
     m.update(stats("critic/score", batch.scores["overall"]))
     if batch.old_logp is not None and batch.rollout_logp is not None:  # the engine against the trainer
-        on = batch.mask.bool()
-        diff = (batch.old_logp - batch.rollout_logp)[on].abs()
-        m["rollout/logp_diff_max"] = float(diff.max()) if len(diff) else 0.0
-        m["rollout/logp_diff_mean"] = float(diff.mean()) if len(diff) else 0.0
+        gap: dict[str, float] = {}
+        engine_gap(gap, batch.old_logp, batch.rollout_logp, batch.mask)
+        m["rollout/logp_diff_max"] = gap["engine_diff_max"]
+        m["rollout/logp_diff_mean"] = gap["engine_diff"] / max(float(batch.mask.sum()), 1.0)
     for key, v in sorted(seen.episode.items()):  # multi-turn: per episode, over all generated
         m[f"agent/{key}"] = float(v.double().nanmean())  # env_reward: NaN where get_reward() raised
     if batch.advantages is not None:
