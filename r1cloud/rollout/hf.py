@@ -44,10 +44,20 @@ class HFEngine:
 
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """The policy's weights by their names in the model's state dict. A name the model lacks
+        is an error: skipped, the engine would go on sampling from that weight's first value."""
         params = self.model.state_dict()
+        unknown = []
         for name, tensor in weights:
             if name in params:
                 params[name].copy_(tensor.to(params[name].dtype))
+            else:
+                unknown.append(name)
+        if unknown:
+            raise RuntimeError(
+                f"the hf engine's model has no weight named {unknown[0]!r} ({len(unknown)} of the policy's "
+                "names are not in its state dict): the trainer's and the engine's models differ"
+            )
 
     @torch.no_grad()
     def generate(self, prompts: list[Request], sampling: Sampling) -> list[Sample]:

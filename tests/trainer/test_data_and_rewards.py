@@ -578,6 +578,27 @@ def test_hf_engine_top_k_minus_one_samples_every_token(tiny_model):
     assert len(first_tokens(5)) <= 5
 
 
+def test_hf_engine_load_weights_refuses_a_name_it_lacks(tiny_model):
+    """A synced weight lands in the engine's model by name (its samples change); a name the model
+    lacks raises instead of leaving the engine sampling from that weight's first value."""
+    import torch
+
+    from r1cloud.rollout import Request, Sampling
+    from r1cloud.rollout.hf import HFEngine
+
+    engine = HFEngine(str(tiny_model), set(), 0, torch.float32, "cpu")
+    name, weight = next(iter(engine.model.state_dict().items()))
+
+    def greedy() -> list[int]:
+        return engine.generate([Request([5, 6, 7])], Sampling(temperature=0, max_tokens=8))[0].response
+
+    before = greedy()
+    engine.load_weights([(name, torch.randn_like(weight) * 3)])
+    assert greedy() != before
+    with pytest.raises(RuntimeError, match="no weight named 'model.nope.weight'"):
+        engine.load_weights([(name, weight), ("model.nope.weight", weight)])
+
+
 @pytest.mark.parametrize("asked", [False, True])
 def test_chunked_prefill_on_a_gpu_reaches_vllm_as_written(make_run, monkeypatch, asked):
     """EasyR1 passes `enable_chunked_prefill=config.enable_chunked_prefill` to vLLM as it is
