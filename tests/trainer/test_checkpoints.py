@@ -182,7 +182,11 @@ def test_sigkill_during_saves_never_leaves_a_listed_or_resumable_half_checkpoint
     trials = 25
     for _ in range(trials):
         p = subprocess.Popen([sys.executable, script, root], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        time.sleep(1.5 + rng.random() * 1.5)  # imports take ~1 s; then saves back to back
+        # Wait for its first save (imports take 1 s, or 5 on a loaded machine), then kill it at a
+        # random point in the saves that follow back to back (one takes ~0.1 s).
+        first = p.stdout.readline()
+        assert first, p.communicate()[1].decode()[-2000:]
+        time.sleep(rng.random() * 0.5)
         p.send_signal(signal.SIGKILL)
         p.wait()
         from r1cloud.checkpoint.write import Checkpoints
