@@ -179,7 +179,7 @@ def test_sigkill_during_saves_never_leaves_a_listed_or_resumable_half_checkpoint
     script = tmp_path / "saver.py"
     script.write_text(SAVER)
     rng = random.Random(0)
-    trials = 25
+    trials = 20
     for _ in range(trials):
         p = subprocess.Popen([sys.executable, script, root], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         # Wait for its first save (imports take 1 s, or 5 on a loaded machine), then kill it at a

@@ -59,7 +59,7 @@ def test_train_stop_resume_logs_status(home, blueprint):
         "--detach",
         "--secret",
         f"HF_TOKEN={SECRET}",
-        "trainer.max_steps=40",
+        "trainer.max_steps=16",
         "trainer.save_freq=-1",  # no periodic saves: the only checkpoint before the end is the stop's
     )
     assert r.returncode == 0, r.stderr
@@ -78,7 +78,7 @@ def test_train_stop_resume_logs_status(home, blueprint):
     record = job_record(home, "life")
     assert record["status"] == "STOPPED"
     stopped_at = max(steps_done(home, "life"))
-    assert stopped_at < 40
+    assert stopped_at < 16
     saved = sorted(p.name for p in (home / "jobs/life/checkpoints").glob("global_step_*"))
     assert saved == [f"global_step_{stopped_at}"]
     r = r1("status", "life")
@@ -87,22 +87,22 @@ def test_train_stop_resume_logs_status(home, blueprint):
     r = r1("train", "--resume", "life", "--secret", f"HF_TOKEN={SECRET}")  # follows to the end
     assert r.returncode == 0, r.stdout + r.stderr
     assert "resumed life" in r.stdout and "life SUCCEEDED" in r.stdout
-    assert "step 40/40" in r.stdout
+    assert "step 16/16" in r.stdout
     assert f"[resume] from step {stopped_at}" in (home / "jobs/life/train.log").read_text()
-    assert steps_done(home, "life") == list(range(1, 41))
+    assert steps_done(home, "life") == list(range(1, 17))
     # each finished segment (the stop's, then the rest) calibrates later estimates on this machine
     runs = [json.loads(x) for x in (home / "throughput.jsonl").read_text().splitlines()]
     assert [x["job"] for x in runs] == ["life", "life"], runs
     assert all(x["device"] == "cpu" and x["devices"] == 2 and x["gen_flops"] > 0 for x in runs), runs
-    r = r1("validate", blueprint, "trainer.max_steps=40", "--secret", f"HF_TOKEN={SECRET}")
+    r = r1("validate", blueprint, "trainer.max_steps=16", "--secret", f"HF_TOKEN={SECRET}")
     assert "calibrated by job life" in r.stdout and "this machine, 2 worker slots" in r.stdout, r.stdout
 
     r = r1("checkpoints")  # the latest job: the stop's checkpoint and the final, merged one
     assert r.returncode == 0, r.stderr
-    assert f"life:step-{stopped_at}" in r.stdout and "life:step-40" in r.stdout and "yes" in r.stdout
+    assert f"life:step-{stopped_at}" in r.stdout and "life:step-16" in r.stdout and "yes" in r.stdout
 
     r = r1("logs", "-n", "5")  # the latest job by default
-    assert r.returncode == 0 and "step 40/40" in r.stdout
+    assert r.returncode == 0 and "step 16/16" in r.stdout
     r = r1("logs", "-f", "life")  # already finished: prints and exits with its code
     assert r.returncode == 0
 

@@ -318,6 +318,10 @@ def test_killed_run_resumes_with_the_same_data_and_metrics(make_run, tmp_path):
             "algorithm.adv_estimator=grpo",
             "algorithm.norm_adv_by_std_in_grpo=false",
             "worker.actor.loss_avg_mode=seq-mean-token-sum-norm",
+            "worker.actor.entropy_coeff=0.01",
+            "worker.actor.rollout_is=sequence_truncate",
+            "worker.actor.rollout_is_cap=2.0",
+            "worker.actor.optim.strategy=adamw_bf16",  # bf16 moments on FSDP2 shards, saved by DCP
         ],
         [
             "algorithm.adv_estimator=grpo_passk",
@@ -346,21 +350,14 @@ def test_killed_run_resumes_with_the_same_data_and_metrics(make_run, tmp_path):
             "algorithm.kl_target=0.001",
             "algorithm.kl_horizon=100",
         ],
-        [
-            "worker.actor.entropy_coeff=0.01",
-            "worker.actor.rollout_is=sequence_truncate",
-            "worker.actor.rollout_is_cap=2.0",
-            "worker.actor.optim.strategy=adamw_bf16",  # bf16 moments on FSDP2 shards, saved by DCP
-        ],
     ],
     ids=[
-        "dr-grpo",
+        "dr-grpo-entropy-bonus-tis-adamw-bf16",
         "passk-gspo",
         "rloo-gspo-token",
         "reinforce++-cispo",
         "reinforce++-baseline-sapo",
         "remax-adaptive-kl",
-        "entropy-bonus-tis-adamw-bf16",
     ],
 )
 def test_every_estimator_and_loss_trains_two_steps(make_run, tiny_model, overrides):
