@@ -182,8 +182,8 @@ def test_sigkill_during_saves_never_leaves_a_listed_or_resumable_half_checkpoint
     trials = 20
     for _ in range(trials):
         p = subprocess.Popen([sys.executable, script, root], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        # Wait for its first save (imports take 1 s, or 5 on a loaded machine), then kill it at a
-        # random point in the saves that follow back to back (one takes ~0.1 s).
+        # Wait for its first save (its imports take ~2 s, longer on a loaded machine), then kill it
+        # at a random point in the saves that follow back to back (~20 ms each).
         first = p.stdout.readline()
         assert first, p.communicate()[1].decode()[-2000:]
         time.sleep(rng.random() * 0.5)

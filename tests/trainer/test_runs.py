@@ -388,9 +388,9 @@ def test_every_estimator_and_loss_trains_two_steps(make_run, tiny_model, overrid
 @pytest.mark.parametrize(
     "name",
     # The other algorithm blueprints' code paths run in test_every_estimator_and_loss_trains_two_steps
-    # (math12k_drgrpo: dr-grpo; math12k_gspo and math12k_rloo: rloo-gspo-token; math12k_reinforcepp's KL
-    # in the reward: remax-adaptive-kl) and math12k_dapo's in the dynamic-sampling test; each
-    # blueprint loads in tests/test_spec_load.py.
+    # (math12k_drgrpo: dr-grpo-entropy-bonus-tis-adamw-bf16; math12k_gspo and math12k_rloo:
+    # rloo-gspo-token; math12k_reinforcepp's KL in the reward: remax-adaptive-kl) and math12k_dapo's
+    # in the dynamic-sampling test; each blueprint loads in tests/test_spec_load.py.
     ["math12k_ppo"],
 )
 def test_algorithm_blueprints_run_on_the_tiny_model(make_run, tiny_model, name):
