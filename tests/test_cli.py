@@ -45,6 +45,23 @@ def test_help_and_validate_import_no_heavy_library(tmp_path, monkeypatch):
     assert imported_by(["train", str(QUICKSTART), "--dry-run"]) == []
 
 
+def test_a_model_process_does_not_import_scikit_learn_yet_may():
+    """transformers would import scikit-learn's metrics (with scipy.stats and pandas, ~3.4 s of CPU)
+    in every trainer, worker and chat process; r1cloud hides it from that one module only (its
+    __init__): a tokenizer and a model class load without it, a reward function may still import it."""
+    code = (
+        "import sys, r1cloud\n"
+        "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+        "from transformers.generation import candidate_generator\n"
+        "print('before', 'sklearn' in sys.modules, candidate_generator.is_sklearn_available())\n"
+        "import sklearn.metrics\n"
+        "print('after', sklearn.metrics.roc_curve([0, 1], [0.1, 0.9])[0].tolist())\n"
+    )
+    r = run("-c", code)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "before False False" in r.stdout and "after [0.0, 0.0, 1.0]" in r.stdout, r.stdout
+
+
 def test_console_script_help_teaches():
     r = subprocess.run([R1CLOUD, "--help"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0
