@@ -6,7 +6,6 @@ import json
 import os
 import random
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -155,49 +154,38 @@ def test_unsupported_mesh_is_a_clear_error(tiny_model, tmp_path):
     assert not (out / "global_step_2/actor/huggingface/model.safetensors").exists()
 
 
-SAVER = """
-import sys, time, json
-from pathlib import Path
-import torch, torch.distributed.checkpoint as dcp
-from r1cloud.checkpoint.write import Checkpoints
-root = sys.argv[1]
-ck = Checkpoints(root)
-state = {"model": {f"w{i}": torch.randn(256, 256) for i in range(24)}}
-step = (ck.latest() or (0, None))[0]
-while True:
-    step += 1
-    staging = Path(ck.begin(step))
-    dcp.save(state, checkpoint_id=str(staging / "actor"), no_dist=True)
-    ck.publish(staging, step, {"step": step}, None)
-    ck.prune(3)
-    print(step, flush=True)
-"""
-
-
 def test_sigkill_during_saves_never_leaves_a_listed_or_resumable_half_checkpoint(tmp_path):
+    import multiprocessing
+
+    import saver
+    import torch.distributed.checkpoint as dcp
+
+    from r1cloud.checkpoint.write import Checkpoints
+
+    # Each trial forks from a forkserver that imported torch and the checkpoint code once (a fresh
+    # interpreter a trial spent ~2 s importing them). Python 3.11's forkserver preloads without the
+    # test's sys.path, so the heavy modules are named, not `saver` itself.
+    forks = multiprocessing.get_context("forkserver")
+    forks.set_forkserver_preload(["torch.distributed.checkpoint", "r1cloud.checkpoint.write"])
     root = tmp_path / "ck"
-    script = tmp_path / "saver.py"
-    script.write_text(SAVER)
     rng = random.Random(0)
     trials = 20
     for _ in range(trials):
-        p = subprocess.Popen([sys.executable, script, root], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        # Wait for its first save (its imports take ~2 s, longer on a loaded machine), then kill it
-        # at a random point in the saves that follow back to back (~20 ms each).
-        first = p.stdout.readline()
-        assert first, p.communicate()[1].decode()[-2000:]
+        ours, theirs = forks.Pipe(duplex=False)
+        p = forks.Process(target=saver.save_forever, args=(str(root), theirs))
+        p.start()
+        theirs.close()
+        # Wait for its first save (longer on a loaded machine), then kill it at a random point in
+        # the saves that follow back to back (~20 ms each).
+        assert ours.poll(300), f"the saver published nothing in 5 minutes (exit code {p.exitcode})"
         time.sleep(rng.random() * 0.5)
-        p.send_signal(signal.SIGKILL)
-        p.wait()
-        from r1cloud.checkpoint.write import Checkpoints
-
+        p.kill()  # SIGKILL: no goodbye
+        p.join()
+        ours.close()
         listed = list_checkpoints(str(root))
         latest = Checkpoints(root).latest()
         for c in listed:  # everything listed loads completely
-            state = {"model": {f"w{i}": torch.empty(256, 256) for i in range(24)}}
-            import torch.distributed.checkpoint as dcp
-
-            dcp.load(state, checkpoint_id=f"{c.path}/actor", no_dist=True)
+            dcp.load(saver.state(torch.empty), checkpoint_id=f"{c.path}/actor", no_dist=True)
         if latest:
             assert latest[0] == listed[-1].step
     assert listed and listed[-1].step >= trials  # the saves made progress across the kills
