@@ -172,7 +172,8 @@ def test_sigkill_during_saves_never_leaves_a_listed_or_resumable_half_checkpoint
     trials = 20
     for _ in range(trials):
         ours, theirs = forks.Pipe(duplex=False)
-        p = forks.Process(target=saver.save_forever, args=(str(root), theirs))
+        # daemonic: a trial that fails before its kill leaves no saver for pytest's exit to wait on
+        p = forks.Process(target=saver.save_forever, args=(str(root), theirs), daemon=True)
         p.start()
         theirs.close()
         # Wait for its first save (longer on a loaded machine), then kill it at a random point in
