@@ -3,7 +3,7 @@ estimate the whole quickstart as `validate` does (costs.plan, this machine's row
 the estimate with the job's measured duration (its supervisor's wall time, what calibration counts).
 
     .venv/bin/python benchmarks/estimate_vs_run.py            # the text quickstart (~12 min here)
-    .venv/bin/python benchmarks/estimate_vs_run.py --vl       # the vision-language one (~18 min)
+    .venv/bin/python benchmarks/estimate_vs_run.py --vl       # the vision-language one (~9 min)
 
 Runs in a fresh R1CLOUD_HOME, so no earlier run calibrates it; prints one JSON line at the end.
 """

@@ -8,7 +8,7 @@ Usage: python benchmarks/run_all.py [--only cli,rewards,merge,scale,serve,lora,r
   --only: run these; the other sections of RESULTS.md and results.json are kept from the last run,
           each under the date it was measured. `trainer` is its five runs, each also a section of
           its own: trainer-tiny-fp32, trainer-smollm2-fp32, trainer-smollm2-bf16, trainer-smolvlm-fp32,
-          trainer-smolvlm-bf16 (the VL quickstart's SmolVLM-style model, counting shapes in pictures).
+          trainer-smolvlm-bf16 (the VL quickstart's SmolVLM-style model, asked the count of shapes in pictures).
           `vl-seeds` is the VL quickstart over seeds 1-5 through the trainer (vl_seeds.py, ~30 min).
   --quick: fewer rounds and the tiny model only for the trainer (a smoke run, minutes)
 The trainer runs #37 is judged on (SmolLM2 fp32 and bf16, SmolVLM bf16) repeat each system three

@@ -5,9 +5,9 @@ gives the first token's distribution, the group's 8 samples are drawn from it, a
 the policy gradient of the group-normalised reward (GRPO with one update a step, ratio 1). This
 probe runs that loop on r1cloud's own prompt pipeline (the blueprint's data, format prompt, chat
 template and processor) in about a minute, so a recipe can be screened over many seeds before a
-15-minute trainer run. It is a screen, not the product: the trainer decides (benchmarks/vl_seeds.py).
+6-minute trainer run. It is a screen, not the product: the trainer decides (benchmarks/vl_seeds.py).
 
-    .venv/bin/python benchmarks/vl_probe.py [--seeds 1 2 3] [--steps 150] [KEY=VALUE ...]
+    .venv/bin/python benchmarks/vl_probe.py [KEY=VALUE ...] [--seeds 1 2 3] [--steps 60]
 
 KEY=VALUE are blueprint overrides, as `r1cloud train` takes them.
 """
@@ -72,6 +72,8 @@ def run(spec, seed: int, steps: int, val_every: int, log=print) -> list[tuple[in
     params = [p for p in model.parameters() if p.requires_grad]
     o = s.worker.actor.optim
     opt = torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay, betas=tuple(o.betas))
+    warmup = o.lr_warmup_steps or 0  # as the trainer's: k / warmup for the k-th update (the first at 0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: k / warmup if k < warmup else 1.0)
     n, bs, temp = s.worker.rollout.n, s.data.rollout_batch_size, s.worker.rollout.temperature
     gen = torch.Generator().manual_seed(seed)
     order: list[int] = []
@@ -115,6 +117,7 @@ def run(spec, seed: int, steps: int, val_every: int, log=print) -> list[tuple[in
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, s.worker.actor.max_grad_norm)
         opt.step()
+        schedule.step()
         if step % val_every == 0 or step == steps:
             log(f"  seed {seed} step {step:3d} train reward {r.mean():.3f} ({time.time() - t0:.0f} s)")
             validate(step)
