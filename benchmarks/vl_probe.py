@@ -24,17 +24,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from vl_seeds import generator  # noqa: E402  (this folder)
+
 from r1cloud import rewards  # noqa: E402
 from r1cloud.data import PromptSet, load_tokenizer  # noqa: E402
 from r1cloud.spec.read import load_spec  # noqa: E402
-
-
-def blind_ceiling(prompts: PromptSet) -> float:
-    """The best a policy blind to the pictures can do: always the most frequent answer."""
-    from collections import Counter
-
-    counts = Counter(p.ground_truth for p in prompts.prompts)
-    return max(counts.values()) / len(prompts.prompts)
 
 
 def batch_inputs(prompts: PromptSet, idx: list[int], pad: int) -> dict:
@@ -136,8 +130,7 @@ def main() -> None:
     over = [f"worker.actor.model.model_path={ROOT / '.models/SmolVLM-shapes'}", *a.overrides]
     spec = load_spec(a.blueprint, over).spec
     steps = a.steps or spec.trainer.max_steps
-    tok, proc = load_tokenizer(spec.worker.actor.model, spec.data)
-    ceiling = blind_ceiling(PromptSet(spec.data.val_files, tok, spec.data, processor=proc))
+    ceiling = generator().blind_ceiling(spec.data.val_files)[0]
     print(f"blind ceiling {ceiling:.3f}; {steps} steps; overrides {a.overrides}")
     finals = []
     for seed in a.seeds:

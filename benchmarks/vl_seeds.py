@@ -42,8 +42,9 @@ def generator():
 
 
 def val_curve(job: Path) -> list[tuple[int, float]]:
-    rows = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return [(r["step"], r["val/reward_score"]) for r in rows if "val/reward_score" in r]
+    from r1cloud import plot
+
+    return list(zip(*plot.series(plot.read_rows(str(job)), "val/reward_score"), strict=True))
 
 
 def run(seed: int, overrides: list[str]) -> dict:

@@ -99,6 +99,11 @@ def test_math_reward_uses_the_equivalence_and_easyr1s_format():
         ("(B)", "B", 1.0, 1.0),
         ("The answer is (A).", "B", 0.0, 1.0),
         ("I am not sure", "A", 0.0, 0.0),
+        ("B", "B", 1.0, 1.0),  # the VL quickstart's one-letter answers
+        ("B.", "B", 1.0, 1.0),
+        ("A", "B", 0.0, 1.0),
+        ("The", "B", 0.0, 0.0),
+        ("", "B", 0.0, 0.0),
     ],
 )
 def test_choice_reward(response, truth, accuracy, fmt):
