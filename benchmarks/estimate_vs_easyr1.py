@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from r1cloud import estimate as est
-from r1cloud.spec import load_spec
+from r1cloud.costs import estimate as est
+from r1cloud.validate import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests/fixtures/easyr1/examples/qwen2_5_vl_7b_geo3k_grpo.sh"

@@ -47,8 +47,8 @@ def main() -> None:
         if args.vl
         else (ROOT / "blueprints/quickstart.yaml", LM)
     )
-    from r1cloud.costs import HERE, plan
-    from r1cloud.spec import load_spec
+    from r1cloud.costs.plan import HERE, plan
+    from r1cloud.validate import load_spec
 
     spec = load_spec(blueprint, [f"worker.actor.model.model_path={model}"]).spec
     short = args.short or spec.trainer.val_freq + 1  # a validation inside it and one at its end

@@ -116,7 +116,8 @@ def release() -> None:
 
 def make_run(work: Path, name: str, blueprint: str, overrides: list[str]) -> Path:
     """A run folder holding the resolved spec, as `r1cloud train` writes it."""
-    from r1cloud.spec import dump_spec, load_spec
+    from r1cloud.spec import dump_spec
+    from r1cloud.validate import load_spec
 
     bp = work / f"{name}.yaml"
     bp.write_text(blueprint)

@@ -221,7 +221,7 @@ def in_model(device: str) -> dict:
 
     from transformers import AutoModelForCausalLM
 
-    from r1cloud.testing import make_tiny_model
+    from r1cloud.offline.tiny import make_tiny_model
     from r1cloud.trainer.attention import register
     from r1cloud.trainer.model import packed_log_probs
 

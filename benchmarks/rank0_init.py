@@ -42,7 +42,7 @@ def measure_load(model: Path, flag: bool, work: Path) -> list[float]:
     import torch.multiprocessing as mp
     from trainer_vs_trl import blueprint
 
-    from r1cloud.spec import load_spec
+    from r1cloud.validate import load_spec
 
     bp = Path(tempfile.mkdtemp(dir=work)) / "bp.yaml"
     bp.write_text(blueprint(model, "hf", 1))

@@ -136,7 +136,7 @@ class Prompts:
     def __init__(self, count: int):
         import torch
 
-        from r1cloud.data import Prompt
+        from r1cloud.data.loader import Prompt
 
         g = torch.Generator().manual_seed(0)
         self.prompts = []
@@ -178,8 +178,8 @@ def spec(reward: Path, prompts: int):
 
 def driver(s, tokenizer):
     """The real Trainer, its fields set as __init__ would set them from files (there are none)."""
-    from r1cloud import rewards
-    from r1cloud.data import Loader
+    from r1cloud.data.loader import Loader
+    from r1cloud.rewards import pool as rewards
     from r1cloud.trainer.driver import Trainer
 
     t = Trainer.__new__(Trainer)

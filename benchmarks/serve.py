@@ -51,7 +51,7 @@ def served(model_dir: str, engine: str, texts: list[str], tokens: int, home: str
     """Tokens/s of r1cloud serve answering all prompts at once through the openai client."""
     from openai import OpenAI
 
-    from r1cloud.serve import free_port
+    from r1cloud.serving.serve import free_port
 
     port = free_port()
     env = {**os.environ, "R1CLOUD_HOME": home, "VLLM_CPU_KVCACHE_SPACE": "2"}

@@ -100,7 +100,7 @@ def task_of(model: str | Path) -> dict:
 
 def resolve_model(name: str, work: Path) -> Path:
     if name == "tiny":
-        from r1cloud.testing import make_tiny_model
+        from r1cloud.offline.tiny import make_tiny_model
 
         return make_tiny_model(work / "tiny")
     if name == "smollm2":
@@ -111,7 +111,7 @@ def resolve_model(name: str, work: Path) -> Path:
             export_smollm2(path)
         return path
     if name == "tinyvlm":
-        from r1cloud.testing import make_tiny_vlm
+        from r1cloud.offline.tiny import make_tiny_vlm
 
         return make_tiny_vlm(work / "tinyvlm", "qwen2_vl")
     if name == "smolvlm":  # the quickstart_vl model: SmolLM2-135M-Instruct and a fresh encoder
@@ -238,7 +238,8 @@ trainer:
 def launch(run: Path, text: str, overrides: list[str] = ()) -> tuple[str, list[dict], PeakRSS]:
     """r1cloud's trainer in its own process on blueprint `text` (+ `overrides`) in the folder `run`:
     its output, its metrics rows and its memory (stopped)."""
-    from r1cloud.spec import dump_spec, load_spec
+    from r1cloud.spec import dump_spec
+    from r1cloud.validate import load_spec
 
     bp = run / "bp.yaml"
     bp.write_text(text)
@@ -287,7 +288,7 @@ def update_flops(model: Path, prompt_mean: float, response_mean: float, shared: 
     """The model FLOPs of one step's actor update: forward and backward (three forwards) over the
     tokens it trains — a group's prompt once when the trainer packs it once — attention included,
     recomputation not (MFU's convention); a VLM's vision encoder left out (its image tokens count)."""
-    from r1cloud import estimate
+    from r1cloud.costs import estimate
 
     m = estimate.model_size(str(model))
     s = SETTINGS
@@ -304,7 +305,7 @@ def matmul_roofline(precision: str, threads: int) -> dict[str, float]:
     main work: its anchor. Best of 5 timings of 4 products each, after a warm-up."""
     import torch
 
-    from r1cloud import onednn
+    from r1cloud.rollout import onednn
 
     torch.set_num_threads(threads)
     n = 2048
@@ -453,7 +454,7 @@ def trl_worker(model: str, steps: int, out: str) -> None:
     reward_module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(reward_module)
     if vl:  # Qwen-VL's processors need torchvision, absent here: the same stand-in r1cloud uses
-        from r1cloud import vision_compat
+        from r1cloud.media import compat as vision_compat
 
         vision_compat.install()
     processing = (AutoProcessor if vl else AutoTokenizer).from_pretrained(model)

@@ -42,7 +42,7 @@ def generator():
 
 
 def val_curve(job: Path) -> list[tuple[int, float]]:
-    from r1cloud import plot
+    from r1cloud.jobs import curves as plot
 
     return list(zip(*plot.series(plot.read_rows(str(job)), "val/reward_score"), strict=True))
 
@@ -67,7 +67,7 @@ def main() -> None:
     print(f"jobs in {os.environ['R1CLOUD_HOME']}")
     offline = [str(BIN / "python"), "-m", "r1cloud.offline", "--vlm", str(VLM), str(LM)]
     subprocess.run(offline, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "TQDM_DISABLE": "1"})
-    from r1cloud.spec import load_spec
+    from r1cloud.validate import load_spec
 
     spec = load_spec(BLUEPRINT, [f"worker.actor.model.model_path={VLM}", *args.overrides]).spec
     ceiling, answer = generator().blind_ceiling(spec.data.val_files)

@@ -1,3 +1,3 @@
-from .cli import main
+from r1cloud.cli import main
 
 main()

@@ -7,7 +7,7 @@ format is met when a letter could be read at all."""
 
 import re
 
-from r1cloud.grading import extract_boxed
+from r1cloud.rewards.grading import extract_boxed
 
 REWARD_NAME = "choice"
 REWARD_TYPE = "batch"

@@ -4,7 +4,7 @@ overall = (1 - w)·accuracy + w·format."""
 
 import re
 
-from r1cloud.grading import first_int
+from r1cloud.rewards.grading import first_int
 
 REWARD_NAME = "count"
 REWARD_TYPE = "sequential"

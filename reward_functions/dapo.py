@@ -3,7 +3,7 @@ accuracy, and the soft overlong penalty: 0 up to max - buffer tokens, then linea
 max. overall = accuracy + penalty_factor · overlong. The three kwargs have no defaults, as in
 EasyR1: `r1cloud validate` asks for them."""
 
-from r1cloud.grading import answers_equal, last_answer_line
+from r1cloud.rewards.grading import answers_equal, last_answer_line
 
 REWARD_NAME = "dapo"
 REWARD_TYPE = "batch"

@@ -7,7 +7,7 @@ answer alone passes, for models not prompted to think aloud (the quickstart)."""
 
 import re
 
-from r1cloud.grading import extract_boxed, math_equal
+from r1cloud.rewards.grading import extract_boxed, math_equal
 
 REWARD_NAME = "math"
 REWARD_TYPE = "batch"

@@ -3,7 +3,7 @@ the ground truth (math-verify equivalence, as math.py). overall = (1 - w)·accur
 
 import re
 
-from r1cloud.grading import math_equal
+from r1cloud.rewards.grading import math_equal
 
 REWARD_NAME = "r1v"
 REWARD_TYPE = "sequential"

@@ -69,7 +69,7 @@ def shrink(script: Path, spec, model: Path, data: dict, steps: int) -> list[str]
 
 def prepare(work: Path) -> dict:
     """The tiny models and the local data, made once."""
-    from r1cloud.testing import make_tiny_model, make_tiny_vlm
+    from r1cloud.offline.tiny import make_tiny_model, make_tiny_vlm
 
     sys.path.insert(0, str(ROOT / "data" / "shapes"))
     import generate
@@ -91,7 +91,8 @@ def prepare(work: Path) -> dict:
 
 
 def one(script: Path, made: dict, work: Path, steps: int) -> dict:
-    from r1cloud.spec import SpecError, dump_spec, load_spec
+    from r1cloud.spec import SpecError, dump_spec
+    from r1cloud.validate import load_spec
 
     row = {"script": str(script.relative_to(EASYR1 / "examples"))}
     try:

@@ -9,7 +9,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from r1cloud.serve import free_port
+from r1cloud.serving.serve import free_port
 
 
 class MlflowServer:

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from r1cloud.serve import free_port
+from r1cloud.serving.serve import free_port
 
 
 class S3Server:

@@ -210,3 +210,22 @@ def test_dynamic_sampling_keeps_groups_strictly_inside_the_bounds():
     # a: all right, b: all wrong, c: a singleton in range, d: exactly at the low bound, e: mixed
     assert alg.groups_to_keep(uids, values, 0.01, 0.99) == {"c", "e"}
     assert alg.groups_to_keep([], [], 0.01, 0.99) == set()
+
+
+def test_every_estimator_has_one_advantage_function_and_dapo_is_grpo():
+    """core/estimators.py names the estimators the schema accepts; the trainer has a function for
+    each and no other, and DAPO's preset changes settings, not advantages."""
+    from types import SimpleNamespace
+
+    from r1cloud.core.estimators import ESTIMATORS
+    from r1cloud.spec.models import AlgorithmConfig
+
+    assert set(alg.ADVANTAGES) == set(ESTIMATORS)
+    assert set(AlgorithmConfig.model_fields["adv_estimator"].annotation.__args__) == set(ESTIMATORS)
+    g = torch.Generator().manual_seed(3)
+    mask = (torch.rand(6, 5, generator=g) > 0.3).float()
+    x = alg.Outcomes(list("aabbcc"), torch.rand(6, generator=g), torch.rand(6, 5, generator=g), mask)
+    a = SimpleNamespace(adv_estimator="dapo", norm_adv_by_std_in_grpo=True)
+    dapo, _ = alg.advantages(a, x)
+    grpo, _ = alg.advantages(SimpleNamespace(**{**vars(a), "adv_estimator": "grpo"}), x)
+    assert torch.equal(dapo, grpo) and bool((dapo * (1 - mask) == 0).all())

@@ -262,7 +262,7 @@ def test_kl_in_the_reward_per_token_as_verl_applies_it():
     token (verl's apply_kl_penalty), so REINFORCE++ with γ < 1 discounts each token's penalty."""
     from types import SimpleNamespace
 
-    from r1cloud.trainer.batch import advantages, token_rewards
+    from r1cloud.trainer.batch import token_rewards
 
     scores, uids, mask, tr = batch(7)
     g = torch.Generator().manual_seed(8)
@@ -273,6 +273,6 @@ def test_kl_in_the_reward_per_token_as_verl_applies_it():
     want_tr = tr - 0.05 * ca.kl_penalty(old, ref, "kl") * mask
     torch.testing.assert_close(got_tr, want_tr, rtol=1e-6, atol=1e-6)
     a = SimpleNamespace(adv_estimator="reinforce_plus_plus", gamma=0.9)
-    got, _ = advantages(a, uids, scores, got_tr, mask)
+    got, _ = alg.advantages(a, alg.Outcomes(uids, scores, got_tr, mask))
     want, _ = ca.compute_reinforce_plus_plus_outcome_advantage(want_tr, mask, config=cfg(gamma=0.9))
     torch.testing.assert_close(got, want * mask, rtol=1e-5, atol=1e-5)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from r1cloud.jobs.store import Job
+from r1cloud.core.jobstore import Job
 
 
 @pytest.fixture
@@ -503,12 +503,12 @@ def test_a_failed_servers_reason_is_the_root_cause_not_vllms_summary(tmp_path):
 
 
 def test_a_vision_language_model_is_served_with_the_videos_r1cloud_can_process():
-    """What r1cloud.vllm_server adds for a VLM without torchvision: one video per prompt and
+    """What r1cloud.serving.vllm_server adds for a VLM without torchvision: one video per prompt and
     processor-normalized pixels for Qwen-VL (r1cloud's video processor), no video for the others;
     a user's own limit or normalization flag stays theirs."""
     from types import SimpleNamespace
 
-    from r1cloud.serve import media_limits
+    from r1cloud.serving.serve import media_limits
 
     qwen, idefics = (
         SimpleNamespace(vision_config={}, model_type="qwen2_5_vl"),

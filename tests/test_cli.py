@@ -47,10 +47,15 @@ def test_help_and_validate_import_no_heavy_library(tmp_path, monkeypatch):
 
 def test_a_model_process_does_not_import_scikit_learn_yet_may():
     """transformers would import scikit-learn's metrics (with scipy.stats and pandas, ~3.4 s of CPU)
-    in every trainer, worker and chat process; r1cloud hides it from that one module only (its
-    __init__): a tokenizer and a model class load without it, a reward function may still import it."""
+    in every trainer, worker and chat process; those processes hide it from that one module only
+    (data/no_sklearn.py): a tokenizer and a model class load without it, a reward function may still
+    import it. `import r1cloud` alone installs nothing."""
     code = (
         "import sys, r1cloud\n"
+        "assert not any(type(f).__module__.startswith('r1cloud') for f in sys.meta_path)\n"
+        "from r1cloud.data import no_sklearn\n"
+        "no_sklearn.install(); no_sklearn.install()\n"
+        "assert sum(type(f).__module__.startswith('r1cloud') for f in sys.meta_path) == 1\n"
         "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
         "from transformers.generation import candidate_generator\n"
         "print('before', 'sklearn' in sys.modules, candidate_generator.is_sklearn_available())\n"

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from r1cloud import budget, costs, estimate, prices
-from r1cloud.spec import load_spec
+from r1cloud.core import budget
+from r1cloud.costs import estimate, prices
+from r1cloud.costs import plan as costs
+from r1cloud.validate import load_spec
 from spec_helpers import MINIMAL
 
 AWS = """InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,Region,AvailabilityZone
@@ -76,7 +78,7 @@ def test_step_flops_are_the_formulas_by_hand():
 
 def test_model_size_from_config_counts_what_a_token_passes_through(tmp_path):
     torch = pytest.importorskip("torch")
-    from r1cloud.testing import make_tiny_model
+    from r1cloud.offline.tiny import make_tiny_model
 
     path = make_tiny_model(tmp_path / "tiny")
     m = estimate.model_size(str(path))
@@ -263,7 +265,7 @@ def test_the_jobs_price_is_the_catalogs_for_its_accelerators_infra_and_spot(cata
     def price(resources: str, *extra: str):
         path = blueprint(MINIMAL.replace("trainer:", f"resources: {resources}\ntrainer:"))
         extra = ["trainer.n_gpus_per_node=8", *extra]
-        return budget.hourly_price(load_spec(path, extra, check_files=False).spec)
+        return prices.hourly_price(load_spec(path, extra, check_files=False).spec)
 
     assert price("{infra: aws, accelerators: H100:8}") == (98.32, "H100:8 AWS us-east-1, $98.32/hour")
     # on this machine: the cheapest cloud; two nodes pay twice; spot where the catalog has it
@@ -313,7 +315,7 @@ def test_a_running_jobs_cost_is_its_spend_and_the_steps_left_at_the_last_steps_t
     import os
     import time
 
-    from r1cloud.jobs.store import Job, JobStore, process_start_time
+    from r1cloud.core.jobstore import Job, JobStore, process_start_time
 
     monkeypatch.setenv("R1CLOUD_HOME", str(tmp_path / "r1"))
     store = JobStore()

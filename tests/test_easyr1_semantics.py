@@ -55,8 +55,8 @@ def test_the_learning_rate_follows_easyr1s_schedule_update_by_update(kind, steps
 def test_the_summary_says_how_long_the_actor_waits_for_the_critic(tmp_path, warmup, frozen):
     """verl/trainer/ray_trainer.py:586 and :659: global_step counts from 1 and the actor updates
     when critic_warmup <= global_step, so critic_warmup N freezes it for N - 1 steps."""
-    from r1cloud.spec import load_spec
-    from r1cloud.spec.summary import extras
+    from r1cloud.validate import load_spec
+    from r1cloud.validate.summary import extras
     from spec_helpers import MINIMAL
 
     (tmp_path / "bp.yaml").write_text(MINIMAL)
@@ -81,8 +81,8 @@ def test_the_summary_says_how_long_the_actor_waits_for_the_critic(tmp_path, warm
 def test_the_summary_says_which_engine_runs_with_which_tensor_parallelism(tmp_path, overrides, want):
     """The hf engine runs unsharded (the trainer's driver uses TP 1 for it): the summary must not
     promise EasyR1's default tensor_parallel_size 2 (verl/workers/rollout/config.py) there."""
-    from r1cloud.spec import load_spec
-    from r1cloud.spec.summary import summarize
+    from r1cloud.validate import load_spec
+    from r1cloud.validate.summary import summarize
     from spec_helpers import MINIMAL
 
     (tmp_path / "bp.yaml").write_text(MINIMAL.replace("    tensor_parallel_size: 1\n", ""))

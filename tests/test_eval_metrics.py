@@ -1,11 +1,11 @@
-"""`r1cloud eval`'s figures (eval_metrics.py) against their formulas, and its bad input as one line."""
+"""`r1cloud eval`'s figures (evaluation/metrics.py) against their formulas, and its bad input as one line."""
 
 import itertools
 import math
 
 import pytest
 
-from r1cloud.eval_metrics import correct, ks_for, mean_se, pass_at_k, summarize
+from r1cloud.evaluation.metrics import correct, ks_for, mean_se, pass_at_k, summarize
 
 
 @pytest.mark.parametrize(
@@ -132,7 +132,7 @@ def test_eval_bad_input_is_one_clear_line(cli, tmp_path, monkeypatch, args, expe
 
 
 def _spec(tmp_path, override: str):
-    from r1cloud.spec import load_spec
+    from r1cloud.validate import load_spec
 
     (tmp_path / "d.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
     (tmp_path / "r.py").write_text("def score(reward_inputs):\n    return []\n")
@@ -148,7 +148,7 @@ def _spec(tmp_path, override: str):
 def test_eval_samples_as_the_trainers_validation_does(tmp_path):
     """Every val_override_config key the trainer applies (seed, ignore_eos, max_tokens, vLLM's
     others as extras), the seed of rank 0 at step 0, then the command's options on top."""
-    from r1cloud.evaluate import validation_sampling
+    from r1cloud.evaluation.run import validation_sampling
 
     spec = _spec(tmp_path, "{seed: 5, ignore_eos: true, max_tokens: 7, min_p: 0.1, temperature: 0.5}")
     got = validation_sampling(spec, None, None, None)
@@ -160,7 +160,7 @@ def test_eval_samples_as_the_trainers_validation_does(tmp_path):
 
 
 def test_an_endpoint_target_names_a_missing_column(tmp_path):
-    from r1cloud.evaluate import _endpoint
+    from r1cloud.evaluation.run import _endpoint
 
     spec = _spec(tmp_path, "{}")  # its rows hold `question`, the spec reads `prompt`
     with pytest.raises(ValueError, match=r"no column 'prompt' \(its columns: question, answer\)"):
@@ -173,7 +173,7 @@ def test_eval_sizes_the_engines_context_from_the_prompts_and_the_model(tmp_path)
     import json
     from types import SimpleNamespace
 
-    from r1cloud.evaluate import context_length
+    from r1cloud.evaluation.run import context_length
 
     (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 1024}))
     easyr1 = SimpleNamespace(max_model_len=None, prompt_length=2048, response_length=2048)

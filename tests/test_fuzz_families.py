@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from r1cloud.cli import app
-from r1cloud.jobs.store import Job
+from r1cloud.core.jobstore import Job
 from spec_helpers import ROOT
 
 SETTINGS = settings(

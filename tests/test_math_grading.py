@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from r1cloud.grading import math_equal
+from r1cloud.rewards.grading import math_equal
 from spec_helpers import ROOT
 
 # (given, ground truth, equal, mathruler's verdict)
@@ -118,7 +118,7 @@ def test_the_fast_verdicts_are_math_verifys_on_the_benchmark_and_the_tables():
     answer the same: on every distinct (answer, truth) of benchmarks/rewards.py's 2,000 responses,
     the table above, the reward tests' answers, and cases chosen to sit on its rules' edges."""
     pytest.importorskip("math_verify")
-    from r1cloud.grading import extract_boxed, settled, verified
+    from r1cloud.rewards.grading import extract_boxed, settled, verified
 
     bench = load_benchmark()
     pairs = {(extract_boxed(r["response"]), r["ground_truth"]) for r in bench.make(2000)}

@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from r1cloud import plot as p
-from r1cloud.jobs.store import Job, JobStore
+from r1cloud.core.jobstore import Job, JobStore
+from r1cloud.core.records import flatten
+from r1cloud.jobs import curves as p
 
 
 def make_job(home, name, rewards, vals=None, status="SUCCEEDED", cut_last=False, model="org/base-model"):
@@ -119,12 +120,12 @@ def test_series_keeps_a_restarted_steps_last_value_and_skips_nan():
     assert p.series(rows, "k") == ([1, 2], [1.0, 5.0])
     assert p.sparkline([0, 1, 2, 3, 4, 5, 6, 7]) == "▁▂▃▄▅▆▇█"
     assert p.sparkline([2, 2]) == "▁▁"
-    assert p.flatten({"step": 1, "reward": {"overall": 0.5}}) == {"step": 1, "reward/overall": 0.5}
+    assert flatten({"step": 1, "reward": {"overall": 0.5}}) == {"step": 1, "reward/overall": 0.5}
 
 
 def test_a_plot_draws_the_same_after_another_in_the_same_process():
     """plotext keeps state between figures: a one-panel plot once broke the next two-panel one."""
-    from r1cloud import plot as p
+    from r1cloud.jobs import curves as p
 
     two = {
         "reward/overall": {"run-a": ([1, 2, 3], [0.1, 0.4, 0.7]), "run-b": ([1, 2, 3], [0.2, 0.2, 0.3])},

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from r1cloud.serve import free_port
+from r1cloud.serving.serve import free_port
 from r1cloud.trainer.group import rendezvous
 
 # one worker's join, as HybridWorker.__init__ does it, then a sum across the world

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from r1cloud.grading import answers_equal, extract_boxed
+from r1cloud.rewards.grading import answers_equal, extract_boxed
 from spec_helpers import ROOT
 
 FILES = sorted((ROOT / "reward_functions").glob("*.py"))

@@ -106,7 +106,7 @@ def test_alternatives_nodes_image_and_paths_in_the_task(tmp_path, sky_home):
     null references; the blueprint's own files are named relative to the uploaded folder."""
     from r1cloud.jobs.remote import prepare
     from r1cloud.jobs.sky_task import to_yaml
-    from r1cloud.spec import load_spec
+    from r1cloud.validate import load_spec
 
     project = tmp_path / "project"
     (project / "rewards").mkdir(parents=True)
@@ -231,7 +231,7 @@ def cloud_blueprint(blueprint, extra: str = "") -> Path:
 
 def test_cloud_job_lifecycle_through_the_sdk(blueprint, cli, fake_sdk, tmp_path, monkeypatch):
     calls, state = fake_sdk
-    from r1cloud import prices
+    from r1cloud.costs import prices
 
     h100 = prices.Offer("AWS", "H100", 2, "p5.fake", "us-east-1", 10.0, 4.0)  # a fake catalog row
     monkeypatch.setattr(prices, "offers", lambda wanted, clouds=None: ([h100], ""))
@@ -282,7 +282,7 @@ def test_unmanaged_cluster_launch_autostops_and_goes_down(blueprint, cli, fake_s
     sky.job_status while the cluster lives, and a cluster that is gone ends the job (ENDED), its
     time counted to when the cluster went down (SkyPilot's cost report), not to when r1cloud looked."""
     calls, state = fake_sdk
-    from r1cloud import prices
+    from r1cloud.costs import prices
 
     h100 = prices.Offer("AWS", "H100", 2, "p5.fake", "us-east-1", 36.0, 14.0)
     monkeypatch.setattr(prices, "offers", lambda wanted, clouds=None: ([h100], ""))
@@ -519,7 +519,7 @@ def test_a_cloud_budget_stop_ends_as_budget_reached_and_resumes_with_its_spend(
     same bucket folder) with the first launch's spend carried into the budget; a launch that
     fails puts the record back as it was. The fake: SkyPilot's request functions (fake_sdk)."""
     calls, state = fake_sdk
-    from r1cloud import prices
+    from r1cloud.costs import prices
 
     h100 = prices.Offer("AWS", "H100", 2, "p5.fake", "us-east-1", 36.0, 14.0)
     monkeypatch.setattr(prices, "offers", lambda wanted, clouds=None: ([h100], ""))
@@ -594,8 +594,8 @@ def test_a_resumed_jobs_launch_in_flight_is_not_refreshed_or_stopped_as_its_old_
     """Between `reopen` and SkyPilot's answer, a resumed job's record still names its old launch
     (job id 7): `jobs` must not read that launch's end into the new one, nor `stop` cancel it."""
     calls, state = fake_sdk
+    from r1cloud.core.jobstore import JobStore
     from r1cloud.jobs import remote
-    from r1cloud.jobs.store import JobStore
 
     assert cli("train", cloud_blueprint(blueprint), "--secret", "HF_TOKEN=x", "--detach").exit_code == 0
     state["queue"] = [{"job_id": 7, "status": sky.jobs.ManagedJobStatus.RUNNING}]
@@ -621,7 +621,7 @@ def test_a_cloud_job_whose_launch_was_cut_off_stays_a_cloud_job(blueprint, cli, 
     still go on; `train --resume` launches it in the cloud again, never as a local job."""
     import subprocess
 
-    from r1cloud.jobs.store import JobStore
+    from r1cloud.core.jobstore import JobStore
 
     calls, state = fake_sdk
     state["launch_error"] = KeyboardInterrupt()

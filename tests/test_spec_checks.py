@@ -388,7 +388,7 @@ def test_reward_function_is_imported_in_a_child_process_only(blueprint, cli, tmp
 def test_a_reward_function_that_would_not_import_on_the_job_is_one_line(
     blueprint, cli, monkeypatch, code, said
 ):
-    from r1cloud.spec import imports
+    from r1cloud.validate import imports
 
     monkeypatch.setattr(imports, "TIME_LIMIT", 2)
     path = blueprint(files={"reward.py": code})
@@ -640,7 +640,7 @@ def test_a_tracker_not_installed_here_says_how_to_validate_without_it(blueprint,
     tests, so its absence is faked at the one lookup validate makes."""
     import importlib.util
 
-    from r1cloud.spec import checks
+    from r1cloud.validate import checks
 
     real = importlib.util.find_spec
     monkeypatch.setattr(

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from r1cloud.spec import Spec, SpecError, dump_spec, load_resolved, load_spec, normalise_name, parse_override
+from r1cloud.spec import Spec, SpecError, dump_spec, load_resolved, normalise_name, parse_override
+from r1cloud.validate import load_spec
 from spec_helpers import MINIMAL, ROOT
 
 FIXTURES = Path(__file__).parent / "fixtures"

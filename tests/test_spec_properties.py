@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from r1cloud.cli import app
-from r1cloud.spec import SpecError, load_spec
+from r1cloud.spec import SpecError
 from r1cloud.spec.load import all_keys
+from r1cloud.validate import load_spec
 from spec_helpers import MINIMAL
 
 KEYS = [".".join(k) for k in all_keys()]

@@ -2,8 +2,8 @@
 
 import pytest
 
-from r1cloud.spec import load_spec
 from r1cloud.trainer.trackers import Trackers
+from r1cloud.validate import load_spec
 
 
 def test_tensorboard_forgets_the_steps_a_resumed_run_redoes(blueprint, tmp_path):

@@ -202,7 +202,7 @@ def test_a_format_prompt_that_fails_to_render_is_one_line_naming_its_line(cli, t
 
 
 def test_a_template_that_never_ends_is_stopped_at_its_deadline(tmp_path):
-    from r1cloud.prompts import check
+    from r1cloud.data.prompts import check
 
     (tmp_path / "t.jinja").write_text(
         "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
@@ -214,7 +214,7 @@ def test_a_template_that_never_ends_is_stopped_at_its_deadline(tmp_path):
 
 def test_the_trainer_renders_in_the_same_sandbox(tmp_path):
     """What validate refuses, the data loader refuses too (never renders it unsandboxed)."""
-    from r1cloud import prompts
+    from r1cloud.data import prompts
 
     (tmp_path / "t.jinja").write_text("{{ content.__class__.__mro__ }}")
     with pytest.raises(Exception, match="unsafe"):
@@ -241,8 +241,9 @@ rows_strategy = st.lists(
           suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
 @given(rows=rows_strategy)
 def test_any_rows_end_in_0_or_2_and_what_passes_loads(tmp_path_factory, rows):
-    from r1cloud.data import load_rows
-    from r1cloud.spec import SpecError, load_spec
+    from r1cloud.data.loader import load_rows
+    from r1cloud.spec import SpecError
+    from r1cloud.validate import load_spec
 
     d = tmp_path_factory.mktemp("rows")
     data = _jsonl(d, rows)

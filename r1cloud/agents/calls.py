@@ -116,7 +116,7 @@ class Observations:
         the rest of the template's end of turn, the tool turns of `contents`, the next header — as
         vision.Encoded: expanded ids, ids with one placeholder per picture (vLLM's), the pictures
         and their processor tensors."""
-        from ..vision import Encoded
+        from r1cloud.media.vision import Encoded
 
         rest = self.end_of_turn.removeprefix(eos_text)
         parts, images = [], []
@@ -136,6 +136,6 @@ class Observations:
         return self.processor.encode(text, images)
 
     def _image(self, png: bytes):
-        from ..vision import open_image, resize
+        from r1cloud.media.vision import open_image, resize
 
         return resize(open_image(png), *self.pixels)

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..rollout import Request, Sample, Sampling, request_seed
-from . import calls
-from .tools import ENV
+from r1cloud.agents import calls
+from r1cloud.agents.tools import ENV
+from r1cloud.rollout import Request, Sample, Sampling, request_seed
 
 STATS = ("turns", "tool_calls", "tool_errors", "tool_seconds", "cut_mid_call")
 
@@ -79,8 +79,8 @@ class Agent:
         processor=None,
         pixels: tuple = (None, None),
     ) -> Agent:
-        from .sandbox import Sandbox
-        from .tools import check
+        from r1cloud.agents.sandbox import Sandbox
+        from r1cloud.agents.tools import check
 
         info = check(environment, tools, tool_names)
         sandbox = Sandbox(environment, tools, tool_names, workers, timeout, limit)
@@ -127,7 +127,7 @@ class Episode:
         expanded ids with their tensors for transformers."""
         if not self.images:
             return Request(self.ids)
-        from ..vision import merge
+        from r1cloud.media.vision import merge
 
         return Request(self.ids, self.raw, self.images, merge(self.inputs))
 

@@ -9,14 +9,14 @@ def play(spec, k: int, progress=lambda msg: None) -> list[dict]:
     """One episode for each of the first `k` training prompts, sampled as the trainer's first step."""
     import torch
 
-    from ..data import PromptSet, load_tokenizer
-    from ..rewards import from_config, reward_input
-    from ..rollout import Request, Sampling, eos_ids
-    from ..rollout.hf import HFEngine
-    from ..rollout.sampling import sampling
-    from ..spec.models import torch_dtype
-    from . import episodes
-    from .tools import tool_schemas
+    from r1cloud.agents import episodes
+    from r1cloud.agents.tools import tool_schemas
+    from r1cloud.core.dtypes import torch_dtype
+    from r1cloud.data.loader import PromptSet, load_tokenizer
+    from r1cloud.rewards.pool import from_config, reward_input
+    from r1cloud.rollout import Request, Sampling, eos_ids
+    from r1cloud.rollout.hf import HFEngine
+    from r1cloud.rollout.sampling import sampling
 
     d, m, mt = spec.data, spec.worker.actor.model, spec.worker.rollout.multi_turn
     progress("loading the tokenizer")

@@ -20,8 +20,8 @@ import multiprocessing
 import time
 from collections import defaultdict, deque
 
-from ..prompts import TooSlow, deadline
-from .tools import environment_class, is_gym, load
+from r1cloud.agents.tools import environment_class, is_gym, load
+from r1cloud.data.prompts import TooSlow, deadline
 
 LOST = "the episode's environment was lost (its process stopped answering and was started again)"
 

@@ -35,7 +35,7 @@ def load(path: str, names: list[str] | None = None, described: bool = True) -> d
     """The tools of the file `path` (those in `names`, or every public function), by name.
     ValueError of one line for a file, a name or (`described`) a function the schema helper
     cannot describe (the sandbox skips that check: `check` made it, and transformers' import)."""
-    from ..rewards import load_module
+    from r1cloud.rewards.pool import load_module
 
     if not Path(path).is_file():
         raise ValueError(f"{TOOLS}: {path} is not a file")
@@ -74,7 +74,7 @@ def schema(fn: Callable, where: str = "", at: str = TOOLS) -> dict:
 
 def environment_class(where: str) -> type:
     """The class of `file.py:Class`; ValueError of one line if it is not an environment."""
-    from ..rewards import load_module
+    from r1cloud.rewards.pool import load_module
 
     path, _, name = where.rpartition(":")
     if not Path(path).is_file():

@@ -16,7 +16,7 @@ from vllm.entrypoints.generate.base.protocol import ExtractedToolCallInformation
 from vllm.tool_parsers.abstract_tool_parser import ToolParserManager
 from vllm.tool_parsers.hermes_tool_parser import Hermes2ProToolParser
 
-from .calls import CLOSE, OPEN, parse
+from r1cloud.agents.calls import CLOSE, OPEN, parse
 
 NAME = "r1cloud_python"
 

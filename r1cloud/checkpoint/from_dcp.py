@@ -13,9 +13,8 @@ from pathlib import Path
 
 import torch
 
-from ..records import loads
-from .dcp import UnsafeCheckpoint, read_chunks, storage
-from .folder import (
+from r1cloud.checkpoint.dcp import UnsafeCheckpoint, read_chunks, storage
+from r1cloud.checkpoint.folder import (
     ADAPTER_CONFIG,
     DEFAULT_SHARD,
     SAFETENSORS_BYTES,
@@ -29,6 +28,7 @@ from .folder import (
     skip_tied,
     write,
 )
+from r1cloud.core.records import loads
 
 
 def _dcp_metadata(dcp_dir: str):
@@ -45,7 +45,7 @@ def _dcp_metadata(dcp_dir: str):
 def _check_files(dcp_dir: str, meta, names: set[str]) -> None:
     """Each file the named tensors need is there and long enough: a missing or cut shard is a
     MergeError naming it."""
-    from .store import filesystem
+    from r1cloud.checkpoint.store import filesystem
 
     needed: dict[str, int] = {}
     for index, info in meta.storage_data.items():
@@ -161,7 +161,7 @@ def _whole(chunks: list, meta, dtype: torch.dtype | None) -> torch.Tensor | File
 def adapter_config(dcp_dir: str) -> dict:
     """A LoRA checkpoint's actor/adapter_config.json, checked: a MergeError naming the file and the
     field when it is missing, not JSON, or holds no usable rank and alpha."""
-    from .store import filesystem
+    from r1cloud.checkpoint.store import filesystem
 
     fs, path = filesystem(dcp_dir)
     where = f"{dcp_dir}/{ADAPTER_CONFIG}"
@@ -185,7 +185,7 @@ def merge_lora(dcp_dir, index, tensors, hf_src: Path, out: Path, dtype, shard_by
     shard like any merge: the base's tensors from its safetensors, the adapters from the DCP files."""
     from safetensors import safe_open
 
-    from .store import NotFound, base_model
+    from r1cloud.checkpoint.store import NotFound, base_model
 
     adapter = adapter_config(dcp_dir)
     try:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-from .folder import DEFAULT_SHARD, MergeError, copy_hf_files, plan, skip_tied, write
-from .store import SHARD_RE
+from r1cloud.checkpoint.folder import DEFAULT_SHARD, MergeError, copy_hf_files, plan, skip_tied, write
+from r1cloud.checkpoint.store import SHARD_RE
 
 
 def _rank_files(actor_dir: Path) -> list[Path]:

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import torch
 
-from ..records import load_object
-from .dcp import remove
-from .folder import ADAPTER_CONFIG, DEFAULT_SHARD, MARK, WEIGHTS, MergeError, describes
-from .from_dcp import merge_dcp, write_adapter
-from .from_easyr1 import merge_easyr1
-from .store import SHARD_RE
+from r1cloud.checkpoint.dcp import remove
+from r1cloud.checkpoint.folder import ADAPTER_CONFIG, DEFAULT_SHARD, MARK, WEIGHTS, MergeError, describes
+from r1cloud.checkpoint.from_dcp import merge_dcp, write_adapter
+from r1cloud.checkpoint.from_easyr1 import merge_easyr1
+from r1cloud.checkpoint.store import SHARD_RE
+from r1cloud.core.records import load_object
 
 __all__ = ["MergeError", "check_out", "iter_weights", "merge"]
 
@@ -106,7 +106,7 @@ def merge(
     and, with no `out`, the merged model is uploaded back into its huggingface/ folder, config.json
     last, so the bucket lists it INFERENCE READY only once every file is there."""
     if "://" in checkpoint.path:
-        from .store import bucket_errors
+        from r1cloud.checkpoint.store import bucket_errors
 
         with tempfile.TemporaryDirectory(prefix="r1cloud-merge-") as tmp:
             with bucket_errors(checkpoint.path):
@@ -124,7 +124,7 @@ def merge(
     own = target.resolve() == default.resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.merging-"))
-    from ..spec.models import torch_dtype as dtype_of
+    from r1cloud.core.dtypes import torch_dtype as dtype_of
 
     torch_dtype = dtype_of(dtype)
     try:
@@ -156,7 +156,7 @@ def merge(
 
 def _download(checkpoint, into: Path):
     """The files a merge reads (weights, config, tokenizer — not optimizer states), copied locally."""
-    from .store import filesystem
+    from r1cloud.checkpoint.store import filesystem
 
     fs, base = filesystem(checkpoint.path)
     base = base.rstrip("/")
@@ -177,7 +177,7 @@ def _download(checkpoint, into: Path):
 
 
 def _upload(folder: Path, url: str) -> None:
-    from .store import filesystem
+    from r1cloud.checkpoint.store import filesystem
 
     fs, base = filesystem(url)
     base = base.rstrip("/")

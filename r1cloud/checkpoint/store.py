@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..records import finite, loads, whole
+from r1cloud.core.records import finite, loads, whole
 
 STEP_RE = re.compile(r"global_step_(\d+)$")
 SHARD_RE = re.compile(r"model_world_size_(\d+)_rank_(\d+)\.pt$")

@@ -25,7 +25,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .dcp import remove
+from r1cloud.checkpoint.dcp import remove
 
 TRACKER = "checkpoint_tracker.json"
 STATE = "trainer_state.json"
@@ -134,7 +134,7 @@ class Bucket:
     is there, written last; a deletion removes that file first."""
 
     def __init__(self, url: str):
-        from .store import filesystem
+        from r1cloud.checkpoint.store import filesystem
 
         self.url = url.rstrip("/")
         self.fs, self.root = filesystem(self.url)
@@ -197,8 +197,8 @@ def _key(url: str) -> str:
 def read_state(checkpoint: str) -> dict:
     """A checkpoint's trainer_state.json, from a local folder or a bucket, checked: one that is
     damaged or not r1cloud's is a DamagedCheckpoint naming it (a resume would otherwise fail deep inside)."""
-    from ..records import finite, loads, whole
-    from .store import filesystem
+    from r1cloud.checkpoint.store import filesystem
+    from r1cloud.core.records import finite, loads, whole
 
     fs, path = filesystem(checkpoint)
     where = f"{checkpoint.rstrip('/')}/{STATE}"
@@ -236,9 +236,9 @@ def write_hf_files(
 
     from transformers import AutoConfig, GenerationConfig
 
-    from ..spec.models import DTYPE_NAMES, torch_dtype
-    from .folder import ADAPTER_CONFIG
-    from .from_dcp import merge_dcp
+    from r1cloud.checkpoint.folder import ADAPTER_CONFIG
+    from r1cloud.checkpoint.from_dcp import merge_dcp
+    from r1cloud.core.dtypes import DTYPE_NAMES, torch_dtype
 
     path = model_cfg.model_path
     bucket = isinstance(checkpoints, Bucket)

@@ -9,19 +9,21 @@ from __future__ import annotations
 import os
 import sys
 
-from .common import app, err
+from r1cloud.cli.common import app, err
+from r1cloud.data import no_sklearn
 
 # The import order is the order `--help` lists the commands in.
 # isort: off
-from . import spec_cmds, train, jobs, plot, checkpoints, serving, evaluate  # noqa: F401
+from r1cloud.cli import spec_cmds, train, jobs, plot, checkpoints, serving, evaluate  # noqa: F401
 # isort: on
 
 __all__ = ["app", "main"]
 
 
 def main() -> None:
-    from ..checkpoint.store import BucketError
+    from r1cloud.checkpoint.store import BucketError
 
+    no_sklearn.install()  # chat, try and eval load tokenizers in this process
     try:
         app()
     except BucketError as e:  # a bucket URL that cannot be used as it is, from any command

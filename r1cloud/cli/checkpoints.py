@@ -8,12 +8,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .common import app, err, fail, find_job, out, when
+from r1cloud.cli.common import app, err, fail, find_job, out, when
 
 
 def _checkpoint_source(target: str | None) -> tuple[str, str, int | None]:
     """(checkpoints root, label for IDs, step or None) for a job, JOB:step-N, a folder or a URL."""
-    from ..checkpoint.store import NotFound, job_checkpoint_root, locate, parse_ref
+    from r1cloud.checkpoint.store import NotFound, job_checkpoint_root, locate, parse_ref
 
     ref, step = parse_ref(target) if target else (None, None)
     try:
@@ -37,7 +37,7 @@ def checkpoints(
 ) -> None:
     """List checkpoints: step, time, rewards, what they hold (all weights, or a LoRA run's adapters),
     size, INFERENCE READY, and the ID to merge or serve."""
-    from ..checkpoint.store import human_size, list_checkpoints
+    from r1cloud.checkpoint.store import human_size, list_checkpoints
 
     root, label, _ = _checkpoint_source(target)
     found = list_checkpoints(root, label)
@@ -112,7 +112,7 @@ def merge(
     streaming: memory stays about one output shard. A LoRA run's adapters are folded into its base
     model (or, with --adapter-only, written as a peft folder). A bucket checkpoint (s3://…) is
     merged locally and uploaded back into its huggingface/ folder unless --out is given."""
-    from ..checkpoint.store import NotFound, select
+    from r1cloud.checkpoint.store import NotFound, select
 
     if dtype not in ("bf16", "fp16", "fp32"):
         fail("error: bad --dtype", [f"{dtype!r}: use bf16, fp16 or fp32"])
@@ -133,12 +133,12 @@ def merge(
         out_dir = Path(tempfile.mkdtemp(prefix="r1cloud-push-")) / "model"
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from ..checkpoint.merge import MergeError, check_out
-    from ..checkpoint.merge import merge as do_merge
+    from r1cloud.checkpoint.merge import MergeError, check_out
+    from r1cloud.checkpoint.merge import merge as do_merge
 
     try:
         if out_dir is not None:  # one path for the check and the write (`--out=~/x`, `--out .`)
-            from ..spec.load import expand
+            from r1cloud.spec.load import expand
 
             out_dir = expand(out_dir).resolve()
             if base is not None and expand(base).resolve() == out_dir:
@@ -166,7 +166,7 @@ def merge(
         fail("error: cannot merge", [str(e)])
     out.print(f"merged {chosen.id} into {path}", markup=False)
     if push_to_hub:
-        from ..hub import HubError, push_folder
+        from r1cloud.checkpoint.hub import HubError, push_folder
 
         err.print(f"pushing {path} to the Hub as {push_to_hub} …", markup=False)
         try:

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from .. import __version__
+from r1cloud import __version__
 
 app = typer.Typer(
     name="r1cloud",
@@ -100,7 +100,8 @@ def parse_secrets(values: list[str]) -> dict[str, str]:
 
 def load_blueprint(path: Path, overrides: list[str], secrets: dict[str, str], shown: str):
     """The validated spec, its warnings printed; or every problem and exit code 2."""
-    from ..spec import SpecError, load_spec
+    from r1cloud.spec import SpecError
+    from r1cloud.validate import load_spec
 
     shown = shown if len(shown) <= 120 else f"{shown[:119]}…"
     try:
@@ -122,9 +123,9 @@ def budget_price(spec) -> float | None:
     cannot be kept (no price to count it by, or less than one step)."""
     if spec.resources.max_cost is None:
         return None
-    from ..budget import check
-    from ..costs import step_seconds
-    from ..jobs.store import home
+    from r1cloud.core.jobstore import home
+    from r1cloud.costs.plan import check_budget as check
+    from r1cloud.costs.plan import step_seconds
 
     price, problem = check(spec, step_seconds(spec, home()))
     if problem:
@@ -133,7 +134,7 @@ def budget_price(spec) -> float | None:
 
 
 def job_store():
-    from ..jobs.store import JobStore
+    from r1cloud.core.jobstore import JobStore
 
     return JobStore()
 
@@ -142,7 +143,7 @@ def find_job(name: str | None):
     """The named job, or the latest; a clear error when there is none."""
     import difflib
 
-    from ..jobs.store import DamagedJob, NoSuchJob
+    from r1cloud.core.jobstore import DamagedJob, NoSuchJob
 
     store = job_store()
     if name is None:
@@ -173,8 +174,8 @@ def refreshed(store, jobs: list) -> list:
     """Cloud jobs' state from SkyPilot; if it cannot be reached, the last known state and a warning."""
     if not any(j.cloud for j in jobs):
         return jobs
-    from ..jobs.cloud import CloudError
-    from ..jobs.remote import refresh
+    from r1cloud.jobs.cloud import CloudError
+    from r1cloud.jobs.remote import refresh
 
     try:
         return refresh(store, jobs)
@@ -186,8 +187,8 @@ def refreshed(store, jobs: list) -> list:
 def cloud_logs(job, follow: bool) -> int:
     """A cloud job's log; following it, the job's end as `report_end` says it (a budget stop
     included), or the log's exit code while SkyPilot still calls the job running."""
-    from ..jobs.cloud import CloudError, tail_logs
-    from ..jobs.store import ACTIVE
+    from r1cloud.core.jobstore import ACTIVE
+    from r1cloud.jobs.cloud import CloudError, tail_logs
 
     if not job.cloud:  # its first launch in flight, or cut off before SkyPilot answered
         fail(
@@ -210,7 +211,7 @@ def cloud_logs(job, follow: bool) -> int:
 
 
 def report_end(job) -> int:
-    from ..jobs.follow import exit_code
+    from r1cloud.jobs.follow import exit_code
 
     style = {"SUCCEEDED": "green", "STOPPED": "yellow", "ENDED": "yellow", "BUDGET_REACHED": "yellow"}
     style = style.get(job.status, "bold red")
@@ -287,8 +288,9 @@ def accelerator_overrides(
         return []
     import contextlib
 
-    from ..spec import SpecError, load_spec
-    from ..spec.models import accelerator_options
+    from r1cloud.spec import SpecError
+    from r1cloud.spec.models import accelerator_options
+    from r1cloud.validate import load_spec
 
     current = None
     with contextlib.suppress(SpecError):  # reported by the real load below

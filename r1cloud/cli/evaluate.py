@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .common import app, err, fail, load_blueprint, not_nan, out
+from r1cloud.cli.common import app, err, fail, load_blueprint, not_nan, out
 
 ENGINES = ("auto", "vllm", "hf")
 
@@ -103,9 +103,9 @@ def eval_(
     the same sampling; the run's reward scores them. Reports accuracy, pass@k (unbiased) and mean@k,
     each reward key, response length and truncation, by data_source when the data has one, with a 95%
     interval over prompts in every cell."""
-    from .. import evaluate as ev
-    from ..eval_metrics import summarize
-    from ..jobs.store import home
+    from r1cloud.core.jobstore import home
+    from r1cloud.evaluation import run as ev
+    from r1cloud.evaluation.metrics import summarize
 
     if engine not in ENGINES:
         fail("error: bad --engine", [f"{engine!r}: use {', '.join(ENGINES)}"])
@@ -158,9 +158,9 @@ def eval_(
 
 def _spec(targets, blueprint, data, reward, format_prompt, keys: dict, image_dir: Path | None):
     """The blueprint's spec (or the first job's), with the options set alone on top."""
-    from ..spec import Spec
-    from ..spec.files import reward_function_problems
-    from ..spec.load import expand
+    from r1cloud.spec import Spec
+    from r1cloud.spec.load import expand
+    from r1cloud.validate.files import reward_function_problems
 
     if blueprint is not None:
         base = load_blueprint(blueprint, [], {}, str(blueprint))
@@ -217,8 +217,8 @@ def _spec(targets, blueprint, data, reward, format_prompt, keys: dict, image_dir
 def _check_before_starting(spec) -> None:
     """What would fail after the model is up, said first (exit 2): the rows and the format prompt
     (as validate reads them), and the reward on one row's own answer."""
-    from ..rewards import RewardDeadline, from_config
-    from ..spec.files import check_data
+    from r1cloud.rewards.pool import RewardDeadline, from_config
+    from r1cloud.validate.files import check_data
 
     if problems := [message for _, message in check_data(spec.data, keys=("val_files",))]:
         fail("error: the data cannot be scored", problems)
@@ -243,7 +243,7 @@ def _check_before_starting(spec) -> None:
 
 
 def _first_row(value: str) -> dict | None:
-    from ..spec.data_check import DataError, local_files, rows
+    from r1cloud.validate.data_check import DataError, local_files, rows
 
     try:
         files = local_files(value) if value else None
@@ -253,9 +253,9 @@ def _first_row(value: str) -> dict | None:
 
 
 def _job_spec(target: str):
-    from ..checkpoint.store import parse_ref
-    from ..jobs.store import JobStore
-    from ..spec import load_resolved
+    from r1cloud.checkpoint.store import parse_ref
+    from r1cloud.core.jobstore import JobStore
+    from r1cloud.spec import load_resolved
 
     store, name = JobStore(), parse_ref(target)[0]
     if "://" in target or not store.has(name):
@@ -282,10 +282,10 @@ def _engine(requested: str) -> str:
 
 
 def _resolve(ref: str, api_key: str | None, spec):
-    from .. import chat as ch
-    from .. import serve as sv
-    from ..evaluate import Target
-    from ..jobs.store import home
+    from r1cloud.core.jobstore import home
+    from r1cloud.evaluation.run import Target
+    from r1cloud.serving import chat as ch
+    from r1cloud.serving import serve as sv
 
     try:
         if ref.startswith(("http://", "https://")):
@@ -303,7 +303,7 @@ def _merger(dtype: str):
     """Merge a checkpoint at the engine's dtype, so fp32 training is scored on fp32 weights."""
 
     def merge(checkpoint, out_dir) -> None:
-        from ..checkpoint.merge import MergeError, merge
+        from r1cloud.checkpoint.merge import MergeError, merge
 
         err.print(f"{checkpoint.id}: merging its weights for the engine…", markup=False)
         try:
@@ -332,7 +332,7 @@ def _run(target) -> int:
     ):
         task = bar.add_task(f"{target.ref}: starting", total=None)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "r1cloud.evaluate", str(target.folder)],
+            [sys.executable, "-m", "r1cloud.evaluation.run", str(target.folder)],
             stdout=subprocess.PIPE,
             stderr=sink,
             text=True,
@@ -366,7 +366,7 @@ def _stop(proc) -> None:
 
 
 def _failed(target) -> None:
-    from ..jobs.supervise import last_error
+    from r1cloud.jobs.supervise import last_error
 
     log = target.folder / "engine.log"
     cause = last_error(log).removeprefix("error: ")

@@ -8,7 +8,19 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .common import app, cloud_logs, err, fail, find_job, job_store, not_nan, out, refreshed, report_end, when
+from r1cloud.cli.common import (
+    app,
+    cloud_logs,
+    err,
+    fail,
+    find_job,
+    job_store,
+    not_nan,
+    out,
+    refreshed,
+    report_end,
+    when,
+)
 
 JobArg = Annotated[
     str | None, typer.Argument(help="Job name (default: the most recent job).", show_default=False)
@@ -27,7 +39,7 @@ def logs(
     ] = 200,
 ) -> None:
     """Print a job's log (the trainer's or the server's output)."""
-    from ..jobs import follow as f
+    from r1cloud.jobs import follow as f
 
     store, record = find_job(job)
     if job is None:  # on stderr: the log itself stays what stdout carries
@@ -59,7 +71,7 @@ def _duration(job) -> str:
 def _spend(job, m: dict, total: int | None) -> tuple[float, float | None] | None:
     """Dollars spent so far at the job's hourly price, and the projected total while it runs (the
     last step's time for each step left); None without a price."""
-    from ..records import finite, whole
+    from r1cloud.core.records import finite, whole
 
     if not job.price or not job.started_at:
         return None
@@ -73,7 +85,7 @@ def _spend(job, m: dict, total: int | None) -> tuple[float, float | None] | None
 
 
 def _dollars(job, m: dict, total: int | None) -> str:
-    from ..budget import usd
+    from r1cloud.core.budget import usd
 
     found = _spend(job, m, total)
     if found is None:
@@ -95,7 +107,7 @@ STATUS_STYLE = {
 
 
 def _jobs_table() -> None:
-    from ..jobs import follow as f
+    from r1cloud.jobs import follow as f
 
     store = job_store()
     jobs = refreshed(store, store.list())
@@ -147,8 +159,9 @@ def status(
     if job is None:
         _jobs_table()
         return
-    from ..jobs import follow as f
-    from ..spec import load_resolved, summarize
+    from r1cloud.jobs import follow as f
+    from r1cloud.spec import load_resolved
+    from r1cloud.validate import summarize
 
     store, record = find_job(job)
     record = refreshed(store, [record])[0]
@@ -187,11 +200,11 @@ def status(
         )
         out.print(f"trend      {_trend(run)}  (r1cloud plot {record.name})", markup=False)
     if (spend := _spend(record, m or {}, f.total_steps(run))) is not None:
-        from ..budget import usd
+        from r1cloud.core.budget import usd
 
         ahead = f", about {usd(spend[1])} in all" if spend[1] is not None and spend[1] != spend[0] else ""
         out.print(f"cost       {usd(spend[0])} spent{ahead}, at {usd(record.price)}/hour", markup=False)
-    from ..checkpoint.store import job_checkpoint_root, list_checkpoints
+    from r1cloud.checkpoint.store import job_checkpoint_root, list_checkpoints
 
     root = job_checkpoint_root(run)  # honours save_checkpoint_path (a cloud job's bucket)
     try:
@@ -216,7 +229,7 @@ def status(
 
 def _trend(run) -> str:
     """The reward's shape over the run in one line, and the validation reward's first and last."""
-    from .. import plot as p
+    from r1cloud.jobs import curves as p
 
     try:
         rows = p.read_rows(str(run))
@@ -245,8 +258,8 @@ def stop(
     ] = 180.0,
 ) -> None:
     """Stop a job cleanly: the trainer finishes its step and saves a checkpoint first."""
-    from ..jobs.local import stop as stop_local
-    from ..jobs.store import ACTIVE
+    from r1cloud.core.jobstore import ACTIVE
+    from r1cloud.jobs.local import stop as stop_local
 
     store, record = find_job(job)
     if record.status not in ACTIVE:
@@ -255,7 +268,7 @@ def stop(
     if record.launching:  # SkyPilot has not answered yet: nothing to cancel (or, on a resume, the old launch)
         fail(f"error: {record.name} is being launched", ["stop it once `r1cloud jobs` shows it started"])
     if record.remote:
-        from ..jobs.cloud import CloudError, cancel, serve_down
+        from r1cloud.jobs.cloud import CloudError, cancel, serve_down
 
         try:
             how = serve_down(record.cloud["service"]) if record.kind == "serve" else cancel(record.cloud)

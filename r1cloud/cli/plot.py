@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .common import app, fail, find_job, not_nan, out
+from r1cloud.cli.common import app, fail, find_job, not_nan, out
 
 DEFAULT_METRICS = "reward/overall,val/reward_score"
 
@@ -15,7 +15,7 @@ DEFAULT_METRICS = "reward/overall,val/reward_score"
 def metrics_source(target: str | None) -> tuple[str, str]:
     """(label, where its metrics are) for a job name (default: the latest job), a run or
     checkpoint folder, or a bucket URL."""
-    from ..spec.load import expand, is_dir
+    from r1cloud.spec.load import expand, is_dir
 
     if target and ("://" in target or is_dir(expand(target))):
         return target.rstrip("/"), target if "://" in target else str(expand(target))
@@ -23,7 +23,7 @@ def metrics_source(target: str | None) -> tuple[str, str]:
     run = store.path(job.name)
     if (run / "metrics.jsonl").exists():
         return job.name, str(run)
-    from ..checkpoint.store import job_checkpoint_root
+    from r1cloud.checkpoint.store import job_checkpoint_root
 
     return job.name, job_checkpoint_root(run)  # a cloud job: the copy in its bucket
 
@@ -71,7 +71,7 @@ def plot(
     r1cloud plot JOB --smooth 0.6 -o curves.png   a picture, smoothed
     r1cloud plot s3://bucket/job/checkpoints      a cloud job's curve, from its bucket
     """
-    from .. import plot as p
+    from r1cloud.jobs import curves as p
 
     keys = [k.strip() for k in metric.split(",") if k.strip()]
     if not keys:

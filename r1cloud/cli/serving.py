@@ -11,12 +11,12 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from .common import app, err, fail, job_store, load_blueprint, not_nan, out, report_end
+from r1cloud.cli.common import app, err, fail, job_store, load_blueprint, not_nan, out, report_end
 
 
 def _merge_for_serving(checkpoint, out_dir) -> None:
-    from ..checkpoint.merge import MergeError
-    from ..checkpoint.merge import merge as do_merge
+    from r1cloud.checkpoint.merge import MergeError
+    from r1cloud.checkpoint.merge import merge as do_merge
 
     if checkpoint.inference_ready:  # a bucket's merged model, fetched by merging its weights here
         err.print(f"{checkpoint.id}: fetching the model from the bucket into {out_dir}…", markup=False)
@@ -29,7 +29,7 @@ def _merge_for_serving(checkpoint, out_dir) -> None:
 
 
 def _write_adapter(checkpoint) -> None:
-    from ..checkpoint.merge import MergeError, merge
+    from r1cloud.checkpoint.merge import MergeError, merge
 
     err.print(f"{checkpoint.id}: writing its adapter folder first…", markup=False)
     try:
@@ -126,11 +126,11 @@ def serve(
     /v1/chat/completions), merging it first when it is not INFERENCE READY. Runs as a job: `jobs`
     shows its URL, `logs` its output; Ctrl-C (or `r1cloud stop`) stops it. Arguments after `--`
     go to the engine, e.g. `-- --enforce-eager`."""
-    from .. import serve as sv
-    from ..jobs import follow as f
-    from ..jobs.local import launch
-    from ..jobs.local import stop as stop_local
-    from ..jobs.store import ACTIVE, Job
+    from r1cloud.core.jobstore import ACTIVE, Job
+    from r1cloud.jobs import follow as f
+    from r1cloud.jobs.local import launch
+    from r1cloud.jobs.local import stop as stop_local
+    from r1cloud.serving import serve as sv
 
     try:
         tools = sv.tool_format(tool_call_format, checkpoint)
@@ -146,7 +146,7 @@ def serve(
     try:
         chosen_engine = sv.pick_engine(engine)
         sv.check_port(host, port)
-        from ..jobs.store import home
+        from r1cloud.core.jobstore import home
 
         if adapter and chosen_engine != "vllm":
             raise sv.ServeError(
@@ -227,10 +227,10 @@ def serve(
 
 
 def _serve_in_cloud(checkpoint, infra, gpu, replicas, api_key, served_model_name, max_model_len, name, tools):
-    from .. import serve as sv
-    from ..jobs.cloud import CloudError, serve_up
-    from ..jobs.sky_task import TaskError, service_config
-    from ..jobs.store import Job
+    from r1cloud.core.jobstore import Job
+    from r1cloud.jobs.cloud import CloudError, serve_up
+    from r1cloud.jobs.sky_task import TaskError, service_config
+    from r1cloud.serving import serve as sv
 
     try:
         if tools == "python":
@@ -352,9 +352,9 @@ def chat(
     """Ask a served endpoint or a checkpoint, with the blueprint's format prompt applied; --compare
     shows a second model's answer beside it (the before/after view). A run with tools plays
     episodes: the model's tool calls run in the training sandbox between turns, each one shown."""
-    from .. import chat as ch
-    from .. import serve as sv
-    from ..jobs.store import home
+    from r1cloud.core.jobstore import home
+    from r1cloud.serving import chat as ch
+    from r1cloud.serving import serve as sv
 
     spec = load_blueprint(blueprint, [], {}, str(blueprint)) if blueprint else sv.job_spec(target)
     template = spec.data.format_prompt if spec is not None and not raw else None

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .common import (
+from r1cloud.cli.common import (
     AccelsOption,
     GpuOption,
     SecretOption,
@@ -58,7 +58,7 @@ def validate(
     """Check a blueprint without running anything: unknown keys, types, ranges, batch arithmetic,
     files, secrets. Every problem is listed at once; exit code 2 when there is any. Then what the
     run will take: time per step and in all, and dollars where SkyPilot's catalog has prices."""
-    from ..spec import summarize
+    from r1cloud.validate import summarize
 
     overrides = list(overrides or []) + accelerator_overrides(blueprint, overrides or [], accels, gpu)
     spec = load_blueprint(blueprint, overrides, parse_secrets(secret or []), str(blueprint))
@@ -79,9 +79,9 @@ def validate(
 
 def print_estimate(spec, console) -> None:
     """The cost table (costs.plan): one row per accelerator and offer, cheapest first."""
-    from ..costs import plan
-    from ..estimate import hours
-    from ..jobs.store import home
+    from r1cloud.core.jobstore import home
+    from r1cloud.costs.estimate import hours
+    from r1cloud.costs.plan import plan
 
     try:
         e = plan(spec, home())
@@ -158,7 +158,7 @@ def try_(
 
 
 def _play(spec, k: int) -> list[dict]:
-    from ..agents.play import play
+    from r1cloud.agents.play import play
 
     try:
         with err.status("preparing…") as status:
@@ -183,7 +183,7 @@ def _transcripts(played: list[dict]) -> None:
 
 
 def _score(spec, n: int, as_json: bool, played: list[dict]) -> None:
-    from ..preflight import run
+    from r1cloud.validate.preflight import run
 
     try:
         with err.status("preparing…") as status:

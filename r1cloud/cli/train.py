@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from .common import (
+from r1cloud.cli.common import (
     AccelsOption,
     GpuOption,
     SecretOption,
@@ -28,7 +28,7 @@ from .common import (
     refreshed,
     report_end,
 )
-from .spec_cmds import print_estimate
+from r1cloud.cli.spec_cmds import print_estimate
 
 
 @app.command()
@@ -106,8 +106,8 @@ def train(
 ) -> None:
     """Validate a blueprint, start it as a job, and follow its progress (Ctrl-C detaches; the
     job keeps running)."""
-    from ..jobs.store import JobExists
-    from ..spec import summarize
+    from r1cloud.core.jobstore import JobExists
+    from r1cloud.validate import summarize
 
     store = job_store()
     source = Path(target)
@@ -188,8 +188,8 @@ def train(
             )
         print_estimate(spec, out)
         return
-    from ..jobs.local import submit
-    from ..jobs.store import JobRunning
+    from r1cloud.core.jobstore import JobRunning
+    from r1cloud.jobs.local import submit
 
     try:
         job, fresh, log_start = submit(
@@ -225,7 +225,7 @@ def train(
 
 def _resumable(store, name: str, spec):
     """The job `train --resume` continues, brought up to date; refused where it cannot go on."""
-    from ..jobs.store import ACTIVE
+    from r1cloud.core.jobstore import ACTIVE
 
     job = refreshed(store, [store.get(name)])[0]
     if job.remote != (spec.resources.infra != "local"):
@@ -240,7 +240,7 @@ def _resumable(store, name: str, spec):
 
 
 def _check_spent(job, cap: float) -> None:
-    from ..budget import usd
+    from r1cloud.core.budget import usd
 
     if job.spent >= cap:
         fail(
@@ -261,15 +261,15 @@ def _train_in_cloud(
     price,
     resume: bool,
 ):
-    from ..jobs.cloud import CloudError
-    from ..jobs.sky_task import TaskError
-    from ..jobs.store import JobExists, JobRunning, home
+    from r1cloud.core.jobstore import JobExists, JobRunning, home
+    from r1cloud.jobs.cloud import CloudError
+    from r1cloud.jobs.sky_task import TaskError
 
     kind = "a managed job" if managed else "a cluster (autostop, down at the end)"
     try:
         if dry_run:
-            from ..jobs.remote import prepare
-            from ..jobs.sky_task import to_yaml
+            from r1cloud.jobs.remote import prepare
+            from r1cloud.jobs.sky_task import to_yaml
 
             folder = home() / "dry-run" / spec.name
             folder.mkdir(parents=True, exist_ok=True)
@@ -278,11 +278,11 @@ def _train_in_cloud(
             print(to_yaml(config), end="")
             print_estimate(spec, err)  # on stderr: stdout stays the YAML `sky launch` takes
             return
-        from ..jobs.remote import submit
+        from r1cloud.jobs.remote import submit
 
         err.print(f"launching {spec.name} on {spec.resources.infra} as {kind}…", markup=False)
         if price is None:  # no budget: the price still shows the spend in `jobs` and `status`
-            from ..budget import hourly_price
+            from r1cloud.costs.prices import hourly_price
 
             price = hourly_price(spec)[0]
         job = submit(store, spec, secrets, blueprint, managed, unique and not resume, price, resume)
@@ -318,7 +318,7 @@ def _follow_with_progress(store, name: str, log_start: int) -> int:
         TimeRemainingColumn,
     )
 
-    from ..jobs import follow as f
+    from r1cloud.jobs import follow as f
 
     run = store.path(name)
     shown = ("step ", "[", "error", "Traceback", "warning")

@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..records import finite, load_object, loads, whole
-from .store import TERMINAL, Job, JobStore
+from r1cloud.core.jobstore import TERMINAL, Job, JobStore
+from r1cloud.core.records import finite, load_object, loads, whole
 
 
 def tail_lines(path: Path, n: int) -> list[str]:

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from .. import budget
+from r1cloud.core import budget
 
 RAY_PORT = int(os.environ.get("R1CLOUD_RAY_PORT", "6379"))
 DASHBOARD_AGENT_PORT = int(os.environ.get("R1CLOUD_RAY_AGENT_PORT", "52366"))

@@ -14,11 +14,11 @@ from secrets import token_hex
 
 import yaml
 
-from .. import budget
-from ..spec import Spec, dump_spec
-from . import cloud
-from .sky_task import RAY_TOKEN, check_cloud, checkpoint_url, node_spec, task_config
-from .store import ACTIVE, Job, JobExists, JobRunning, JobStore, launch_lost
+from r1cloud.core import budget
+from r1cloud.core.jobstore import ACTIVE, Job, JobExists, JobRunning, JobStore, launch_lost
+from r1cloud.jobs import cloud
+from r1cloud.jobs.sky_task import RAY_TOKEN, check_cloud, checkpoint_url, node_spec, task_config
+from r1cloud.spec import Spec, dump_spec
 
 NODE_SPEC = "node-spec.yaml"
 
@@ -35,7 +35,7 @@ def prepare(
     """Write the node spec into `folder`; return the SkyPilot task config and the spec as this
     machine keeps it (checkpoints in the bucket). A budget (resources.max_cost) reaches the
     trainer as its `price`, the launch time `started` (without it, the trainer's) and what the
-    job's earlier launches `spent` (budget.py)."""
+    job's earlier launches `spent` (core/budget.py)."""
     check_cloud(spec, managed)
     data, root = node_spec(spec, blueprint)
     (folder / NODE_SPEC).write_text(yaml.safe_dump(data, sort_keys=False))
@@ -128,7 +128,7 @@ def budget_stop(job: Job) -> str:
     checkpoint says so (the trainer's [budget] line, kept in its trainer_state.json) and was saved
     by this launch (its `launched`, the budget's start: a resume that saved nothing leaves the last
     launch's checkpoint). A bucket that cannot be read from here leaves the job as SkyPilot says."""
-    from ..checkpoint.store import BucketError, job_checkpoint_root, last_state
+    from r1cloud.checkpoint.store import BucketError, job_checkpoint_root, last_state
 
     try:
         state = last_state(job_checkpoint_root(job.dir))

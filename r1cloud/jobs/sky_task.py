@@ -21,9 +21,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..spec import Spec
-from ..spec.files import local_paths
-from ..spec.models import accelerator_options
+from r1cloud.spec import Spec
+from r1cloud.spec.models import accelerator_options
+from r1cloud.validate.files import local_paths
 
 SPEC_ON_NODE = "~/.r1cloud/spec.yaml"
 SOURCE_ON_NODE = "~/.r1cloud/src"
@@ -189,7 +189,7 @@ def setup_script(source: Path | None, loggers: tuple[str, ...] = ()) -> str:
     """Install r1cloud on the node with the trainer (its `train` extra brings vLLM's CUDA build)
     and the trackers the blueprint logs to, with uv; from a checkout, at the versions its
     requirements/lock-gpu.txt pins (an image built from docker/Dockerfile already holds them)."""
-    from .. import __version__
+    from r1cloud import __version__
 
     on_node = SOURCE_ON_NODE.replace("~", "$HOME")  # quoted, so the shell would not expand ~
     extras = ",".join(["train", *(x for x in ("wandb", "swanlab", "mlflow") if x in loggers)])

@@ -16,9 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-from .. import budget
-from .follow import tail_lines
-from .store import JobStore
+from r1cloud.core import budget
+from r1cloud.core.jobstore import JobStore
+from r1cloud.jobs.follow import tail_lines
 
 PREFIX = re.compile(r"^(\(\w+ pid=\d+\)\s*)?((ERROR|WARNING|INFO) [\d-]+ [\d:]+ \[[^\]]*\]\s*)?")
 # vLLM's summaries of an error, which only point to its cause above them
@@ -108,9 +108,9 @@ def budget_line(log: Path) -> str:
 
 
 def calibrate(store: JobStore, path: Path, job, log_path: Path) -> None:
-    """The run's speed, for later estimates (costs.py); never the job's outcome."""
+    """The run's speed, for later estimates (costs/plan.py); never the job's outcome."""
     try:
-        from ..costs import calibrate as measure
+        from r1cloud.costs.plan import calibrate as measure
 
         measure(store.root.parent, path, job.name, job.ended_at - job.started_at)
     except Exception as e:  # noqa: BLE001

@@ -12,9 +12,9 @@ from collections.abc import Iterable
 
 import torch
 
-from .. import onednn, vision
-from ..vision import auto_class, image_inputs
-from . import HF_EXTRA, Request, Sample, Sampling, cut_at_eos
+from r1cloud.media import vision
+from r1cloud.media.vision import auto_class, image_inputs
+from r1cloud.rollout import HF_EXTRA, Request, Sample, Sampling, cut_at_eos, onednn
 
 
 class HFEngine:

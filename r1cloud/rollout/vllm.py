@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 
-from ..serve import kv_bytes_per_token
-from ..spec.models import DTYPE_NAMES, torch_dtype
-from . import Request, Sample, Sampling, cut_at_eos, request_seed
+from r1cloud.core.dtypes import DTYPE_NAMES, torch_dtype
+from r1cloud.core.families import kv_bytes_per_token
+from r1cloud.rollout import Request, Sample, Sampling, cut_at_eos, request_seed
 
 
 class VLLMEngine:
@@ -38,8 +38,8 @@ class VLLMEngine:
         the most one generate call holds (on CPU the KV cache is sized to them; 0: unknown)."""
         from transformers import AutoConfig
 
-        from .. import vision_compat
-        from ..vision import is_vision_config
+        from r1cloud.media import compat as vision_compat
+        from r1cloud.media.vision import is_vision_config
 
         config = AutoConfig.from_pretrained(model_path, trust_remote_code=cfg.trust_remote_code)
         mm = {}

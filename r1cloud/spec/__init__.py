@@ -1,4 +1,6 @@
-"""The job spec: the one contract between the CLI, the backends and the trainer."""
+"""The job spec: the one contract between the CLI, the backends and the trainer — its schema
+(models), overrides and key paths (load), the table of what becomes of each key (keys). Reading a
+blueprint with every check is the app layer's: r1cloud.validate.load_spec."""
 
 from __future__ import annotations
 
@@ -6,12 +8,9 @@ from pathlib import Path
 
 import yaml
 
-from .checks import missing_secrets
-from .load import Loaded, parse_override
-from .models import Spec, normalise_name
-from .problems import Problem, SpecError
-from .read import load_spec
-from .summary import summarize, total_steps
+from r1cloud.spec.load import Loaded, parse_override
+from r1cloud.spec.models import Spec, normalise_name
+from r1cloud.spec.problems import Problem, SpecError
 
 __all__ = [
     "Loaded",
@@ -20,12 +19,8 @@ __all__ = [
     "SpecError",
     "dump_spec",
     "load_resolved",
-    "load_spec",
-    "missing_secrets",
     "normalise_name",
     "parse_override",
-    "summarize",
-    "total_steps",
 ]
 
 

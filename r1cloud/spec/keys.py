@@ -16,11 +16,11 @@ HONOURED, INERT, REFUSED = "honoured", "inert", "refused"
 
 KEYS: dict[str, tuple[str, str]] = {
     # r1cloud's own keys
-    "name": (HONOURED, "the job's name (jobs/store.py)"),
+    "name": (HONOURED, "the job's name (core/jobstore.py)"),
     "resources.infra": (HONOURED, "local, or the SkyPilot infra (jobs/sky_task.py)"),
     "resources.max_cost": (
         HONOURED,
-        "the trainer saves and stops before the next step would pass it (budget.py); validate refuses "
+        "the trainer saves and stops before the next step would pass it (core/budget.py); validate refuses "
         "a cap with no price or below one step",
     ),
     "resources.*": (HONOURED, "the SkyPilot task (jobs/sky_task.py); a local job uses accelerators only"),
@@ -35,7 +35,7 @@ KEYS: dict[str, tuple[str, str]] = {
         HONOURED,
         "video.load: a video file sampled at this rate, as qwen_vl_utils' fetch_video",
     ),
-    "data.*": (HONOURED, "the prompt sets (data.py, vision.py)"),
+    "data.*": (HONOURED, "the prompt sets (data/loader.py, media/vision.py)"),
     # algorithm
     "algorithm.*": (HONOURED, "advantages, KL and filtering (trainer/algorithms.py, trainer/driver.py)"),
     # workers
@@ -73,6 +73,10 @@ KEYS: dict[str, tuple[str, str]] = {
         "across them; -1 or the device count: one group (trainer/workers.py)",
     ),
     "worker.*.fsdp.*": (HONOURED, "FSDP2's sharding and mixed precision (trainer/workers.py)"),
+    "worker.ref.offload.offload_optimizer": (
+        INERT,
+        "the reference model has no optimizer: nothing to offload",
+    ),
     "worker.*.offload.*": (
         HONOURED,
         "shards and optimizer state moved to host memory between phases, as EasyR1 does (trainer/offload.py)",
@@ -106,7 +110,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "worker.rollout.multi_turn.*": (HONOURED, "multi-turn episodes with tools and environments (agents/)"),
     "worker.*": (
         HONOURED,
-        "the workers (trainer/workers.py, trainer/model.py, rollout/, rewards.py)",
+        "the workers (trainer/workers.py, trainer/model.py, rollout/, rewards/pool.py)",
     ),
     # trainer
     "trainer.save_model_only": (
@@ -128,7 +132,7 @@ def classify(path: str) -> tuple[str, str] | None:
 
 def leaves() -> list[tuple[str, ...]]:
     """Every leaf key of the schema: the keys load.all_keys walks, less the sections."""
-    from .load import all_keys
+    from r1cloud.spec.load import all_keys
 
     keys = all_keys()
     sections = {k[:-1] for k in keys}
@@ -137,7 +141,7 @@ def leaves() -> list[tuple[str, ...]]:
 
 def refused(spec) -> list[tuple[str, str]]:
     """(path, text) for each REFUSED key whose value differs from its default."""
-    from .models import Spec
+    from r1cloud.spec.models import Spec
 
     default = Spec(name="defaults").model_dump()
     current = spec.model_dump()
@@ -152,3 +156,67 @@ def refused(spec) -> list[tuple[str, str]]:
         if value != base:
             found.append((".".join(key), text))
     return found
+
+
+# --------------------------------------------------------------------------- the key reference
+def _type(annotation) -> str:
+    """A field's type as a reader says it: `str or null`, `one of grpo, gae, …`."""
+    import types
+    from typing import Annotated, Literal, Union, get_args, get_origin
+
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Literal:
+        return "one of " + ", ".join(map(str, args))
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type(a) for a in args)
+    if origin is Annotated:
+        return _type(args[0])
+    if annotation is type(None):
+        return "null"
+    return annotation.__name__ if origin is None else str(annotation).replace("typing.", "")
+
+
+def reference() -> str:
+    """docs/reference/keys.md: every key with its type, default, meaning (the schema's field
+    descriptions) and what r1cloud does with it (KEYS). `scripts/reference` writes it and
+    tests/test_docs.py checks it is current."""
+    import json
+
+    from r1cloud.spec.load import all_keys, field_at
+    from r1cloud.spec.models import Spec
+
+    default = Spec(name="defaults").model_dump(mode="json")
+    out = [
+        "# Key reference",
+        "",
+        "Every key a blueprint accepts: its type, its default, what it means (EasyR1's meaning where the key "
+        "is EasyR1's) and what r1cloud does with it — **honoured** (and where), **inert** (accepted on "
+        "purpose with nothing to do, and why) or **refused** (a value other than the default is an error "
+        "saying what to do instead). Generated from the schema (`r1cloud/spec/models.py`) and its table "
+        "(`r1cloud/spec/keys.py`) by `scripts/reference`; do not edit by hand.",
+    ]
+    leaf_set = set(leaves())
+    for key in all_keys():
+        path = ".".join(key)
+        f = field_at(key)
+        if key not in leaf_set:
+            if len(key) <= 2:
+                out += ["", f"{'#' * (len(key) + 1)} `{path}`", "", f.description or ""]
+                out += ["", "| key | type | default | meaning | r1cloud |", "|---|---|---|---|---|"]
+            continue
+        if len(key) == 1:
+            out += [
+                "",
+                f"## `{path}`",
+                "",
+                "| key | type | default | meaning | r1cloud |",
+                "|---|---|---|---|---|",
+            ]
+        value = default
+        for part in key:
+            value = value[part]
+        kind, text = classify(path) or (HONOURED, "")
+        shown = "required" if key == ("name",) else f"`{json.dumps(value, ensure_ascii=False)}`"
+        cells = [f"`{path}`", _type(f.annotation), shown, f.description or "", f"**{kind}**: {text}"]
+        out.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
+    return "\n".join(out) + "\n"

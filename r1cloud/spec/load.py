@@ -21,9 +21,9 @@ from typing import Any, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .models import Spec, accelerator_options
-from .numbers import MAX_DIGITS, long_number, node_of
-from .problems import Problem
+from r1cloud.spec.models import Spec, accelerator_options
+from r1cloud.spec.numbers import MAX_DIGITS, long_number, node_of
+from r1cloud.spec.problems import Problem
 
 Key = tuple[str, ...]
 Origins = dict[Key, str]  # key path -> "file.yaml:LINE" or "command line"
@@ -341,6 +341,11 @@ def _nested_model(annotation: Any) -> Any:
         if isinstance(arg, type) and issubclass(arg, BaseModel):
             return arg
     return None
+
+
+def field_at(key: Key):
+    """The schema's field (pydantic's FieldInfo) at a key path."""
+    return _model_at(key[:-1]).model_fields[key[-1]]
 
 
 def all_keys(model: type[BaseModel] = Spec, prefix: Key = ()) -> list[Key]:

@@ -14,45 +14,14 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .problems import shown
+from r1cloud.core.dtypes import DTYPES
+from r1cloud.core.estimators import ESTIMATORS, Estimator
+from r1cloud.spec.problems import shown
 
-ADV_ESTIMATORS = (
-    "grpo",
-    "gae",
-    "grpo_passk",
-    "rloo",
-    "reinforce_plus_plus",
-    "reinforce_plus_plus_baseline",
-    "remax",
-    "dapo",
-)
-GROUP_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "dapo", "reinforce_plus_plus_baseline")
 KL_PENALTIES = ("kl", "abs", "mse", "low_var_kl", "full")
 LOSS_TYPES = ("default", "gspo", "gspo_token", "cispo", "sapo")
 ROLLOUT_IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
-# `adv_estimator: dapo` is GRPO advantages with DAPO's settings, where the blueprint leaves them unset.
-DAPO_PRESET = {
-    "actor": {"clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "loss_avg_mode": "token"},
-    "algorithm": {"disable_kl": True, "online_filtering": True},
-}
 LOGGERS = ("console", "file", "mlflow", "swanlab", "tensorboard", "wandb")
-# every dtype name a blueprint may give, and torch's name for it: the one table (trainer, vLLM, merge)
-DTYPE_NAMES = {
-    "bf16": "bfloat16", "fp16": "float16", "fp32": "float32",
-    "bfloat16": "bfloat16", "float16": "float16", "float32": "float32",
-}  # fmt: skip
-DTYPES = tuple(DTYPE_NAMES)
-
-
-def torch_dtype(name: str | None):
-    """torch's dtype for a blueprint's name (or torch's own, `torch.` prefix or not); None for none."""
-    if not name:
-        return None
-    import torch
-
-    return getattr(torch, DTYPE_NAMES[name.removeprefix("torch.")])
-
-
 # SamplingParams fields EasyR1 lets `val_override_config` (and the ReMax baseline) override.
 SAMPLING_KEYS = ("n", "temperature", "top_p", "top_k", "seed", "ignore_eos", "max_tokens")
 # vLLM SamplingParams fields beyond those, passed through to validation's sampling (rollout.EXTRA
@@ -114,7 +83,11 @@ FreeForm = Annotated[dict[str, Any], AfterValidator(_plain_values)]
 
 class Model(BaseModel):
     # inf and nan are no setting's value (and would make --json print invalid JSON)
-    model_config = ConfigDict(extra="forbid", validate_default=False, allow_inf_nan=False)
+    # use_attribute_docstrings: the string under each field is its description, the meaning the key
+    # reference (docs/reference/keys.md) shows
+    model_config = ConfigDict(
+        extra="forbid", validate_default=False, allow_inf_nan=False, use_attribute_docstrings=True
+    )
 
     @field_validator("*", mode="before")
     @classmethod
@@ -131,61 +104,108 @@ class Model(BaseModel):
 
 # --------------------------------------------------------------------------- data
 class DataConfig(Model):
-    train_files: str | list[str] = ""  # a list: several data sets, mixed (r1cloud)
+    train_files: str | list[str] = ""
+    """Training prompts: Hub `name@split`, a file or a folder; a list: several sets, mixed (r1cloud)."""
     val_files: str | list[str] = ""
-    train_files_probs: list[float] | None = None  # r1cloud: sampling weights of the train_files list
+    """Validation prompts, in the same forms as train_files."""
+    train_files_probs: list[float] | None = None
+    """r1cloud: sampling weights of the train_files list (normalised); null: one set after another."""
     prompt_key: str = "prompt"
+    """The data column that holds each prompt's text."""
     answer_key: str = "answer"
+    """The data column that holds the ground truth given to the reward function."""
     image_key: str = "images"
+    """The data column that holds a row's images (the prompt marks where each goes with `<image>`)."""
     video_key: str = "videos"
+    """The data column that holds a row's videos (the prompt marks where each goes with `<video>`)."""
     image_dir: str | None = None
+    """Folder that relative image and video paths in the data are joined to; null: used as written."""
     video_fps: float = Field(2.0, gt=0)
+    """Frames per second sampled from each video."""
     max_prompt_length: int = Field(512, ge=1)
+    """Longest prompt in tokens, images' included; a longer one is dropped or cut on the right."""
     max_response_length: int = Field(512, ge=1)
+    """Most tokens generated for one response."""
     rollout_batch_size: int = Field(512, ge=1)
+    """Prompts per training step (verl's data.train_batch_size)."""
     mini_rollout_batch_size: int | None = Field(None, ge=1)
+    """Prompts per generation round (verl's data.gen_batch_size); rounds repeat until a step has
+    rollout_batch_size prompts. Null: rollout_batch_size."""
     val_batch_size: Annotated[int, minus_one_or_positive("the whole validation set in one batch")] = -1
+    """Prompts per validation batch; -1: the whole validation set in one batch."""
     format_prompt: str | None = None
+    """Jinja template file each prompt is rendered through (the prompt is its `content`); null: none."""
     override_chat_template: str | None = None
+    """File whose Jinja chat template replaces the tokenizer's and processor's; null: the model's own."""
     shuffle: bool = True
+    """Shuffle the training prompts (with seed); false: in file order."""
     seed: int = 1
+    """Random seed of the training prompts' shuffle."""
     min_pixels: int | None = Field(262144, ge=1)
+    """Images and video frames under this many pixels (width × height) are scaled up; null: no floor."""
     max_pixels: int | None = Field(4194304, ge=1)
+    """Images and video frames over this many pixels (width × height) are scaled down; null: no cap."""
     filter_overlong_prompts: bool = True
+    """Drop prompts over max_prompt_length tokens before training; false: cut them on the right."""
     filter_overlong_prompts_workers: int = Field(16, ge=1)
+    """Processes that measure the training prompts for filter_overlong_prompts."""
 
 
 # --------------------------------------------------------------------------- algorithm
 class AlgorithmConfig(Model):
     gamma: float = Field(1.0, ge=0, le=1)
+    """Discount factor of the GAE advantage estimator."""
     lam: float = Field(1.0, ge=0, le=1)
-    adv_estimator: Literal[ADV_ESTIMATORS] = "grpo"  # type: ignore[valid-type]
-    norm_adv_by_std_in_grpo: bool = True  # verl's key; false is Dr.GRPO's advantage
+    """Lambda of the GAE advantage estimator."""
+    adv_estimator: Literal[tuple(ESTIMATORS)] = "grpo"  # type: ignore[valid-type]
+    """How advantages are computed; dapo (r1cloud): GRPO's, with DAPO's settings where left unset."""
+    norm_adv_by_std_in_grpo: bool = True
+    """verl's key: divide GRPO's group-relative advantage by the group's std; false is Dr.GRPO's."""
     disable_kl: bool = False
+    """No reference model and no KL term at all."""
     use_kl_loss: bool = False
+    """KL to the reference as a term of the actor's loss; false: a penalty subtracted from the reward."""
     kl_penalty: Literal[KL_PENALTIES] = "kl"  # type: ignore[valid-type]
+    """How KL is estimated from log-probs: kl (k1), abs, mse (k2), low_var_kl (k3) or full."""
     kl_coef: float = Field(1e-3, ge=0)
+    """KL coefficient (the adaptive controller's starting value)."""
     kl_type: Literal["fixed", "adaptive"] = "fixed"
+    """Controller of the in-reward KL coefficient: fixed, or adaptive (toward kl_target)."""
     kl_horizon: float = Field(10000.0, gt=0)
+    """Horizon of the adaptive KL controller, in samples."""
     kl_target: float = Field(0.1, gt=0)
+    """Target KL of the adaptive KL controller."""
     online_filtering: bool = False
+    """DAPO's dynamic sampling: drop groups whose mean filter_key score is out of bounds, and refill."""
     filter_key: str = "overall"
+    """The reward function's score that online filtering reads."""
     filter_low: float = 0.01
+    """Online filtering drops a prompt's group whose mean score is this or lower."""
     filter_high: float = 0.99
+    """Online filtering drops a prompt's group whose mean score is this or higher."""
+
+    @property
+    def estimator(self) -> Estimator:
+        """What adv_estimator asks of the run (core/estimators.py)."""
+        return ESTIMATORS[self.adv_estimator]
 
 
 # --------------------------------------------------------------------------- worker
 class LoraConfig(Model):
     rank: int = Field(0, ge=0)
+    """LoRA's rank; 0: no LoRA (the whole model trains)."""
     alpha: int = Field(64, ge=1)
+    """LoRA's scaling factor (the adapters' update is scaled by alpha / rank)."""
     target_modules: str = "all-linear"
+    """Modules that get adapters: all-linear, or module names separated by commas (q_proj,v_proj)."""
     exclude_modules: str | None = None
-    # verl's `lora.merge`: true syncs merged weights into vLLM, false the adapters only (a
-    # LoRA-enabled engine); null: adapters on GPUs, merged weights on CPU (README: LoRA)
+    """Regular expression of modules that get none (.*visual.* keeps a VLM's vision tower out)."""
     merge: bool | None = None
-    # QLoRA (TRL's and OpenRLHF's `load_in_4bit`): the frozen base loaded in 4-bit NF4 through
-    # bitsandbytes; the adapters train in full precision
+    """verl's `lora.merge`: true syncs merged weights into vLLM, false the adapters only (a
+    LoRA-enabled engine); null: adapters on GPUs, merged weights on CPU (README: LoRA)."""
     load_in_4bit: bool = False
+    """QLoRA (TRL's and OpenRLHF's `load_in_4bit`): the frozen base loaded in 4-bit NF4 through
+    bitsandbytes; the adapters train in full precision."""
 
     @field_validator("target_modules", "exclude_modules")
     @classmethod
@@ -195,27 +215,43 @@ class LoraConfig(Model):
 
 class ModelConfig(Model):
     model_path: str | None = None
+    """The model to start from: a Hugging Face Hub id or a local folder."""
     tokenizer_path: str | None = None
+    """Where the tokenizer and processor come from; null: model_path."""
     override_config: FreeForm = Field(default_factory=dict)
+    """Values that replace those of the model's config.json (keyword arguments to AutoConfig)."""
     enable_gradient_checkpointing: bool = True
+    """Recompute activations in the backward pass instead of keeping them, to save GPU memory."""
     trust_remote_code: bool = True
+    """Run code shipped with the model and tokenizer (transformers' trust_remote_code)."""
     freeze_vision_tower: bool = False
-    # r1cloud (LLaVA's stage 1, Qwen-VL fine-tuning's freeze_llm): a VLM's language model frozen,
-    # only the vision tower and connector train
+    """A VLM's vision tower frozen: it does not train."""
     freeze_language_model: bool = False
+    """r1cloud (LLaVA's stage 1, Qwen-VL fine-tuning's freeze_llm): a VLM's language model frozen,
+    only the vision tower and connector train."""
     lora: LoraConfig = Field(default_factory=LoraConfig)
+    """LoRA adapters instead of training every weight."""
 
 
 class OptimConfig(Model):
     lr: float = Field(1e-6, ge=0)
+    """Learning rate (the peak, after warmup)."""
     betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW's beta1 and beta2."""
     weight_decay: float = Field(1e-2, ge=0)
+    """AdamW's decoupled weight decay."""
     strategy: Literal["adamw", "adamw_bf16"] = "adamw"
+    """The optimizer: adamw, or adamw_bf16 (AdamW that keeps its state in bf16)."""
     lr_warmup_ratio: float = Field(0.0, ge=0, le=1)
+    """Fraction of the training steps over which the learning rate rises linearly from 0."""
     lr_warmup_steps: int | None = Field(None, ge=0)
+    """Warmup in steps; set, it wins over lr_warmup_ratio."""
     min_lr_ratio: float | None = Field(None, ge=0, le=1)
+    """Where cosine decay ends, as a fraction of lr; null: 0."""
     lr_scheduler_type: Literal["constant", "cosine"] = "constant"
-    training_steps: int = -1  # auto: set by the trainer from the step count
+    """The learning rate after warmup: constant, or cosine decay to min_lr_ratio by the last step."""
+    training_steps: int = -1
+    """Auto: the run's step count, set by the trainer (the cosine schedule's length)."""
 
     @field_validator("betas")
     @classmethod
@@ -227,166 +263,275 @@ class OptimConfig(Model):
 
 class FSDPConfig(Model):
     enable_full_shard: bool = True
+    """Shard parameters, gradients and optimizer state (FULL_SHARD); false: SHARD_GRAD_OP (ZeRO-2)."""
     enable_cpu_offload: bool = False
+    """FSDP's own CPU offload: parameters and gradients kept in CPU memory, the optimizer step there."""
     enable_rank0_init: bool = True
+    """Only rank 0 reads the weights (into CPU memory); the others build empty and receive shards."""
     use_orig_params: bool = False
+    """FSDP's use_orig_params (EasyR1 turns it on when the vision tower is frozen)."""
     torch_dtype: Dtype | None = None
+    """Dtype the weights are loaded and kept in; null: fp32, or bf16 for the reference model."""
     fsdp_size: Annotated[int, minus_one_or_positive("shard across all devices")] = -1
+    """Devices in one sharding group, replicated across groups (hybrid sharding); -1: all devices."""
     mp_param_dtype: Dtype = "bf16"
+    """Mixed precision: the dtype parameters are cast to for forward and backward."""
     mp_reduce_dtype: Dtype = "fp32"
+    """Mixed precision: the dtype gradients are reduced across devices in."""
     mp_buffer_dtype: Dtype = "fp32"
+    """Mixed precision: the dtype of buffers (such as rotary tables)."""
 
 
 class OffloadConfig(Model):
     offload_params: bool = False
+    """Move the parameters to CPU memory while the model is not in use (less GPU memory, more CPU)."""
     offload_optimizer: bool = False
+    """Move the optimizer state to CPU memory between updates (less GPU memory, more CPU)."""
 
 
 class TrainedRole(Model):
     """What the actor and the critic share (EasyR1 repeats it in ActorConfig and CriticConfig)."""
 
     strategy: Literal["fsdp"] = "fsdp"
+    """The training backend: FSDP."""
     global_batch_size: int = Field(256, ge=1)
+    """Prompts per mini-batch (an optimizer step), × rollout.n responses: verl's ppo_mini_batch_size."""
     micro_batch_size_per_device_for_update: int = Field(4, ge=1)
+    """Samples per device per forward-backward pass in updates (verl's ppo_micro_batch_size_per_gpu)."""
     micro_batch_size_per_device_for_experience: int = Field(16, ge=1)
+    """Samples per device per log-prob or value pass (verl's log_prob_micro_batch_size_per_gpu)."""
     max_grad_norm: float = Field(1.0, gt=0)
-    # EasyR1's token|seq, or verl's loss_agg_mode names (seq-mean-token-sum-norm is Dr.GRPO's)
+    """Gradients are clipped to this global norm before each optimizer step."""
     loss_avg_mode: Literal[
         "token", "seq", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
     ] = "token"
+    """How the loss averages: token (over the mini-batch's tokens), seq (per response, then over
+    responses), or verl's loss_agg_mode names (seq-mean-token-sum-norm is Dr.GRPO's)."""
     ppo_epochs: int = Field(1, ge=1)
+    """Passes over each step's rollout batch."""
     dynamic_batching: bool = True
+    """Micro-batches packed by tokens (micro-batch size × the longest row) instead of by count."""
     ulysses_size: int = Field(1, ge=1)
+    """Ulysses sequence parallelism: devices that share one sequence; 1: off."""
     model: ModelConfig = Field(default_factory=ModelConfig)
+    """The model: its weights, tokenizer and LoRA."""
     optim: OptimConfig = Field(default_factory=OptimConfig)
+    """The optimizer and its learning-rate schedule."""
     fsdp: FSDPConfig = Field(default_factory=FSDPConfig)
+    """FSDP's sharding and mixed precision."""
     offload: OffloadConfig = Field(default_factory=OffloadConfig)
-    global_batch_size_per_device: int = -1  # auto
+    """Parameters and optimizer state moved to CPU memory between phases."""
+    global_batch_size_per_device: int = -1
+    """Auto: global_batch_size × rollout.n × ulysses_size / devices, a mini-batch's rows per device."""
 
 
 class ActorConfig(TrainedRole):
     clip_ratio_low: float = Field(0.2, ge=0)
+    """PPO's lower clip: the probability ratio is clipped at 1 − clip_ratio_low."""
     clip_ratio_high: float = Field(0.3, ge=0)
+    """PPO's upper clip: the ratio is clipped at 1 + clip_ratio_high (DAPO's clip-higher)."""
     clip_ratio_dual: float = Field(3.0, ge=1)
+    """Dual-clip PPO's constant C: with a negative advantage, the ratio counts at most C."""
     loss_type: Literal[LOSS_TYPES] = "default"  # type: ignore[valid-type]
+    """Policy loss: default (PPO's clip), gspo and gspo_token (GSPO's sequence ratio), cispo, sapo."""
     padding_free: bool = True
+    """Forward passes on rows packed without padding."""
     use_torch_compile: bool = True
+    """Compile the log-prob computation with torch.compile."""
     tau_positive: float = Field(1.0, gt=0)
+    """SAPO's gate temperature for tokens with a positive (or zero) advantage."""
     tau_negative: float = Field(1.05, gt=0)
-    # r1cloud: an entropy bonus (verl's entropy_coeff), and truncated importance sampling against
-    # the rollout engine's own log-probs (TRL's modes; off by default)
+    """SAPO's gate temperature for tokens with a negative advantage."""
     entropy_coeff: float = Field(0.0, ge=0)
+    """r1cloud: weight of an entropy bonus in the actor's loss (verl's entropy_coeff); 0: off."""
     rollout_is: Literal[ROLLOUT_IS_MODES] | None = None  # type: ignore[valid-type]
+    """r1cloud: truncated importance sampling against the rollout engine's own log-probs, per token or
+    per sequence (TRL's modes); null: off."""
     rollout_is_cap: float = Field(3.0, gt=0)
-    # auto keys (copied from `algorithm`)
+    """r1cloud: the weight's cap for rollout_is: *_truncate clips at it, *_mask drops what exceeds it."""
     disable_kl: bool = False
+    """Auto: copied from algorithm.disable_kl."""
     use_kl_loss: bool = False
+    """Auto: copied from algorithm.use_kl_loss."""
     kl_penalty: Literal[KL_PENALTIES] = "kl"  # type: ignore[valid-type]
+    """Auto: copied from algorithm.kl_penalty."""
     kl_coef: float = 0.0
+    """Auto: copied from algorithm.kl_coef."""
 
 
 class CriticConfig(TrainedRole):
     cliprange_value: float = Field(0.5, ge=0)
+    """PPO's value clipping: the value loss also sees the new value clipped to the old one ± this."""
     padding_free: bool = False
+    """Forward passes on rows packed without padding."""
 
 
 class RefConfig(Model):
     strategy: Literal["fsdp"] = "fsdp"
+    """The reference model's backend: FSDP."""
     fsdp: FSDPConfig = Field(default_factory=FSDPConfig)
+    """The reference model's FSDP sharding and mixed precision."""
     offload: OffloadConfig = Field(default_factory=OffloadConfig)
-    # auto keys (copied from the actor)
+    """The reference model's parameters moved to CPU memory while not in use."""
     micro_batch_size_per_device_for_experience: int = -1
+    """Auto: copied from the actor."""
     padding_free: bool = False
+    """Auto: copied from the actor."""
     dynamic_batching: bool = False
+    """Auto: copied from the actor."""
     ulysses_size: int = 1
+    """Auto: copied from the actor."""
     use_torch_compile: bool = True
+    """Auto: copied from the actor."""
 
 
 class MultiTurnConfig(Model):
     """r1cloud's own: multi-turn episodes with tools (agents/)."""
 
     enable: bool = False
-    tools: str | None = None  # file.py (its public functions) or file.py:add,mul
-    tool_names: list[str] | None = None  # auto: the part after ':' (None: every public function)
-    environment: str | None = None  # file.py:Class, TRL-shaped or gym-shaped (agents/tools.py)
-    max_turns: int = Field(4, ge=1)  # the model's turns per episode
-    max_tool_response_length: int = Field(1024, ge=1)  # characters of one tool's output
-    tool_timeout: float = Field(10.0, gt=0)  # seconds per call
+    """Episodes of several turns in which the model calls tools; false: one response per sample."""
+    tools: str | None = None
+    """The tools: file.py (its public functions) or file.py:add,mul; null: none."""
+    tool_names: list[str] | None = None
+    """Auto: the part of tools after ':' (null: every public function)."""
+    environment: str | None = None
+    """An environment per episode: file.py:Class, TRL-shaped or gym-shaped (agents/tools.py)."""
+    max_turns: int = Field(4, ge=1)
+    """The model's turns per episode."""
+    max_tool_response_length: int = Field(1024, ge=1)
+    """Characters of one tool's output the model is shown; the rest is cut."""
+    tool_timeout: float = Field(10.0, gt=0)
+    """Seconds one tool call may take."""
     tool_call_format: Literal["hermes", "python"] = "hermes"
+    """Calls in <tool_call> tags: hermes (a JSON object {name, arguments}) or python (add(a=2, b=3))."""
 
 
 class RolloutConfig(Model):
-    # r1cloud adds `hf` (transformers generate) and `auto` (vllm when importable, else hf).
     name: Literal["vllm", "hf", "auto"] = "vllm"
+    """The rollout engine: vllm; r1cloud adds hf (transformers generate) and auto (vllm when
+    importable, else hf)."""
     n: int = Field(1, ge=1)
+    """Responses sampled per prompt (the group size)."""
     temperature: float = Field(1.0, ge=0)
+    """Sampling temperature; log-probs are computed at the same temperature."""
     top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling: only the most likely tokens making up this probability; 1: off."""
     top_k: int = Field(-1, ge=-1)
+    """Only the k most likely tokens are sampled; -1: off."""
     seed: int = 1
+    """Random seed of the rollout engine's sampling."""
     limit_images: int = Field(0, ge=0)
+    """Most images vLLM accepts in one prompt; 0: vLLM's default."""
     dtype: Dtype = "bf16"
+    """The rollout engine's dtype for weights and compute."""
     gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
+    """Fraction of each GPU's memory vLLM may use, weights and KV cache together."""
     ignore_eos: bool = False
+    """Go on generating past the end-of-sequence token, up to max_response_length."""
     enforce_eager: bool = False
+    """vLLM in eager mode, without CUDA graphs."""
     enable_chunked_prefill: bool = False
+    """vLLM's chunked prefill (EasyR1: for the v0 engine only)."""
     tensor_parallel_size: int = Field(2, ge=1)
+    """Devices one vLLM engine's weights are split across (tensor parallelism)."""
     max_model_len: int | None = Field(None, ge=1)
+    """vLLM's context length in tokens; null: max_prompt_length + max_response_length."""
     max_num_batched_tokens: int = Field(8192, ge=1)
+    """Most tokens vLLM processes in one scheduler step; at least prompt plus response length."""
     disable_log_stats: bool = True
+    """Turn off vLLM's periodic statistics log."""
     disable_tqdm: bool = False
+    """Hide the rollout's progress bar."""
     val_override_config: FreeForm = Field(default_factory=dict)
+    """Sampling settings that replace the rollout's for validation (n, temperature, top_p, …)."""
     multi_turn: MultiTurnConfig = Field(default_factory=MultiTurnConfig)
-    # auto keys (copied from `data` / the actor model)
+    """r1cloud: multi-turn episodes with tools or environments."""
     prompt_length: int = -1
+    """Auto: copied from data.max_prompt_length."""
     response_length: int = -1
+    """Auto: copied from data.max_response_length."""
     trust_remote_code: bool = False
+    """Auto: copied from worker.actor.model.trust_remote_code."""
 
 
 class RewardConfig(Model):
     reward_function: str | None = None
+    """The reward function: file.py:function (`main` when not named); r1cloud: or an http(s):// URL."""
     reward_function_kwargs: FreeForm = Field(default_factory=dict)
+    """Keyword arguments given to the reward function on every call."""
     skip_special_tokens: bool = True
+    """Decode responses without special tokens before they are scored."""
     num_cpus: int = Field(1, ge=0)
-    reward_function_name: str | None = None  # auto: the part after ':' (default `main`)
-    # EasyR1 v0.3.2 chose batch/sequential here; now the module's REWARD_TYPE does. Kept so old
-    # configs still say what they meant; it wins over the module when set.
+    """CPUs for computing rewards (EasyR1: the reward worker's Ray num_cpus)."""
+    reward_function_name: str | None = None
+    """Auto: the part of reward_function after ':' (default `main`)."""
     reward_type: Literal["batch", "sequential"] | None = None
-    timeout: float = Field(30.0, gt=0)  # r1cloud: seconds per sample before a call is given up
+    """EasyR1 v0.3.2 chose batch/sequential here; now the module's REWARD_TYPE does. Kept so old
+    configs still say what they meant; it wins over the module when set."""
+    timeout: float = Field(30.0, gt=0)
+    """r1cloud: seconds per sample before a call is given up."""
 
 
 class WorkerConfig(Model):
-    hybrid_engine: bool = True  # only true is supported (spec/keys.py)
+    hybrid_engine: bool = True
+    """The actor, its rollout engine and the reference share each device; only true is supported."""
     actor: ActorConfig = Field(default_factory=ActorConfig)
+    """The policy being trained."""
     critic: CriticConfig = Field(default_factory=CriticConfig)
+    """The value model, trained only for an estimator that has one (gae)."""
     ref: RefConfig = Field(default_factory=RefConfig)
+    """The frozen reference policy that KL is measured against (none with algorithm.disable_kl)."""
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    """The reward function that scores responses."""
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    """The engine that samples responses."""
 
 
 # --------------------------------------------------------------------------- trainer
 class TrainerConfig(Model):
     total_epochs: int = Field(15, ge=1)
+    """Passes over the training prompts; ignored when max_steps is set."""
     max_steps: int | None = Field(None, ge=1)
+    """Training steps; set, it wins over total_epochs."""
     project_name: str = "easy_r1"
-    experiment_name: str | None = None  # the trackers' run name; unset: the job's name (EasyR1: "demo")
+    """The project name in the loggers."""
+    experiment_name: str | None = None
+    """The trackers' run name; unset: the job's name (EasyR1: "demo")."""
     logger: tuple[Literal[LOGGERS], ...] = ("console", "wandb")  # type: ignore[valid-type]
+    """Where metrics go: any of console, file, mlflow, swanlab, tensorboard and wandb."""
     nnodes: int = Field(1, ge=1)
+    """Nodes the run trains on (kept equal to resources.num_nodes)."""
     n_gpus_per_node: int = Field(8, ge=1)
+    """GPUs per node (kept equal to the count in resources.accelerators)."""
     max_try_make_batch: int = 20
+    """Most generation rounds to fill one step's batch (with online filtering); 0 or less: no limit."""
     critic_warmup: int = Field(0, ge=0)
+    """Steps that train only the critic before the actor starts updating."""
     val_freq: Off = -1
+    """Validate every this many steps, and after the last; 0 or less: after the last step only."""
     val_before_train: bool = True
+    """Validate before the first training step."""
     val_only: bool = False
-    val_generations_to_log: int = 0  # 0 or less: none
+    """Validate once and stop, without training."""
+    val_generations_to_log: int = 0
+    """Validation samples (prompt, response, answer, score) sent to the loggers; 0 or less: none."""
     save_freq: Off = -1
+    """Save a checkpoint every this many steps, and after the last; 0 or less: after the last only."""
     save_limit: Off = -1
+    """Checkpoints kept (the newest and the best validated among them); 0 or less: all."""
     save_model_only: bool = False
-    save_checkpoint_path: str | None = None  # None: the job's run directory decides (r1cloud)
+    """Checkpoints without the optimizer state."""
+    save_checkpoint_path: str | None = None
+    """Folder or bucket URL checkpoints go to; null: the job's run directory decides (r1cloud;
+    EasyR1: checkpoints/<project_name>/<experiment_name>)."""
     load_checkpoint_path: str | None = None
+    """A checkpoint (…/global_step_N) to resume from; null: find_last_checkpoint decides."""
     ray_timeline: str | None = None
+    """File to write Ray's timeline to when the run ends; null: none."""
     find_last_checkpoint: bool = True
-    # r1cloud: write merged Hugging Face weights into the last checkpoint, so it is INFERENCE READY
+    """Resume from the newest checkpoint in save_checkpoint_path when there is one."""
     save_hf: bool = True
+    """r1cloud: write merged Hugging Face weights into the last checkpoint, so it is INFERENCE READY."""
 
     @field_validator("logger", mode="before")
     @classmethod
@@ -408,17 +553,24 @@ def parse_accelerator(text: str) -> tuple[str, int]:
 
 class Resources(Model):
     infra: str = "local"
-    # One `H100:8`, a list tried in order, or a dict of alternatives {H100: 8, A100-80GB: 8}.
+    """Where the job runs: local, or a SkyPilot infra (a cloud, cloud/region, k8s, …)."""
     accelerators: str | list[str] | dict[str, int] | None = None
+    """Devices per node: one `H100:8`, a list tried in order, or a dict of alternatives
+    {H100: 8, A100-80GB: 8}; null: none requested."""
     num_nodes: int = Field(1, ge=1)
+    """Machines the job runs on (kept equal to trainer.nnodes)."""
     use_spot: bool = False
+    """Spot (preemptible) instances."""
     disk_size: int | None = Field(None, ge=1)
+    """Disk per node in GB; null: SkyPilot's default."""
     image: str | None = None
+    """Docker image the nodes run; null: SkyPilot's default machine image."""
     region: str | None = None
-    # Cloud jobs: checkpoints go to <bucket>/<job name>/checkpoints (s3://, gs://, r2://, …)
+    """The cloud region (joined to infra as cloud/region); null: any."""
     bucket: str | None = None
-    # Dollars for the whole job at its catalog price: the trainer saves and stops before passing it
+    """Cloud jobs: checkpoints go to <bucket>/<job name>/checkpoints (s3://, gs://, r2://, …)."""
     max_cost: float | None = Field(None, gt=0, allow_inf_nan=False)
+    """Dollars for the whole job at its catalog price: the trainer saves and stops before passing it."""
 
     @field_validator("infra")
     @classmethod
@@ -494,13 +646,26 @@ def normalise_name(text: str) -> str:
 # --------------------------------------------------------------------------- the whole spec
 class Spec(Model):
     name: str
+    """The job's name: 3 to 63 characters of a-z, 0-9 and '-'."""
     resources: Resources = Field(default_factory=Resources)
+    """r1cloud: where the job runs and on what."""
     envs: dict[str, str] = Field(default_factory=dict)
+    """r1cloud: environment variables set for the job."""
     secrets: list[str] = Field(default_factory=list)
+    """r1cloud: names of environment variables whose values come from --secret or the environment."""
     data: DataConfig = Field(default_factory=DataConfig)
+    """The prompt sets and how prompts are built from them."""
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    """Advantages, KL and online filtering."""
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
+    """The models and engines: actor, critic, reference, reward and rollout."""
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    """The training loop: steps, validation, checkpoints, loggers and nodes."""
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The models the run trains: the actor, and the critic where the estimator has one."""
+        return ("actor", "critic") if self.algorithm.estimator.critic else ("actor",)
 
     @field_validator("name")
     @classmethod
@@ -550,11 +715,11 @@ class Spec(Model):
     def _derive(self) -> Spec:
         """EasyR1's post_init copies, so the trainer reads one consistent tree."""
         d, a, w = self.data, self.algorithm, self.worker
-        if a.adv_estimator == "dapo":
-            for target, values in ((w.actor, DAPO_PRESET["actor"]), (a, DAPO_PRESET["algorithm"])):
-                for key, value in values.items():
-                    if key not in target.model_fields_set:
-                        setattr(target, key, value)
+        for section, values in a.estimator.preset.items():
+            target = w.actor if section == "actor" else a
+            for key, value in values.items():
+                if key not in target.model_fields_set:
+                    setattr(target, key, value)
         w.rollout.prompt_length = d.max_prompt_length
         w.rollout.response_length = d.max_response_length
         w.rollout.trust_remote_code = w.actor.model.trust_remote_code

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from .problems import Problem
+from r1cloud.spec.problems import Problem
 
 MAX_DIGITS = 4300  # Python's limit on converting a string of digits to an int
 INT_LIMIT = 2**63 - 1  # a setting's whole number beyond a 64-bit integer fits nothing downstream

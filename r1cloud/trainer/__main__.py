@@ -27,6 +27,9 @@ if len(sys.argv) != 2:
     print("usage: python -m r1cloud.trainer RUN_DIR", file=sys.stderr)
     sys.exit(2)
 use_modelscope()
-from .driver import main  # noqa: E402 - after the hub is chosen
+from r1cloud.data import no_sklearn  # noqa: E402
+
+no_sklearn.install()
+from r1cloud.trainer.driver import main  # noqa: E402 - after the hub is chosen
 
 sys.exit(main(sys.argv[1]))

@@ -10,7 +10,9 @@ advantage 0 in GRPO; verl gives it r/(1+ε) and EasyR1 refuses n=1 outright.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -152,6 +154,54 @@ def gae_advantages(
 def token_level(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Broadcast a per-sequence value (B,) over response tokens (B, T)."""
     return adv[:, None].to(torch.float32) * mask
+
+
+# --------------------------------------------------------------------------- one function per estimator
+@dataclass
+class Outcomes:
+    """What an estimator may read: the groups, the sequence and token rewards, the response mask,
+    the critic's values (GAE) and the greedy baselines (ReMax)."""
+
+    uids: list[str]
+    rewards: torch.Tensor  # (B,)
+    token_rewards: torch.Tensor  # (B, T)
+    mask: torch.Tensor  # (B, T)
+    values: torch.Tensor | None = None
+    baselines: torch.Tensor | None = None
+
+
+# adv_estimator -> (advantages (B, T), the critic's returns or None): the names of core/estimators.py
+ADVANTAGES: dict[str, Callable[[Any, Outcomes], tuple[torch.Tensor, torch.Tensor | None]]] = {
+    "grpo": lambda a, x: (
+        token_level(grpo_advantages(x.rewards, x.uids, norm_by_std=a.norm_adv_by_std_in_grpo), x.mask),
+        None,
+    ),
+    "grpo_passk": lambda a, x: (
+        token_level(grpo_passk_advantages(x.rewards, x.uids, norm_by_std=a.norm_adv_by_std_in_grpo), x.mask),
+        None,
+    ),
+    "rloo": lambda a, x: (token_level(rloo_advantages(x.rewards, x.uids), x.mask), None),
+    "reinforce_plus_plus": lambda a, x: (
+        reinforce_plus_plus_advantages(x.token_rewards, x.mask, a.gamma)[0],
+        None,
+    ),
+    "reinforce_plus_plus_baseline": lambda a, x: (
+        reinforce_plus_plus_baseline_advantages(x.rewards.float(), x.uids, x.mask),
+        None,
+    ),
+    # the reward still to come, minus the greedy baseline
+    "remax": lambda a, x: (remax_advantages(x.token_rewards, x.baselines, x.mask), None),
+    "gae": lambda a, x: gae_advantages(x.token_rewards, x.values, x.mask, a.gamma, a.lam),
+}
+ADVANTAGES["dapo"] = ADVANTAGES["grpo"]  # DAPO's settings are a preset; its advantages are GRPO's
+
+
+def advantages(a, x: Outcomes) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`algorithm.adv_estimator` over the batch as (B, T) fp32, zero past each response: outcome
+    estimators from the sequence rewards, spread over the tokens; REINFORCE++ and GAE per token
+    (from the token rewards). Also GAE's returns, the critic's targets (None otherwise)."""
+    adv, returns = ADVANTAGES[a.adv_estimator](a, x)
+    return adv * x.mask, None if returns is None else returns * x.mask
 
 
 # --------------------------------------------------------------------------- KL

@@ -89,7 +89,7 @@ def packed_attention(
     """query (1, H, N, D), key/value (1, Hkv, N, D) -> (1, N, H, D), as transformers expects;
     with `r1cloud_sp` (a Ulysses group) N is this worker's slice of the row (ulysses.py)."""
     if r1cloud_sp is not None:
-        from .ulysses import attention
+        from r1cloud.trainer.ulysses import attention
 
         return attention(
             packed_attention, module, query, key, value, attention_mask, r1cloud_sp,

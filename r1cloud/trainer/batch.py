@@ -14,12 +14,8 @@ from dataclasses import dataclass, field, fields, replace
 
 import torch
 
-from . import algorithms as alg
-
 # the per-token (B, R) float fields, filled phase by phase
 PER_TOKEN = ("rollout_logp", "old_logp", "ref_logp", "values", "advantages", "returns")
-# the estimators that give one advantage per sequence (spread over its tokens)
-PER_SEQUENCE = ("grpo", "dapo", "grpo_passk", "rloo")
 
 
 @dataclass
@@ -365,40 +361,6 @@ def token_rewards(
     rows = torch.nonzero(lengths > 0)[:, 0]
     out[rows, lengths[rows] - 1] += scores[rows].float()
     return out
-
-
-def advantages(
-    a,
-    uids: list[str],
-    rewards: torch.Tensor,
-    token_rewards: torch.Tensor,
-    mask: torch.Tensor,
-    values: torch.Tensor | None = None,
-    baselines: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`algorithm.adv_estimator` over the batch as (B, T) fp32, zero past each response: outcome
-    estimators from the sequence rewards, spread over the tokens; REINFORCE++ and GAE per token
-    (from the token rewards). Also GAE's returns, the critic's targets (None otherwise)."""
-    est = a.adv_estimator
-    if est in ("grpo", "dapo"):
-        return alg.token_level(
-            alg.grpo_advantages(rewards, uids, norm_by_std=a.norm_adv_by_std_in_grpo), mask
-        ), None
-    if est == "grpo_passk":
-        adv = alg.grpo_passk_advantages(rewards, uids, norm_by_std=a.norm_adv_by_std_in_grpo)
-        return alg.token_level(adv, mask), None
-    if est == "rloo":
-        return alg.token_level(alg.rloo_advantages(rewards, uids), mask), None
-    if est == "reinforce_plus_plus":
-        return alg.reinforce_plus_plus_advantages(token_rewards, mask, a.gamma)[0] * mask, None
-    if est == "reinforce_plus_plus_baseline":
-        return alg.reinforce_plus_plus_baseline_advantages(rewards.float(), uids, mask) * mask, None
-    if est == "remax":  # the reward still to come, minus the greedy baseline
-        return alg.remax_advantages(token_rewards, baselines, mask) * mask, None
-    if est == "gae":
-        tok, ret = alg.gae_advantages(token_rewards, values, mask, a.gamma, a.lam)
-        return tok * mask, ret * mask
-    raise ValueError(f"unknown adv_estimator {est}")
 
 
 class RunError(RuntimeError):

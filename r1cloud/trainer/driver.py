@@ -17,23 +17,21 @@ from pathlib import Path
 
 import torch
 
-from .. import rewards
-from ..agents.episodes import STATS, BadRow, last_turn, with_environment
-from ..agents.tools import tool_schemas
-from ..budget import EXIT, Budget
-from ..checkpoint.write import Bucket, Checkpoints, DamagedCheckpoint, read_state, write_hf_files
-from ..data import Loader, PromptSet, check_sets, chunk_evenly, load_tokenizer, total_steps
-from ..rollout import Request, pick_engine, refuse_unknown_sampling
-from ..rollout.sampling import engine_sequences, for_rank
-from ..rollout.sampling import sampling as spec_sampling
-from ..spec import Spec, load_resolved
-from . import algorithms as alg
-from .batch import (
-    PER_SEQUENCE,
+from r1cloud.agents.episodes import STATS, BadRow, last_turn, with_environment
+from r1cloud.agents.tools import tool_schemas
+from r1cloud.checkpoint.write import Bucket, Checkpoints, DamagedCheckpoint, read_state, write_hf_files
+from r1cloud.core.budget import EXIT, Budget
+from r1cloud.data.loader import Loader, PromptSet, check_sets, chunk_evenly, load_tokenizer, total_steps
+from r1cloud.rewards import pool as rewards
+from r1cloud.rollout import Request, pick_engine, refuse_unknown_sampling
+from r1cloud.rollout.sampling import engine_sequences, for_rank
+from r1cloud.rollout.sampling import sampling as spec_sampling
+from r1cloud.spec import Spec, load_resolved
+from r1cloud.trainer import algorithms as alg
+from r1cloud.trainer.batch import (
     Batch,
     RunError,
     Sizes,
-    advantages,
     decode,
     episode_fields,
     localize,
@@ -44,8 +42,8 @@ from .batch import (
     tool_images,
     unpacked,
 )
-from .group import gather, launch, start_failure, worker_lost
-from .metrics import (
+from r1cloud.trainer.group import gather, launch, start_failure, worker_lost
+from r1cloud.trainer.metrics import (
     Timer,
     actor_metrics,
     critic_metrics,
@@ -55,7 +53,7 @@ from .metrics import (
     rollout_metrics,
     stats,
 )
-from .trackers import TrackerError, Trackers, val_samples
+from r1cloud.trainer.trackers import TrackerError, Trackers, val_samples
 
 # ---------------------------------------------------------------------------- the trainer
 
@@ -296,7 +294,7 @@ class Trainer:
             with timer("gen"):
                 batch, seen, errors, rounds = self.make_batch(step)
             baselines = None
-            if a.adv_estimator == "remax":
+            if a.estimator.greedy_baseline:
                 with timer("gen_baseline"):
                     baselines = self.greedy_baselines(batch, step)
             if not on_policy or kl_in_reward:
@@ -305,12 +303,12 @@ class Trainer:
             if not a.disable_kl:
                 with timer("ref"):
                     batch.ref_logp = self.experience(batch, "log_probs", actor, role="ref")
-            if a.adv_estimator == "gae":
+            if a.estimator.critic:
                 with timer("values"):
                     batch.values = self.experience(batch, "values", s.worker.critic)
             with timer("adv"):
                 metrics = self.compute_advantages(batch, baselines, kl_in_reward)
-            if a.adv_estimator == "gae":
+            if a.estimator.critic:
                 with timer("update_critic"):
                     metrics |= self.update_critic(batch)
             if step >= s.trainer.critic_warmup:  # as EasyR1's ray_trainer.py: warmup <= global_step
@@ -318,9 +316,7 @@ class Trainer:
                     metrics |= self.update(batch, n_mini, keep_old=not on_policy or actor.rollout_is)
                 with timer("sync"):
                     self.call("sync_weights")
-        metrics |= rollout_metrics(
-            seen, batch, errors, s.data.max_prompt_length, a.adv_estimator in PER_SEQUENCE
-        )
+        metrics |= rollout_metrics(seen, batch, errors, s.data.max_prompt_length, a.estimator.per_sequence)
         if a.online_filtering or s.data.mini_rollout_batch_size:
             metrics["batch/rounds"] = rounds
             metrics["batch/kept_groups_ratio"] = len(set(batch.uid)) / len(set(seen.uid))
@@ -348,9 +344,8 @@ class Trainer:
             self.kl_coef = alg.adaptive_kl_coef(
                 self.kl_coef, per_token, a.kl_target, len(batch), a.kl_horizon
             )
-        batch.advantages, batch.returns = advantages(
-            a, batch.uid, rewards, tokens, mask, batch.values, baselines
-        )
+        outcomes = alg.Outcomes(batch.uid, rewards, tokens, mask, batch.values, baselines)
+        batch.advantages, batch.returns = alg.advantages(a, outcomes)
         if baselines is not None:
             metrics |= stats("critic/baseline", baselines)
         return metrics | stats("critic/rewards", rewards)
@@ -430,7 +425,7 @@ class Trainer:
         where = self.checkpoints.begin(step)
         only = self.spec.trainer.save_model_only
         self.call("save", f"{where}/actor", model_only=only)
-        if self.spec.algorithm.adv_estimator == "gae":
+        if self.spec.algorithm.estimator.critic:
             self.call("save", f"{where}/critic", role="critic", model_only=only)
         saver = self.processor or self.tokenizer  # a VLM's processor files carry its tokenizer
         write_hf_files(
@@ -472,7 +467,7 @@ class Trainer:
         state = read_state(path)
         optimizer = not state.get("model_only")
         self.call("load", f"{path}/actor", state.get("scheduler"), optimizer=optimizer)
-        if self.spec.algorithm.adv_estimator == "gae" and state.get("critic_scheduler") is not None:
+        if self.spec.algorithm.estimator.critic and state.get("critic_scheduler") is not None:
             self.call(
                 "load", f"{path}/critic", state.get("critic_scheduler"), role="critic", optimizer=optimizer
             )

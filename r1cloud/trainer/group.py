@@ -10,7 +10,7 @@ import re
 
 import torch
 
-from .batch import RunError, zero_copy_tensors
+from r1cloud.trainer.batch import RunError, zero_copy_tensors
 
 
 def launch(spec, world: int) -> tuple[list, object]:
@@ -20,7 +20,7 @@ def launch(spec, world: int) -> tuple[list, object]:
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from .workers import HybridWorker
+    from r1cloud.trainer.workers import HybridWorker
 
     cuda = torch.cuda.is_available()
     env = {

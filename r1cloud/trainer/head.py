@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from ..onednn import mm_nt
+from r1cloud.rollout.onednn import mm_nt
 
 # One chunk's fp32 logits. On CPU small enough to reuse the same memory each time. On a GPU, where
 # the softmax kernels run one row per thread block, 8 MiB was 16 rows of Qwen's 152k vocabulary:

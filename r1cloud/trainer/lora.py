@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from ..checkpoint.folder import ADAPTER, peft_name
+from r1cloud.checkpoint.folder import ADAPTER, peft_name
 
 if TYPE_CHECKING:  # light at import: `serve` reads VLLM_RANKS without loading torch
     import torch
@@ -134,8 +134,8 @@ def plan(m) -> str | None:
     import torch
     from transformers import AutoConfig
 
-    from ..vision import auto_class
-    from .model import vision_tower
+    from r1cloud.media.vision import auto_class
+    from r1cloud.trainer.model import vision_tower
 
     try:
         config = AutoConfig.from_pretrained(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from .batch import Batch
+from r1cloud.trainer.batch import Batch
 
 
 def actor_metrics(results: list[list[dict]], steps: int, tis: bool, kl_loss: bool) -> dict[str, float]:

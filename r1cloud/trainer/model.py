@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import vision
-from ..vision import uses_mrope
-from . import ulysses
-from .attention import NAME, Segments, register
-from .head import head_log_probs, scaled
+from r1cloud.media import vision
+from r1cloud.media.vision import uses_mrope
+from r1cloud.trainer import ulysses
+from r1cloud.trainer.attention import NAME, Segments, register
+from r1cloud.trainer.head import head_log_probs, scaled
 
 # model types whose logits are exactly the last hidden states times the output weight (no
 # soft-capping, scaling or bias after it): their log-probs skip the full logits (head.py)
@@ -52,7 +52,7 @@ class Packed:
 
 
 # A sequence: (prompt ids, response ids) or, with images, (prompt ids, response ids, inputs) where
-# inputs = {"key": the prompt's identity, **the processor's image tensors} (vision.py)
+# inputs = {"key": the prompt's identity, **the processor's image tensors} (media/vision.py)
 Seq = tuple
 
 
@@ -143,7 +143,7 @@ def blank_sequence(model_cfg, data_cfg) -> Seq:
     changes, and the tower's gradient (zero) is reduced on every worker."""
     from PIL import Image
 
-    from ..data import load_tokenizer
+    from r1cloud.data.loader import load_tokenizer
 
     _, images = load_tokenizer(model_cfg, data_cfg)
     enc = images.encode(images.render(vision.PLACEHOLDER, True), [Image.new("RGB", (56, 56))])

@@ -30,7 +30,7 @@ def note(spec, cuda: bool) -> str | None:
     roles = {"actor": w.actor}  # and the models this run has (LoRA's reference is the actor)
     if not a.disable_kl and not w.actor.model.lora.rank:
         roles["ref"] = w.ref
-    if a.adv_estimator == "gae":
+    if a.estimator.critic:
         roles["critic"] = w.critic
     between = [
         f"worker.{name}.offload.{key}"

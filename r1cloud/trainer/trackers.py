@@ -20,7 +20,7 @@ import re
 import time
 from pathlib import Path
 
-from ..plot import flatten
+from r1cloud.core.records import flatten
 
 IDS = "trackers.json"  # {tracker: run id}, for resuming the same tracker run
 UPLOAD_EVERY = 60.0  # seconds between copies of metrics.jsonl to the bucket between checkpoints
@@ -262,7 +262,7 @@ class Trackers:
         self.broken: set[str] = set()
         self.mirror, self.uploaded = None, float("-inf")
         if mirror:  # a bucket URL: the checkpoints' root
-            from ..checkpoint.store import filesystem
+            from r1cloud.checkpoint.store import filesystem
 
             fs, root = filesystem(mirror)
             self.mirror = (fs, root.rstrip("/"))

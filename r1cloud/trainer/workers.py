@@ -15,18 +15,19 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from .. import onednn, vision
-from ..agents import episodes
-from ..checkpoint.dcp import storage
-from ..rollout import Request, Sampling, eos_ids, vllm_max_rank
-from ..spec import Spec
-from ..spec.files import unsupported
-from ..spec.models import torch_dtype
-from . import algorithms as alg
-from . import lora, offload, precision, ulysses
-from .batch import Batch, forward_rows, zero_copy_tensors
-from .metrics import engine_gap
-from .model import (
+from r1cloud.agents import episodes
+from r1cloud.checkpoint.dcp import storage
+from r1cloud.core.dtypes import torch_dtype
+from r1cloud.core.families import unsupported
+from r1cloud.data import no_sklearn
+from r1cloud.media import vision
+from r1cloud.rollout import Request, Sampling, eos_ids, onednn, vllm_max_rank
+from r1cloud.spec import Spec
+from r1cloud.trainer import algorithms as alg
+from r1cloud.trainer import lora, offload, precision, ulysses
+from r1cloud.trainer.batch import Batch, forward_rows, zero_copy_tensors
+from r1cloud.trainer.metrics import engine_gap
+from r1cloud.trainer.model import (
     apply_fsdp,
     blank_sequence,
     language_model,
@@ -40,7 +41,7 @@ from .model import (
     uses_segments,
     vision_tower,
 )
-from .optim import AdamWBF16, lr_factor
+from r1cloud.trainer.optim import AdamWBF16, lr_factor
 
 VALUE_HEADS = ("score", "classifier")  # a critic's new head: trained in full when it has LoRA
 
@@ -51,6 +52,7 @@ UPDATE_STATS = ("pg_loss", "kl_loss", "entropy_loss", "tokens", "clip_hi", "clip
 
 class HybridWorker:
     def __init__(self, spec: dict, rank: int, world: int, master: str, threads: int = 1):
+        no_sklearn.install()  # before the first model loads in this Ray worker
         self.spec = Spec.model_validate(spec)
         self.rank, self.world = rank, world
         zero_copy_tensors()  # what it returns to the driver
@@ -70,8 +72,7 @@ class HybridWorker:
         backend = ("cuda:nccl,cpu:gloo" if offloaded else "nccl") if self.cuda else "gloo"
         dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=wait)
         # Ulysses groups (the reference model's is the actor's, as in EasyR1)
-        roles = ("actor", "critic") if a.adv_estimator == "gae" else ("actor",)
-        sizes = {role: getattr(w, role).ulysses_size for role in roles}
+        sizes = {role: getattr(w, role).ulysses_size for role in self.spec.roles}
         made = {n: ulysses.groups(world, n, rank) for n in dict.fromkeys(sizes.values())}
         self.sp = {role: made[n] for role, n in sizes.items()}
         # the actor's mesh holds the reference model too (EasyR1's fsdp_workers.py:118-127)
@@ -85,7 +86,7 @@ class HybridWorker:
         self.optim = self._optimizer(self.actor, w.actor.optim)
         # GAE's critic: the same kind of backbone with a one-label token-classification head
         self.critic = None
-        if a.adv_estimator == "gae":
+        if a.estimator.critic:
             mesh = self._mesh(w.critic.fsdp.fsdp_size)
             self.critic = self._build(w.critic.model, w.critic.fsdp, mesh, train=True, value_head=True)
             self.critic_optim = self._optimizer(self.critic, w.critic.optim)
@@ -248,12 +249,12 @@ class HybridWorker:
         tok = AutoTokenizer.from_pretrained(m.tokenizer_path)
         eos = eos_ids(m.model_path, tok)
         if r.multi_turn.enable:  # observations in the prompts' own template (override included)
-            from ..agents.episodes import Agent
-            from ..data import load_tokenizer
+            from r1cloud.agents.episodes import Agent
+            from r1cloud.data.loader import load_tokenizer
 
             self.agent = Agent.of(self.spec, *load_tokenizer(m, self.spec.data))
         if engine == "vllm":
-            from ..rollout.vllm import VLLMEngine
+            from r1cloud.rollout.vllm import VLLMEngine
 
             self.adapter_sync = self.lora and lora.sync_adapters(m.lora, self.cuda)
             rank = vllm_max_rank(m.lora.rank) if self.adapter_sync else 0
@@ -262,7 +263,7 @@ class HybridWorker:
                 sequences=sequences,
             )  # fmt: skip
         else:
-            from ..rollout.hf import HFEngine
+            from r1cloud.rollout.hf import HFEngine
 
             pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
             self.engine = HFEngine(m.model_path, eos, pad_id, torch_dtype(r.dtype), self.device)

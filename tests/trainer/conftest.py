@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from r1cloud.serve import free_port
-from r1cloud.spec import dump_spec, load_spec
+from r1cloud.serving.serve import free_port
+from r1cloud.spec import dump_spec
+from r1cloud.validate import load_spec
 from tinyrun import DIGITS_REWARD, ROOT, tiny_blueprint
 
 
@@ -50,7 +51,7 @@ def ray_head():
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    from r1cloud.testing import make_tiny_model
+    from r1cloud.offline.tiny import make_tiny_model
 
     return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
 
@@ -85,7 +86,7 @@ def run_folder(where: Path, name: str, blueprint: str, overrides) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_vlm(tmp_path_factory) -> Path:
-    from r1cloud.testing import make_tiny_vlm
+    from r1cloud.offline.tiny import make_tiny_vlm
 
     return make_tiny_vlm(tmp_path_factory.mktemp("models") / "tinyvl")
 

@@ -14,7 +14,7 @@ import torch
 
 from r1cloud.agents.episodes import Agent, last_turn, run
 from r1cloud.rollout import Request, Sampling, eos_ids
-from r1cloud.spec import load_spec
+from r1cloud.validate import load_spec
 from tinyrun import ROOT, run_of, run_trainer
 
 pytestmark = pytest.mark.slow
@@ -33,7 +33,7 @@ class Recorder:
 
 
 def prompts_of(tok, model, n: int) -> tuple[list[Request], list[dict]]:
-    from r1cloud.data import PromptSet
+    from r1cloud.data.loader import PromptSet
 
     spec = load_spec(
         ROOT / "blueprints" / "tools_calculator.yaml", [f"worker.actor.model.model_path={model}"]
@@ -157,7 +157,7 @@ def test_a_gym_environment_steps_each_turn_and_sums_its_rewards(smollm2, tmp_pat
 
     from transformers import AutoTokenizer
 
-    from r1cloud.data import PromptSet
+    from r1cloud.data.loader import PromptSet
     from r1cloud.rollout.hf import HFEngine
     from r1cloud.spec.models import DataConfig
 

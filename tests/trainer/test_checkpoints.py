@@ -35,7 +35,8 @@ def dcp_weights(actor_dir: Path) -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tiny_model, digits_reward):
     """A 2-step run with 2 workers, a checkpoint after each step."""
-    from r1cloud.spec import dump_spec, load_spec
+    from r1cloud.spec import dump_spec
+    from r1cloud.validate import load_spec
     from tinyrun import tiny_blueprint
 
     d = tmp_path_factory.mktemp("trained")

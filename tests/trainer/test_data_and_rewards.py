@@ -9,8 +9,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from json_server import JsonServer
-from r1cloud.data import Loader, PromptSet
-from r1cloud.rewards import RewardFunction
+from r1cloud.data.loader import Loader, PromptSet
+from r1cloud.rewards.pool import RewardFunction
 from r1cloud.spec.models import DataConfig
 from tinyrun import run_trainer
 
@@ -41,7 +41,7 @@ def test_prompts_use_the_format_prompt_and_chat_template(tiny_model, rows, tmp_p
 def test_mixing_follows_the_probabilities_and_uses_every_row():
     from collections import Counter
 
-    from r1cloud.data import mix
+    from r1cloud.data.loader import mix
 
     big = [{"set": "big", "i": i} for i in range(900)]
     small = [{"set": "small", "i": i} for i in range(100)]
@@ -285,7 +285,7 @@ def test_a_training_run_driven_by_a_remote_reward_server(make_run):
 
 
 def test_remote_reward_failures_cost_only_those_samples():
-    from r1cloud.remote_rewards import RemoteReward
+    from r1cloud.rewards.remote import RemoteReward
 
     server = RewardServer(mode="rewards")
     try:
@@ -449,7 +449,7 @@ def test_reward_model_reward_scores_like_the_model_itself(tiny_model, tmp_path):
 
 
 def test_a_missing_split_names_the_splits_there():
-    from r1cloud.data import load_rows
+    from r1cloud.data.loader import load_rows
     from tinyrun import ROOT
 
     with pytest.raises(ValueError, match=r"no split 'test'; the splits there are: train$"):
@@ -629,3 +629,19 @@ def test_chunked_prefill_on_a_gpu_reaches_vllm_as_written(make_run, monkeypatch,
     path = spec.worker.actor.model.model_path
     VLLMEngine(path, path, spec.worker.rollout, {0}, 1)
     assert given["enable_chunked_prefill"] is asked
+
+
+def test_a_model_the_hub_cannot_give_is_one_line_naming_it(monkeypatch, tmp_path):
+    """No Hub to reach and nothing cached (HF_HUB_OFFLINE here): one line naming the model and the
+    fix, not transformers' two tracebacks."""
+    from types import SimpleNamespace
+
+    from r1cloud.data.loader import load_tokenizer
+
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)  # read once, at import
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
+    model = SimpleNamespace(model_path="nobody/no-such-model", tokenizer_path=None, trust_remote_code=False)
+    with pytest.raises(
+        ValueError, match=r"^the model 'nobody/no-such-model' cannot be loaded: .*local model folder"
+    ):
+        load_tokenizer(model, SimpleNamespace(override_chat_template=None))

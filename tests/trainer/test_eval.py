@@ -179,10 +179,10 @@ def test_eval_builds_one_vllm_engine_sized_to_a_batch(tmp_path, tiny_model, digi
         ["worker.rollout.tensor_parallel_size=2"],
     )  # fmt: skip
     script = f"""
-from r1cloud import evaluate
-from r1cloud.data import PromptSet, load_tokenizer
+from r1cloud.evaluation import run as evaluate
+from r1cloud.data.loader import PromptSet, load_tokenizer
 from r1cloud.rollout import Sampling, eos_ids
-from r1cloud.spec import load_spec
+from r1cloud.validate import load_spec
 spec = load_spec({str(run / "spec.yaml")!r}, []).spec
 m = spec.worker.actor.model
 tokenizer, _ = load_tokenizer(m, spec.data)

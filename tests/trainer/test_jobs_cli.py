@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from r1cloud.budget import usd
-from r1cloud.prices import catalog_dir
+from r1cloud.core.budget import usd
+from r1cloud.costs.prices import catalog_dir
 from tinyrun import R1CLOUD, r1, tiny_blueprint
 
 SECRET = "hf_s3cr3t_ZX81_value"

@@ -1,13 +1,13 @@
 """The trainer's own kernels against the plain torch they replace: the LM head's log-probs and
-entropies (head.py) and the oneDNN fp32 linear layers (onednn.py), values and gradients; the
+entropies (head.py) and the oneDNN fp32 linear layers (rollout/onednn.py), values and gradients; the
 RMSNorm kernels the vLLM engine takes on CPU (rollout/vllm.py) against vLLM's own `native`."""
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from r1cloud import onednn
-from r1cloud.testing import make_tiny_model
+from r1cloud.offline.tiny import make_tiny_model
+from r1cloud.rollout import onednn
 from r1cloud.trainer import model as model_mod
 from r1cloud.trainer.head import head_log_probs
 from r1cloud.trainer.model import entropy_from_logits, packed_log_probs, plain_head, token_log_probs

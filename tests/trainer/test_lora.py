@@ -14,10 +14,10 @@ from test_numerics import SEQS, single_process_grads
 from torch.distributed.checkpoint import FileSystemReader
 from transformers import AutoModelForCausalLM
 
+from r1cloud.offline.tiny import generated
 from r1cloud.rollout import Request
-from r1cloud.serve import free_port
+from r1cloud.serving.serve import free_port
 from r1cloud.spec import load_resolved
-from r1cloud.testing import generated
 from r1cloud.trainer import algorithms as alg
 from r1cloud.trainer import lora
 from r1cloud.trainer.driver import Trainer

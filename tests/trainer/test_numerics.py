@@ -9,10 +9,10 @@ import steps
 import torch
 from transformers import AutoModelForCausalLM
 
+from r1cloud.core.dtypes import torch_dtype
+from r1cloud.offline.tiny import generated
 from r1cloud.rollout import Request
 from r1cloud.spec import load_resolved
-from r1cloud.spec.models import torch_dtype
-from r1cloud.testing import generated
 from r1cloud.trainer import algorithms as alg
 from r1cloud.trainer import attention
 from r1cloud.trainer.driver import Trainer
@@ -455,7 +455,7 @@ def test_one_worker_trains_unwrapped_with_one_process_gradients_and_a_whole_chec
 def test_vllm_sampling_log_probs_equal_trainer_before_and_after_sync(tmp_path, digits_reward, tie):
     pytest.importorskip("vllm")
     from conftest import run_folder
-    from r1cloud.testing import make_tiny_model
+    from r1cloud.offline.tiny import make_tiny_model
     from tinyrun import tiny_blueprint
 
     # tied: the output layer is the embedding (as SmolLM2's, Qwen2.5-0.5B's)
@@ -622,7 +622,7 @@ def test_fsdp_resharding_after_forward_as_on_gpus_gives_one_process_gradients(ti
     import subprocess
     import sys
 
-    from r1cloud.serve import free_port
+    from r1cloud.serving.serve import free_port
 
     r = subprocess.run(
         [sys.executable, "-c", RESHARDED, str(tiny_model), str(free_port())],

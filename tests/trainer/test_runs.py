@@ -163,7 +163,7 @@ def test_rank0_init_and_offload_train_exactly_as_without(tmp_path, digits_reward
     same numbers as every worker reading the weights itself, without offload. The moves between
     phases (offload.*) have nowhere to go on a CPU run, and the run says so once."""
     from conftest import run_folder
-    from r1cloud.testing import make_tiny_model
+    from r1cloud.offline.tiny import make_tiny_model
     from tinyrun import tiny_blueprint
 
     tied = make_tiny_model(tmp_path / "tied", tie=True)
@@ -396,7 +396,7 @@ def test_every_estimator_and_loss_trains_two_steps(make_run, tiny_model, overrid
 def test_algorithm_blueprints_run_on_the_tiny_model(make_run, tiny_model, name):
     """Each algorithm blueprint's algorithm, loss, sampling and critic settings, on the tiny model
     with the digits reward (filter_key stays `overall`, the key that reward returns), for 2 steps."""
-    from r1cloud.spec import load_spec
+    from r1cloud.validate import load_spec
 
     spec = load_spec(ROOT / "blueprints" / f"{name}.yaml", check_files=False).spec
     a, actor = spec.algorithm, spec.worker.actor
@@ -530,7 +530,8 @@ def test_easyr1_dapo_example_trains_shrunk_with_ulysses(tmp_path, tiny_model, mo
     rollout rounds a step (mini_rollout_batch_size), bf16 weights with adamw_bf16, DAPO's clip
     and the reward function's kwargs as the script gives them. Online filtering is turned off: a
     random model answers nothing right, so every group would be filtered."""
-    from r1cloud.spec import dump_spec, load_spec
+    from r1cloud.spec import dump_spec
+    from r1cloud.validate import load_spec
 
     easyr1 = ROOT / "tests" / "fixtures" / "easyr1"
     monkeypatch.chdir(easyr1)

@@ -16,7 +16,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from r1cloud.serve import free_port
+from r1cloud.serving.serve import free_port
 from tinyrun import R1CLOUD, ROOT, r1, tiny_blueprint
 
 KEY = "sk-test-7f3a"
@@ -206,7 +206,7 @@ def test_chat_applies_the_jobs_format_prompt_and_compares(job, tiny_model):
 def test_vllm_cpu_kv_cache_is_sized_to_the_model_not_the_machine(tmp_path, monkeypatch):
     """vLLM's CPU build would claim most of the machine's memory: serve sizes its KV cache to
     four sequences of the served context instead, unless the user sized it."""
-    from r1cloud.serve import kv_cache_env
+    from r1cloud.serving.serve import kv_cache_env
 
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     (tmp_path / "config.json").write_text(
@@ -225,7 +225,7 @@ def test_vllm_cpu_kv_cache_is_sized_to_the_model_not_the_machine(tmp_path, monke
 
 
 def test_an_engine_that_cannot_start_is_told_by_its_cause():
-    from r1cloud.serve import failure_cause
+    from r1cloud.serving.serve import failure_cause
 
     assert "lower --max-model-len" in failure_cause(
         ["INFO starting", "ValueError: No available memory for the cache blocks. Try increasing ..."]

@@ -30,7 +30,7 @@ def trl_steps(model, shapes, tmp_path, monkeypatch, steps: int) -> dict:
     from PIL import Image
     from transformers import AutoProcessor
 
-    from r1cloud import vision_compat
+    from r1cloud.media import compat as vision_compat
 
     vision_compat.install()  # Qwen-VL's processor wants torchvision, absent here (r1cloud's stand-in)
     rows = [json.loads(x) for x in (shapes / "train.jsonl").read_text().splitlines()[:2]]

@@ -82,7 +82,8 @@ def tiny_blueprint(model: Path, reward: Path, **kw) -> str:
 
 def run_of(blueprint: Path, overrides: list[str], run: Path) -> Path:
     """`run`, a run folder holding `blueprint` resolved with `overrides` (its files found beside it)."""
-    from r1cloud.spec import dump_spec, load_spec
+    from r1cloud.spec import dump_spec
+    from r1cloud.validate import load_spec
 
     run.mkdir()
     (run / "spec.yaml").write_text(dump_spec(load_spec(blueprint, overrides).spec))

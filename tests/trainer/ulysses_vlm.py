@@ -17,7 +17,7 @@ def rows(processor) -> list[list[tuple]]:
     sequence among them (and, for Qwen-VL, a video), then text-only sequences."""
     from PIL import Image
 
-    from r1cloud import video
+    from r1cloud.media import video
 
     a, b = Image.new("RGB", (56, 84), (200, 20, 20)), Image.new("RGB", (84, 56), (20, 20, 200))
     one = processor.encode(processor.render("<image>How many?", True), [a])
@@ -40,7 +40,7 @@ def rows(processor) -> list[list[tuple]]:
 def load(path: str):
     from transformers import AutoConfig
 
-    from r1cloud import vision
+    from r1cloud.media import vision
     from r1cloud.trainer.model import attention_for
 
     config = AutoConfig.from_pretrained(path)

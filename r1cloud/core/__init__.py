@@ -1,0 +1,2 @@
+"""The bottom layer: what every other layer may import, torch-free at import time — dtypes, model
+families, the shapes of data rows, records read back from files, the estimator table and the budget."""

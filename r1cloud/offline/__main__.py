@@ -1,0 +1,3 @@
+from r1cloud.offline import main
+
+main()

@@ -1,0 +1,9 @@
+"""Reading a blueprint with every check `r1cloud validate` makes: the files it names, the code it
+imports (rewards, tools, environments), its data rows, the secrets it needs, EasyR1 shell scripts,
+and the summary of the run it describes."""
+
+from r1cloud.validate.checks import missing_secrets
+from r1cloud.validate.read import load_spec
+from r1cloud.validate.summary import summarize, total_steps
+
+__all__ = ["load_spec", "missing_secrets", "summarize", "total_steps"]
