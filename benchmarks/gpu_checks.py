@@ -137,7 +137,7 @@ def engine_vs_actor(w) -> float:
 def engine_vs_trainer(t, w) -> float:
     """Sample 8 answers with the engine; the trainer's log-probs of the same tokens against the
     engine's (same weights, temperature 1)."""
-    from r1cloud.rollout import Request
+    from r1cloud.rollout.engine import Request
 
     prompts = [Request(p.prompt_ids) for p in t.train_set.prompts[:2]]
     from r1cloud.offline.tiny import batch_of, generated, per_sequence

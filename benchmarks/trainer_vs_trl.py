@@ -106,7 +106,7 @@ def resolve_model(name: str, work: Path) -> Path:
     if name == "smollm2":
         path = ROOT / ".models/SmolLM2-135M-Instruct"
         if not (path / "config.json").exists():
-            from r1cloud.offline import export_smollm2
+            from r1cloud.offline.smollm import export_smollm2
 
             export_smollm2(path)
         return path
@@ -115,7 +115,7 @@ def resolve_model(name: str, work: Path) -> Path:
 
         return make_tiny_vlm(work / "tinyvlm", "qwen2_vl")
     if name == "smolvlm":  # the quickstart_vl model: SmolLM2-135M-Instruct and a fresh encoder
-        from r1cloud.offline import export_smolvlm
+        from r1cloud.offline.smollm import export_smolvlm
 
         return export_smolvlm(ROOT / ".models/SmolVLM-shapes", resolve_model("smollm2", work))
     return Path(name)

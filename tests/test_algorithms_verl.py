@@ -262,14 +262,12 @@ def test_kl_in_the_reward_per_token_as_verl_applies_it():
     token (verl's apply_kl_penalty), so REINFORCE++ with γ < 1 discounts each token's penalty."""
     from types import SimpleNamespace
 
-    from r1cloud.trainer.batch import token_rewards
-
     scores, uids, mask, tr = batch(7)
     g = torch.Generator().manual_seed(8)
     old, ref = -torch.rand(B, T, generator=g), -torch.rand(B, T, generator=g)
     lengths = mask.sum(-1).long()
     kl = alg.kl_estimate(old, ref, "kl") * mask
-    got_tr = token_rewards(scores, mask, lengths, kl, 0.05)
+    got_tr = alg.token_rewards(scores, mask, lengths, kl, 0.05)
     want_tr = tr - 0.05 * ca.kl_penalty(old, ref, "kl") * mask
     torch.testing.assert_close(got_tr, want_tr, rtol=1e-6, atol=1e-6)
     a = SimpleNamespace(adv_estimator="reinforce_plus_plus", gamma=0.9)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from r1cloud.agents import calls
 from r1cloud.agents.tools import ENV
-from r1cloud.rollout import Request, Sample, Sampling, request_seed
+from r1cloud.rollout.engine import Request, Sample, Sampling, request_seed
 
 STATS = ("turns", "tool_calls", "tool_errors", "tool_seconds", "cut_mid_call")
 
@@ -45,21 +45,22 @@ class Agent:
     max_prompt_length: int
 
     @classmethod
-    def of(cls, spec, tokenizer, processor=None) -> Agent:
-        mt = spec.worker.rollout.multi_turn
+    def of(cls, mt, data, tokenizer, processor=None, workers: int = 1) -> Agent:
+        """From the blueprint's multi-turn section (worker.rollout.multi_turn) and its data
+        section; `workers`: the sandbox's processes (worker.reward.num_cpus)."""
         return cls.build(
             tokenizer,
             processor=processor,
-            pixels=(spec.data.min_pixels, spec.data.max_pixels),
+            pixels=(data.min_pixels, data.max_pixels),
             environment=mt.environment,
             tools=mt.tools,
             tool_names=mt.tool_names,
             max_turns=mt.max_turns,
             tool_call_format=mt.tool_call_format,
-            workers=spec.worker.reward.num_cpus,
+            workers=workers,
             timeout=mt.tool_timeout,
             limit=mt.max_tool_response_length,
-            max_prompt_length=spec.data.max_prompt_length,
+            max_prompt_length=data.max_prompt_length,
         )
 
     @classmethod

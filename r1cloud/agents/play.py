@@ -14,7 +14,7 @@ def play(spec, k: int, progress=lambda msg: None) -> list[dict]:
     from r1cloud.core.dtypes import torch_dtype
     from r1cloud.data.loader import PromptSet, load_tokenizer
     from r1cloud.rewards.pool import from_config, reward_input
-    from r1cloud.rollout import Request, Sampling, eos_ids
+    from r1cloud.rollout.engine import Request, Sampling, eos_ids
     from r1cloud.rollout.hf import HFEngine
     from r1cloud.rollout.sampling import sampling
 
@@ -22,7 +22,7 @@ def play(spec, k: int, progress=lambda msg: None) -> list[dict]:
     progress("loading the tokenizer")
     tokenizer, processor = load_tokenizer(m, d)
     rows = PromptSet(
-        d.train_files, tokenizer, d, processor=processor, limit=k, tools=tool_schemas(spec),
+        d.train_files, tokenizer, d, processor=processor, limit=k, tools=tool_schemas(mt),
         environment=bool(mt.environment),
     )  # fmt: skip
     prompts = rows.prompts
@@ -30,7 +30,7 @@ def play(spec, k: int, progress=lambda msg: None) -> list[dict]:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch_dtype(spec.worker.rollout.dtype) if device == "cuda" else torch.float32
     engine = HFEngine(m.model_path, eos_ids(m.model_path, tokenizer), tokenizer.pad_token_id, dtype, device)
-    agent = episodes.Agent.of(spec, tokenizer, processor)
+    agent = episodes.Agent.of(mt, d, tokenizer, processor, spec.worker.reward.num_cpus)
     progress(f"playing {len(prompts)} episode(s)")
     requests = [
         Request(p.prompt_ids, p.raw_ids, p.images, rows.image_inputs(i), p.reset)

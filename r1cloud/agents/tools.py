@@ -154,7 +154,7 @@ def _check(env: str | None, tools: str | None, names: tuple[str, ...] | None, _s
     raise ValueError(f"{what}: importing it failed: {last}")
 
 
-def tool_schemas(spec) -> list[dict] | None:
-    """The tools a multi-turn spec offers, as the prompt shows them (None without multi-turn)."""
-    mt = spec.worker.rollout.multi_turn
+def tool_schemas(mt) -> list[dict] | None:
+    """The tools a multi-turn section (worker.rollout.multi_turn) offers, as the prompt shows them
+    (None without multi-turn)."""
     return check(mt.environment, mt.tools, mt.tool_names)["tools"] or None if mt.enable else None

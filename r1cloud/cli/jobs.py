@@ -121,7 +121,7 @@ def _jobs_table() -> None:
         table.add_column(col, no_wrap=True)
     for j in jobs:
         m = f.last_train_metrics(j.dir) or {}
-        total = f.total_steps(j.dir)
+        total = f.planned_steps(j.dir)
         step = f"{m.get('step', 0)}/{total}" if total else str(m.get("step", "—"))
         reward = f"{m['reward/overall']:.3f}" if "reward/overall" in m else "—"
         url = ([j.url if j.status in ("PENDING", "RUNNING") and j.url else "—"]) if servers else []
@@ -185,7 +185,7 @@ def status(
             out.print(f"{label:10} {value}", markup=False)
     m = f.last_train_metrics(run)
     if m:
-        total = f.total_steps(run)
+        total = f.planned_steps(run)
         keys = (
             "reward/overall",
             "response_length/mean",
@@ -199,7 +199,7 @@ def status(
             markup=False,
         )
         out.print(f"trend      {_trend(run)}  (r1cloud plot {record.name})", markup=False)
-    if (spend := _spend(record, m or {}, f.total_steps(run))) is not None:
+    if (spend := _spend(record, m or {}, f.planned_steps(run))) is not None:
         from r1cloud.core.budget import usd
 
         ahead = f", about {usd(spend[1])} in all" if spend[1] is not None and spend[1] != spend[0] else ""

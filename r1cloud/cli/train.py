@@ -343,7 +343,7 @@ def _follow_with_progress(store, name: str, log_start: int) -> int:
                 m = f.last_train_metrics(run)
                 if m:
                     stats = f"reward {m.get('reward/overall', 0):.3f} · len {m.get('response_length/mean', 0):.0f} · {m.get('perf/throughput', 0):.0f} tok/s/dev"
-                    progress.update(task, completed=m["step"], total=f.total_steps(run), stats=stats)
+                    progress.update(task, completed=m["step"], total=f.planned_steps(run), stats=stats)
 
             job = f.follow(store, name, on_line, start=log_start)
     except KeyboardInterrupt:

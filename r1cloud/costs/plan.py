@@ -144,7 +144,7 @@ def plan(spec, home: Path | None, with_prices: bool = True) -> Estimate:
     """Time (and dollars, where the catalog has prices) of this blueprint on its own accelerators
     and the alternatives, cheapest first."""
     from r1cloud.spec.models import accelerator_options
-    from r1cloud.validate.summary import total_steps
+    from r1cloud.validate.summary import step_count
 
     out = Estimate()
     m, critic = sizes(spec)
@@ -154,7 +154,7 @@ def plan(spec, home: Path | None, with_prices: bool = True) -> Estimate:
             "(no config.json in its folder or the Hugging Face cache, no size in its name)"
         )
         return out
-    steps, how = total_steps(spec)
+    steps, how = step_count(spec)
     t, r = spec.trainer, spec.resources
     count, nodes = t.n_gpus_per_node, t.nnodes
     kinds = [n for n, _ in accelerator_options(r.accelerators)] if r.accelerators else []

@@ -412,10 +412,6 @@ def check_sets(sets: dict, data_cfg, limit_images: int, wants, batch: int, log) 
         raise ValueError(f"the {name} data has {len(ps)} prompts{short}{why}")
 
 
-def total_steps(max_steps: int | None, epochs: int, batches_per_epoch: int) -> int:
-    return max_steps if max_steps else epochs * batches_per_epoch
-
-
 def chunk_evenly(items: list, parts: int) -> list[list]:
     """Split into `parts` contiguous chunks whose sizes differ by at most one."""
     base, extra = divmod(len(items), parts)

@@ -1,6 +1,6 @@
 """transformers 5 imports scikit-learn's metrics at start-up wherever scikit-learn is installed
-(mlflow's full package brings it), and with them scipy.stats and pandas: 3.4 s of CPU in every
-process that loads a model or tokenizer — a trainer start has three — for one thing r1cloud never
+(mlflow's full package brings it), and with them scipy.stats and pandas, in every process that
+loads a model or tokenizer (docs/development.md, "Start-up", has the cost) — for one thing r1cloud never
 uses, assisted generation's confidence threshold (`roc_curve`, transformers/generation/
 candidate_generator.py). `install()`, called first thing in the processes that load models (the
 CLI, the trainer, each worker, eval, the servers), tells that one module scikit-learn is absent

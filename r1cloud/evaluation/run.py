@@ -99,7 +99,7 @@ def main(folder: str) -> int:
     no_sklearn.install()
     from r1cloud.agents.episodes import with_environment
     from r1cloud.rewards import pool as rewards
-    from r1cloud.rollout import Sampling
+    from r1cloud.rollout.engine import Sampling
     from r1cloud.spec import load_resolved
 
     d = Path(folder)
@@ -200,7 +200,7 @@ def _engine(spec, job: dict, sampling):
     from r1cloud.agents.tools import tool_schemas
     from r1cloud.core.dtypes import torch_dtype
     from r1cloud.data.loader import PromptSet, load_tokenizer
-    from r1cloud.rollout import Request, eos_ids, refuse_unknown_sampling
+    from r1cloud.rollout.engine import Request, eos_ids, refuse_unknown_sampling
 
     m, r = spec.worker.actor.model, spec.worker.rollout
     tokenizer, processor = load_tokenizer(m, spec.data)
@@ -210,10 +210,14 @@ def _engine(spec, job: dict, sampling):
         spec.data,
         processor=processor,
         limit=job["limit"],
-        tools=tool_schemas(spec),
+        tools=tool_schemas(r.multi_turn),
         environment=bool(r.multi_turn.enable and r.multi_turn.environment),
     )
-    agent = Agent.of(spec, tokenizer, processor) if r.multi_turn.enable else None
+    agent = (
+        Agent.of(r.multi_turn, spec.data, tokenizer, processor, spec.worker.reward.num_cpus)
+        if r.multi_turn.enable
+        else None
+    )
     eos = eos_ids(m.model_path, tokenizer)
     if job["engine"] == "vllm":
         _one_process_world()
@@ -298,7 +302,7 @@ def _endpoint(spec, job: dict, sampling):
     from openai import OpenAI
 
     from r1cloud.data.loader import Prompt, conversation, load_rows, prompts
-    from r1cloud.rollout import request_seed
+    from r1cloud.rollout.engine import request_seed
 
     d = spec.data
     template = prompts.load(d.format_prompt) if d.format_prompt else None

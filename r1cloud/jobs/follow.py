@@ -75,7 +75,8 @@ def last_train_metrics(run_dir: Path) -> dict | None:
     return None
 
 
-def total_steps(run_dir: Path) -> int | None:
+def planned_steps(run_dir: Path) -> int | None:
+    """The step count the run's trainer planned (its trainer.json), once it has started."""
     try:
         return whole(load_object(run_dir / "trainer.json").get("total_steps"))
     except (OSError, ValueError):

@@ -1,3 +1,3 @@
-from r1cloud.offline import main
+from r1cloud.offline.smollm import main
 
 main()

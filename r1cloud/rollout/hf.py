@@ -14,7 +14,8 @@ import torch
 
 from r1cloud.media import vision
 from r1cloud.media.vision import auto_class, image_inputs
-from r1cloud.rollout import HF_EXTRA, Request, Sample, Sampling, cut_at_eos, onednn
+from r1cloud.rollout import onednn
+from r1cloud.rollout.engine import HF_EXTRA, Request, Sample, Sampling, cut_at_eos
 
 
 class HFEngine:

@@ -1,15 +1,13 @@
 """fp32 matmuls through oneDNN on CPU.
 
-torch sends a CPU fp32 matmul to MKL, which on AMD processors runs its AVX2 kernels: about
-100 GFLOP/s per core on this machine's EPYC, where oneDNN (which torch also carries, and uses for
-bf16) runs AVX-512 at 200–240 GFLOP/s on the same shapes, to fp32 accuracy (on the Zen 4 EPYC
-of 2026-11-27 the gap was smaller: a 2048² product at 220 against 191 GFLOP/s on 2 threads). In
-an fp32 update the linear layers are most of the time, so the workers route them here when they
-compute in fp32 on CPU (`use_in`), and head.py's forward and input-gradient matmuls always come
-here. A weight gradient (gradientᵀ · input) reaches oneDNN's op as two transposed views that it
-copies first; for the linear layers that copy is small and oneDNN still wins (SmolLM2 fp32, the
-same 8 batches: 6.94 s an update against 7.12 with torch's matmul), for the LM head's 49k-wide
-gradient it is not (head.py uses torch's matmul there).
+torch sends a CPU fp32 matmul to MKL, which on AMD processors runs its AVX2 kernels, where
+oneDNN (which torch also carries, and uses for bf16) runs AVX-512 on the same shapes, to fp32
+accuracy (docs/trainer.md, "CPU specifics", has the figures). In an fp32 update the linear layers
+are most of the time, so the workers route them here when they compute in fp32 on CPU (`use_in`),
+and head.py's forward and input-gradient matmuls always come here. A weight gradient
+(gradientᵀ · input) reaches oneDNN's op as two transposed views that it copies first; for the
+linear layers that copy is small and oneDNN still wins, for the LM head's 49k-wide gradient it is
+not (head.py uses torch's matmul there).
 
 The op is `torch.ops.mkldnn._linear_pointwise`, the one torch's own compiler emits for CPU
 linear layers. It is private, so `available()` checks it once against torch's matmul and

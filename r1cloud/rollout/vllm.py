@@ -23,7 +23,7 @@ import torch
 
 from r1cloud.core.dtypes import DTYPE_NAMES, torch_dtype
 from r1cloud.core.families import kv_bytes_per_token
-from r1cloud.rollout import Request, Sample, Sampling, cut_at_eos, request_seed
+from r1cloud.rollout.engine import Request, Sample, Sampling, cut_at_eos, request_seed
 
 
 class VLLMEngine:
@@ -204,16 +204,14 @@ class VLLMEngine:
 # The CPU build's KV-cache block: its attention's smallest (it takes multiples of 32; vLLM's default
 # there is 128). The samples of a group share their prompt's whole blocks, computed once in the
 # step that schedules them together (vLLM's prefix cache), and a prompt shorter than a block
-# shares nothing: SmolVLM bf16, 4 prompts of 55 tokens × 8 samples, 48 new tokens, the same
-# samples both ways: generate 2.49 → 2.04 s, its prefill alone 1.06 → 0.57 s.
+# shares nothing.
 CPU_BLOCK = 32
 
 
 def cpu_kv_cache_bytes(per_token: int, max_len: int, sequences: int) -> int:
     """The KV cache of an engine on CPU: room for `sequences` of `max_len` tokens at once, in
     blocks of CPU_BLOCK tokens, at most 1 GiB (vLLM fills it with zeros as it starts, so
-    all of it is resident: the 1 GiB r1cloud gave every engine before, 2026-11-27, where the
-    benchmark's 32 sequences of 176 tokens needed 0.35), and at least one sequence; 1 GiB when
+    all of it is resident), and at least one sequence; 1 GiB when
     `sequences` is unknown (0). A larger step runs its sequences in waves; VLLM_CPU_KVCACHE_SPACE
     (GiB) sets another size."""
     one = -(-max_len // CPU_BLOCK) * CPU_BLOCK * per_token
@@ -227,8 +225,7 @@ def _refresh_tied_output_layer(worker) -> None:
     output layer (measured: log-probs off by 2.6 after a large update, 0.03 after a quickstart
     step). It gets the embedding's values and prepares them again (on GPU that is a no-op).
     The embedding is the `embed_tokens` under the head's own prefix: `model.embed_tokens` for a
-    text model, `model.text_model.embed_tokens` for Idefics3/SmolVLM (missed until 2026-11-27:
-    SmolVLM's vLLM rollouts drifted from the policy after the first sync)."""
+    text model, `model.text_model.embed_tokens` for Idefics3/SmolVLM."""
     modules = dict(worker.model_runner.get_model().named_modules())
     for name, head in modules.items():
         if not (name.endswith("lm_head") and hasattr(head, "quant_method")):
@@ -246,12 +243,11 @@ def _refresh_tied_output_layer(worker) -> None:
 def _cpu_norm_kernels() -> dict:
     """vLLM 0.32 runs RMSNorm on CPU as its `native` chain of torch ops (the compiled kernels of
     its CPU build are registered for GPUs only); at decode's few rows that is per-op overhead,
-    at prefill's many, 20× its own CPU kernel (4.7 vs 0.24 ms on 1,500 × 576 bf16 rows). The
+    at prefill's many, far slower than its own CPU kernel. The
     build's kernels (`torch.ops._C.rms_norm`, `fused_add_rms_norm`) go first for the contiguous
     rows they take; anything else still goes to `native`. Same arithmetic in fp32 (≤ 2e-6); in
     bf16 they normalize the residual sum as rounded to bf16, as transformers' layers (the
-    trainer's) do, where native normalizes the fp32 sum (measured on SmolLM2: the engine's
-    log-probs stay 0.04 from the trainer's on average, as before; generation 2.54 → 2.26 s)."""
+    trainer's) do, where native normalizes the fp32 sum."""
     import vllm._C  # noqa: F401  the CPU build's kernels
     from vllm import ir
 

@@ -219,7 +219,11 @@ def tool_format(requested: str, target: str) -> str | None:
     from r1cloud.agents.tools import tool_schemas
 
     try:
-        return spec.worker.rollout.multi_turn.tool_call_format if tool_schemas(spec) else None
+        return (
+            spec.worker.rollout.multi_turn.tool_call_format
+            if tool_schemas(spec.worker.rollout.multi_turn)
+            else None
+        )
     except (ValueError, OSError) as e:  # its tools file moved or broke since the run
         raise ServeError(f"error: the job's tools cannot be read: {e}", ["pass --tool-call-format"]) from None
 
@@ -240,7 +244,7 @@ def command(
 ) -> list[str]:
     limit = ["--max-model-len", str(max_model_len)] if max_model_len else []
     if model.adapter:  # the base under NAME-base, the adapter under NAME (vLLM only: the CLI checks)
-        from r1cloud.rollout import vllm_max_rank
+        from r1cloud.rollout.engine import vllm_max_rank
 
         rank = str(vllm_max_rank(model.adapter_rank))
         limit += ["--enable-lora", "--lora-modules", f"{name}={model.adapter}", "--max-lora-rank", rank]

@@ -202,7 +202,7 @@ class LoraConfig(Model):
     """Regular expression of modules that get none (.*visual.* keeps a VLM's vision tower out)."""
     merge: bool | None = None
     """verl's `lora.merge`: true syncs merged weights into vLLM, false the adapters only (a
-    LoRA-enabled engine); null: adapters on GPUs, merged weights on CPU (README: LoRA)."""
+    LoRA-enabled engine); null: adapters on GPUs, merged weights on CPU (docs/trainer.md, LoRA)."""
     load_in_4bit: bool = False
     """QLoRA (TRL's and OpenRLHF's `load_in_4bit`): the frozen base loaded in 4-bit NF4 through
     bitsandbytes; the adapters train in full precision."""

@@ -156,6 +156,19 @@ def token_level(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return adv[:, None].to(torch.float32) * mask
 
 
+def token_rewards(
+    scores: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, kl: torch.Tensor | None, coef: float
+) -> torch.Tensor:
+    """Token-level rewards (B, T): the outcome on each response's last token, minus coef·KL on every
+    token when the KL goes into the reward (verl's apply_kl_penalty)."""
+    out = torch.zeros(mask.shape)
+    if kl is not None:
+        out = -coef * kl * mask
+    rows = torch.nonzero(lengths > 0)[:, 0]
+    out[rows, lengths[rows] - 1] += scores[rows].float()
+    return out
+
+
 # --------------------------------------------------------------------------- one function per estimator
 @dataclass
 class Outcomes:

@@ -1,15 +1,11 @@
 """The step's batch, as tensors from rollout to update (verl's DataProto, OpenRLHF's Experience):
 row i is one sample. The driver fills it phase by phase (responses, scores, log-probs, advantages);
 each worker gets its shard (`select`), with a plan of micro-batches as positions in that shard,
-and returns tensors. Also how samples are placed on workers and cut into micro-batches (a group
-kept together when its prompt is packed once), and the token rewards and advantages. Pure: no
-Ray, no model.
+and returns tensors (placement.py says which rows go where). Pure: no Ray, no model.
 """
 
 from __future__ import annotations
 
-import heapq
-import math
 from dataclasses import dataclass, field, fields, replace
 
 import torch
@@ -252,141 +248,3 @@ def pad_cat(parts: list[torch.Tensor]) -> torch.Tensor:
     """(Σ rows, widest) of several (rows, width) tensors, right-padded with zeros."""
     width = max((x.shape[1] for x in parts), default=0)
     return torch.cat([torch.nn.functional.pad(x, (0, width - x.shape[1])) for x in parts])
-
-
-# ---------------------------------------------------------------------------- batching plans
-
-
-@dataclass(frozen=True)
-class Sizes:
-    """What a plan knows of each sample: its group and its prompt and response lengths."""
-
-    uid: list[str]
-    prompt: list[int]
-    response: list[int]
-
-    @classmethod
-    def of(cls, b: Batch) -> Sizes:
-        return cls(b.uid, b.prompt_len.tolist(), b.response_len.tolist())
-
-
-def balance(items: list, weights: list[float], parts: int) -> list[list]:
-    """Greedy longest-first partition into `parts` groups of near-equal total weight."""
-    heap = [(0.0, i) for i in range(parts)]
-    out: list[list] = [[] for _ in range(parts)]
-    for idx in sorted(range(len(items)), key=lambda i: -weights[i]):
-        load, g = heapq.heappop(heap)
-        out[g].append(items[idx])
-        heapq.heappush(heap, (load + weights[idx], g))
-    return out
-
-
-def groups(s: Sizes, idx: list[int], share: bool) -> list[list[int]]:
-    """The units a plan places: samples of one group together when the workers pack their prompt
-    once (`share`), each sample alone otherwise."""
-    if not share:
-        return [[i] for i in idx]
-    by_uid: dict[str, list[int]] = {}
-    for i in idx:
-        by_uid.setdefault(s.uid[i], []).append(i)
-    return list(by_uid.values())
-
-
-def cost(s: Sizes, group: list[int]) -> int:
-    """Tokens a packed group takes: its prompt once (all share it, or it is alone), its responses."""
-    return s.prompt[group[0]] + sum(s.response[i] for i in group)
-
-
-def partition(s: Sizes, idx: list[int], parts: int, share: bool) -> list[list[int]]:
-    """`parts` shares of near-equal token count. Groups stay whole where they can; while there are
-    fewer groups than parts, the largest is halved."""
-    units = groups(s, idx, share)
-    while len(units) < parts and max(len(u) for u in units) > 1:
-        big = max(units, key=len)
-        units.remove(big)
-        units += [big[: len(big) // 2], big[len(big) // 2 :]]
-    return [[i for u in part for i in u] for part in balance(units, [cost(s, u) for u in units], parts)]
-
-
-def micro_batches(
-    s: Sizes, per_rank: list[list[int]], per_micro: int, token_budget: int | None, share: bool = False
-) -> list[list[list[int]]]:
-    """Split each rank's samples into the same number of non-empty micro-batches (FSDP's collectives
-    must pair up): by sample count, or by token budget (dynamic batching)."""
-
-    def need(idx: list[int]) -> int:
-        if token_budget:
-            return math.ceil(sum(cost(s, g) for g in groups(s, idx, share)) / token_budget)
-        return math.ceil(len(idx) / per_micro)
-
-    k = max(1, max(need(idx) for idx in per_rank))
-    k = min(k, min(len(idx) for idx in per_rank))
-    return [partition(s, idx, k, share) for idx in per_rank]
-
-
-def split_ranks(s: Sizes, idx: list[int], world: int, share: bool = False) -> list[list[int]]:
-    if len(idx) < world:
-        raise ValueError(f"{len(idx)} samples cannot be spread over {world} workers")
-    return partition(s, idx, world, share)
-
-
-def rank_plan(
-    s: Sizes, idx: list[int], world: int, per_micro: int, budget: int | None, share: bool, sp: int = 1
-) -> list[list[list[int]]]:
-    """Each rank's micro-batches of the samples `idx`: split over the data-parallel groups, the
-    `sp` ranks of a Ulysses group given the same ones (they hold slices of one row)."""
-    plan = micro_batches(s, split_ranks(s, idx, world // sp, share), per_micro, budget, share)
-    return [micros for micros in plan for _ in range(sp)]
-
-
-def localize(plan: list[list[int]]) -> tuple[list[int], list[list[int]]]:
-    """A rank's micro-batches of batch rows as (the rows it needs, once each, in order; the
-    micro-batches as positions in those rows): what it is sent."""
-    rows = list(dict.fromkeys(i for micro in plan for i in micro))
-    at = {i: k for k, i in enumerate(rows)}
-    return rows, [[at[i] for i in micro] for micro in plan]
-
-
-# ---------------------------------------------------------------------------- rewards, advantages
-
-
-def token_rewards(
-    scores: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, kl: torch.Tensor | None, coef: float
-) -> torch.Tensor:
-    """Token-level rewards (B, T): the outcome on each response's last token, minus coef·KL on every
-    token when the KL goes into the reward (verl's apply_kl_penalty)."""
-    out = torch.zeros(mask.shape)
-    if kl is not None:
-        out = -coef * kl * mask
-    rows = torch.nonzero(lengths > 0)[:, 0]
-    out[rows, lengths[rows] - 1] += scores[rows].float()
-    return out
-
-
-class RunError(RuntimeError):
-    """A mismatch of data, reward and settings found mid-run: said in one line, no traceback."""
-
-
-def zero_copy_tensors() -> None:
-    """Tensors through Ray as numpy views of their bytes, which Ray's pickle 5 sends out of band and
-    a receiver on the same node maps from the object store without a copy. Ray's default pickles a
-    tensor's storage in band: measured here, 100 MB took 0.38 s to put and 1.1 s to get, against
-    0.05 s and 0.3 ms. Registered in the sending process (the driver, each worker); the receiver
-    needs nothing. What arrives is read-only memory: nothing writes into a tensor it was sent."""
-    import ray
-
-    ray.util.register_serializer(torch.Tensor, serializer=_tensor_bytes, deserializer=_tensor_from)
-
-
-def _tensor_bytes(t: torch.Tensor) -> tuple:
-    t = t.detach().cpu().contiguous()
-    return t.reshape(-1).view(torch.uint8).numpy(), str(t.dtype).removeprefix("torch."), tuple(t.shape)
-
-
-def _tensor_from(args: tuple) -> torch.Tensor:
-    import warnings
-
-    data, dtype, shape = args
-    with warnings.catch_warnings():  # read-only: "The given NumPy array is not writable"
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.from_numpy(data).view(getattr(torch, dtype)).reshape(shape)

@@ -21,28 +21,15 @@ from r1cloud.agents.episodes import STATS, BadRow, last_turn, with_environment
 from r1cloud.agents.tools import tool_schemas
 from r1cloud.checkpoint.write import Bucket, Checkpoints, DamagedCheckpoint, read_state, write_hf_files
 from r1cloud.core.budget import EXIT, Budget
-from r1cloud.data.loader import Loader, PromptSet, check_sets, chunk_evenly, load_tokenizer, total_steps
+from r1cloud.data.loader import Loader, PromptSet, check_sets, chunk_evenly, load_tokenizer
 from r1cloud.rewards import pool as rewards
-from r1cloud.rollout import Request, pick_engine, refuse_unknown_sampling
+from r1cloud.rollout.engine import Request, pick_engine, refuse_unknown_sampling
 from r1cloud.rollout.sampling import engine_sequences, for_rank
 from r1cloud.rollout.sampling import sampling as spec_sampling
 from r1cloud.spec import Spec, load_resolved
 from r1cloud.trainer import algorithms as alg
-from r1cloud.trainer.batch import (
-    Batch,
-    RunError,
-    Sizes,
-    decode,
-    episode_fields,
-    localize,
-    packed,
-    ragged,
-    rank_plan,
-    token_rewards,
-    tool_images,
-    unpacked,
-)
-from r1cloud.trainer.group import gather, launch, start_failure, worker_lost
+from r1cloud.trainer.batch import Batch, decode, episode_fields, packed, ragged, tool_images, unpacked
+from r1cloud.trainer.group import RunError, gather, launch, start_failure, worker_lost
 from r1cloud.trainer.metrics import (
     Timer,
     actor_metrics,
@@ -53,6 +40,7 @@ from r1cloud.trainer.metrics import (
     rollout_metrics,
     stats,
 )
+from r1cloud.trainer.placement import Sizes, localize, rank_plan
 from r1cloud.trainer.trackers import TrackerError, Trackers, val_samples
 
 # ---------------------------------------------------------------------------- the trainer
@@ -68,7 +56,7 @@ class Trainer:
         self.tokenizer, self.processor = load_tokenizer(s.worker.actor.model, s.data)
         sets = {
             "processor": self.processor,
-            "tools": tool_schemas(s),
+            "tools": tool_schemas(s.worker.rollout.multi_turn),
             "environment": bool(s.worker.rollout.multi_turn.environment),
         }
         self.train_set = (
@@ -98,9 +86,8 @@ class Trainer:
         check_sets(sets, s.data, s.worker.rollout.limit_images, self.reward.wants, batch, self.log)
         train = self.train_set
         self.loader = Loader(len(train), batch, s.data.seed, s.data.shuffle) if train is not None else None
-        self.steps = total_steps(
-            s.trainer.max_steps, s.trainer.total_epochs, self.loader.batches_per_epoch if self.loader else 0
-        )
+        per_epoch = self.loader.batches_per_epoch if self.loader else 0
+        self.steps = s.trainer.max_steps or s.trainer.total_epochs * per_epoch  # EasyR1's count
         ckpt_root = s.trainer.save_checkpoint_path or str(self.run_dir / "checkpoints")
         # a bucket URL: every worker writes its shards there directly (see Bucket)
         self.checkpoints = Bucket(ckpt_root) if "://" in ckpt_root else Checkpoints(ckpt_root)
@@ -339,7 +326,7 @@ class Trainer:
             metrics["actor/kl_penalty"] = per_token
             metrics["actor/kl_coef"] = self.kl_coef
             rewards = scores - self.kl_coef * kl.sum(1).double()
-        tokens = token_rewards(scores, mask, batch.response_len, kl, self.kl_coef)
+        tokens = alg.token_rewards(scores, mask, batch.response_len, kl, self.kl_coef)
         if kl_in_reward and a.kl_type == "adaptive":
             self.kl_coef = alg.adaptive_kl_coef(
                 self.kl_coef, per_token, a.kl_target, len(batch), a.kl_horizon

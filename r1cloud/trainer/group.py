@@ -1,6 +1,6 @@
 """The Ray worker group: one HybridWorker per device, placed on the cluster, with its
-torch.distributed rendezvous; calls that fail fast when a worker dies; the CPU workers'
-allocator settings.
+torch.distributed rendezvous; calls that fail fast when a worker dies (RunError: a mismatch said in
+one line); the CPU workers' allocator settings; tensors through Ray without a copy.
 """
 
 from __future__ import annotations
@@ -9,8 +9,6 @@ import os
 import re
 
 import torch
-
-from r1cloud.trainer.batch import RunError, zero_copy_tensors
 
 
 def launch(spec, world: int) -> tuple[list, object]:
@@ -127,14 +125,10 @@ def cpu_allocator() -> dict[str, str]:
     the heap, and keeping up to 1 GiB of freed heap instead of returning it at once. By default
     every tensor above a threshold that adapts upward from 128 KiB is a fresh mmap that the kernel
     zeroes page by page, and FSDP's per-layer gradient buffers and casts are that size every
-    micro-batch (SmolLM2-135M, bf16, two workers: about 4.6 → 3.4 s and 173,000 → 100,000 page
-    faults per update). Bounded: larger tensors are still mapped and unmapped. (jemalloc with its
-    pages kept was as fast but grew to 10 GB per worker over a 10-step quickstart run.)
-
-    Its memory also asks for transparent huge pages (glibc.malloc.hugetlb=1, glibc 2.35 and
-    later, where the kernel's THP setting is `madvise`; under `always` every process has them):
-    a fresh 2 MiB page is one fault instead of 512 (SmolVLM bf16, one worker, 8 steps: 2.27 →
-    0.38 million faults)."""
+    micro-batch. Bounded: larger tensors are still mapped and unmapped. Its memory also asks for
+    transparent huge pages (glibc.malloc.hugetlb=1, glibc 2.35 and later, where the kernel's THP
+    setting is `madvise`; under `always` every process has them): a fresh 2 MiB page is one fault
+    instead of 512. (Figures, and jemalloc's trial: docs/trainer.md, "CPU specifics".)"""
     tunables = [t for t in os.environ.get("GLIBC_TUNABLES", "").split(":") if t]  # the user's kept
     if not any(t.startswith("glibc.malloc.hugetlb=") for t in tunables):
         tunables.append("glibc.malloc.hugetlb=1")
@@ -153,3 +147,31 @@ def rendezvous(host: str):
 
     store = TCPStore(host, 0, is_master=True, wait_for_workers=False)
     return store, f"{host}:{store.port}"
+
+
+class RunError(RuntimeError):
+    """A mismatch of data, reward and settings found mid-run: said in one line, no traceback."""
+
+
+def zero_copy_tensors() -> None:
+    """Tensors through Ray as numpy views of their bytes, which Ray's pickle 5 sends out of band and
+    a receiver on the same node maps from the object store without a copy, where Ray's default
+    pickles a tensor's storage in band (docs/trainer.md, "CPU specifics"). Registered in the sending process (the driver, each worker); the receiver
+    needs nothing. What arrives is read-only memory: nothing writes into a tensor it was sent."""
+    import ray
+
+    ray.util.register_serializer(torch.Tensor, serializer=_tensor_bytes, deserializer=_tensor_from)
+
+
+def _tensor_bytes(t: torch.Tensor) -> tuple:
+    t = t.detach().cpu().contiguous()
+    return t.reshape(-1).view(torch.uint8).numpy(), str(t.dtype).removeprefix("torch."), tuple(t.shape)
+
+
+def _tensor_from(args: tuple) -> torch.Tensor:
+    import warnings
+
+    data, dtype, shape = args
+    with warnings.catch_warnings():  # read-only: "The given NumPy array is not writable"
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(data).view(getattr(torch, dtype)).reshape(shape)

@@ -10,6 +10,12 @@ A tracker that cannot start is a TrackerError before the first step (never hours
 one that fails later is reported once in the log and the run goes on (metrics.jsonl has it all).
 When checkpoints go to a bucket, metrics.jsonl and the tracker ids are kept there too, so a job
 that comes back on a new machine (a recovered preemption) keeps its curve and its tracker runs.
+
+Why not accelerate's trackers (accelerate.tracking, 1.15): each tracker here is a few lines of its
+client's own calls; what costs the lines is what accelerate leaves to its caller: a tracker that
+fails is reported once and dropped while the others go on (accelerate's raise), the run id read
+back and passed again on resume, TensorBoard's purge_step on resume, and the validation samples as
+a table on tensorboard, swanlab and mlflow too (accelerate's log_table is wandb's and clearml's only).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Ulysses sequence parallelism (DeepSpeed-Ulysses; EasyR1's `worker.*.ulysses_size`).
 
 The workers form groups of `ulysses_size` consecutive ranks; a group's workers get the same
-micro-batches (batch.rank_plan) and each holds one slice of the packed row along the sequence:
+micro-batches (placement.rank_plan) and each holds one slice of the packed row along the sequence:
 embeddings, MLPs, norms and the output layer run on the slice. Attention needs the whole
 sequence, so around it one all-to-all turns the slice's all heads into all tokens' share of the
 heads (heads / size each), the packed attention runs over the whole row's segments, and another

@@ -6,10 +6,7 @@ and gives every worker the same number of micro-batches, so FSDP's collectives a
 
 from __future__ import annotations
 
-import contextlib
-import math
 import os
-from collections.abc import Iterator
 from datetime import timedelta
 
 import torch
@@ -21,36 +18,34 @@ from r1cloud.core.dtypes import torch_dtype
 from r1cloud.core.families import unsupported
 from r1cloud.data import no_sklearn
 from r1cloud.media import vision
-from r1cloud.rollout import Request, Sampling, eos_ids, onednn, vllm_max_rank
+from r1cloud.rollout import onednn
+from r1cloud.rollout.engine import Request, Sampling, eos_ids, vllm_max_rank
 from r1cloud.spec import Spec
-from r1cloud.trainer import algorithms as alg
 from r1cloud.trainer import lora, offload, precision, ulysses
-from r1cloud.trainer.batch import Batch, forward_rows, zero_copy_tensors
-from r1cloud.trainer.metrics import engine_gap
+from r1cloud.trainer.actor_update import ActorUpdate
+from r1cloud.trainer.critic import Critic
+from r1cloud.trainer.group import zero_copy_tensors
 from r1cloud.trainer.model import (
     apply_fsdp,
     blank_sequence,
     language_model,
     load_weights,
-    packed_log_probs,
-    packed_values,
-    pad,
     receive_from_rank0,
-    resharded,
     shard_units,
     uses_segments,
     vision_tower,
 )
 from r1cloud.trainer.optim import AdamWBF16, lr_factor
+from r1cloud.trainer.weight_sync import WeightSync
 
 VALUE_HEADS = ("score", "classifier")  # a critic's new head: trained in full when it has LoRA
 
 
-# what `update` sums over its micro-batches (besides is_weight; on-policy, engine_gap's)
-UPDATE_STATS = ("pg_loss", "kl_loss", "entropy_loss", "tokens", "clip_hi", "clip_lo", "ppo_kl", "entropy")
+class HybridWorker(ActorUpdate, Critic, WeightSync):
+    """One device's worker: its lifecycle (models, optimizers, schedules, the rollout engine,
+    checkpoints) here; the actor's log-probs and update (actor_update.py), the critic's
+    (critic.py) and the weight sync into the engine (weight_sync.py) as its bases."""
 
-
-class HybridWorker:
     def __init__(self, spec: dict, rank: int, world: int, master: str, threads: int = 1):
         no_sklearn.install()  # before the first model loads in this Ray worker
         self.spec = Spec.model_validate(spec)
@@ -252,7 +247,8 @@ class HybridWorker:
             from r1cloud.agents.episodes import Agent
             from r1cloud.data.loader import load_tokenizer
 
-            self.agent = Agent.of(self.spec, *load_tokenizer(m, self.spec.data))
+            workers = self.spec.worker.reward.num_cpus
+            self.agent = Agent.of(r.multi_turn, self.spec.data, *load_tokenizer(m, self.spec.data), workers)
         if engine == "vllm":
             from r1cloud.rollout.vllm import VLLMEngine
 
@@ -268,56 +264,6 @@ class HybridWorker:
             pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
             self.engine = HFEngine(m.model_path, eos, pad_id, torch_dtype(r.dtype), self.device)
         return self.engine.name
-
-    # ------------------------------------------------------------------ rollout
-    def full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """The actor's full tensors, one FSDP group (a layer, then the rest) at a time; a
-        collective: every worker iterates together.
-
-        Each group comes in one all-gather, in the compute dtype (`mp_param_dtype`) when the engine
-        holds that dtype or the compute dtype is fp32: what the engine stores is then exactly the
-        fp32 weights cast to its dtype, and the gather moves half the bytes in bf16. Otherwise (an
-        engine wider than the compute dtype) each tensor is gathered in full precision."""
-        from torch.distributed.fsdp import FSDPModule
-
-        fsdp = self.spec.worker.actor.fsdp
-        compute, engine = torch_dtype(fsdp.mp_param_dtype), torch_dtype(self.spec.worker.rollout.dtype)
-        if compute not in (torch.float32, engine) and not self.spec.worker.actor.model.lora.load_in_4bit:
-            for name, tensor in self.actor.state_dict().items():
-                full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
-                yield name, full.detach()
-            return
-        groups = {n: m for n, m in self.actor.named_modules() if isinstance(m, FSDPModule)}
-        if not groups:  # one worker without FSDP: the parameters themselves, in the compute dtype
-            with torch.no_grad():
-                for name, p in precision.named_weights(self.actor):
-                    yield name, lora.dense(p)
-            return
-        names: dict[str, list[str]] = {prefix: [] for prefix in groups}  # each group's parameters
-        for name, _ in self.actor.named_parameters():
-            owner = name.rpartition(".")[0]
-            while owner not in groups:  # the nearest enclosing FSDP module (the root is "")
-                owner = owner.rpartition(".")[0]
-            names[owner].append(name)
-        with torch.no_grad():
-            for prefix, module in groups.items():
-                if not names[prefix]:
-                    continue
-                module.unshard()
-                try:
-                    for name in names[prefix]:  # a 4-bit base weight dequantised (QLoRA)
-                        yield name, lora.dense(self.actor.get_parameter(name))
-                finally:
-                    if self.cuda:  # on CPU they stay: the next forward pass needs these same values
-                        module.reshard()
-
-    def sync_weights(self) -> None:
-        with self.offloads["actor"].resident():
-            if self.adapter_sync:  # the engine holds the base: only the adapters move
-                self.engine.load_adapter(lora.adapter_tensors(self.actor), self.adapter()["config"])
-                return
-            weights = self.full_weights()
-            self.engine.load_weights(lora.merged(weights, self.actor) if self.lora else weights)
 
     def generate(self, prompts: list[Request], sampling: dict) -> dict[str, torch.Tensor]:
         """n samples per prompt: their prompt's position in `prompts`, response ids and sampling
@@ -344,192 +290,6 @@ class HybridWorker:
                 ids = [s.prompt_ids or prompts[s.prompt].ids for s in samples]
                 out["prompt_ids"] = torch.tensor([t for x in ids for t in x], dtype=torch.int32)
                 out["prompt_len"] = torch.tensor([len(x) for x in ids], dtype=torch.long)
-        return out
-
-    # ------------------------------------------------------------------ log-probs
-    @torch.no_grad()
-    def log_probs(
-        self,
-        batch: Batch,
-        micro_batches: list[list[int]],
-        role: str = "actor",
-        temperature: float | None = None,
-    ) -> torch.Tensor:
-        """The response tokens' log-probs under the actor (or the reference), fp32, the shard's rows
-        end to end, computed micro-batch by micro-batch (rows of the shard)."""
-        base = role == "ref" and self.lora  # LoRA's reference: the actor's base weights
-        model = self.actor if role == "actor" or base else self.ref
-        model.eval()
-        t = self._temperature if temperature is None else temperature
-        resident = self.offloads["actor" if model is self.actor else "ref"].resident()
-        with (
-            resident,
-            lora.disabled(model) if base else contextlib.nullcontext(),
-            precision.window(model),
-            resharded(model, self.cuda),
-        ):
-            return forward_rows(
-                batch,
-                micro_batches,
-                lambda seqs: packed_log_probs(model, seqs, t, self.device, sp=self.sp["actor"]),
-            )
-
-    # ------------------------------------------------------------------ update
-    def update(self, batch: Batch, minibatches: list[dict], apply: bool = True) -> list[dict]:
-        with self.offloads["actor"].resident(optimizer=True):
-            return self._update(batch, minibatches, apply)
-
-    def _update(self, batch: Batch, minibatches: list[dict], apply: bool) -> list[dict]:
-        """One optimizer step per mini-batch of the shard `batch`. Each mini-batch: {"micro":
-        [rows of the shard, per micro-batch], "total": global token (or sequence) count of the
-        whole mini-batch on all workers}. With `apply=False` the gradients of the first
-        mini-batch are left in place (tests compare them)."""
-        actor_cfg, a = self.spec.worker.actor, self.spec.algorithm
-        clip = alg.ClipConfig(actor_cfg.clip_ratio_low, actor_cfg.clip_ratio_high, actor_cfg.clip_ratio_dual)
-        mode = actor_cfg.loss_avg_mode
-        norm = self.spec.data.max_response_length  # seq-mean-token-sum-norm's constant length
-        self.actor.train()
-        results = []
-        for mb in minibatches:
-            total = mb["total"]
-            stats = dict.fromkeys((*UPDATE_STATS, "is_weight"), 0.0)
-            with precision.window(self.actor):  # one worker computing in bf16 without FSDP
-                for i, rows in enumerate(mb["micro"]):
-                    self._sync_gradients(self.actor, last=i == len(mb["micro"]) - 1)
-                    micro = batch.select(rows)
-                    seqs, micro = micro.seqs(), micro.to(self.device)
-                    logps, entropies = packed_log_probs(
-                        self.actor,
-                        seqs,
-                        self._temperature,
-                        self.device,
-                        entropy=True,
-                        entropy_grad=actor_cfg.entropy_coeff > 0,
-                        sp=self.sp["actor"],
-                    )
-                    logp, mask = pad(logps, width=micro.response_ids.shape[1])[0], micro.mask
-                    entropy = pad(entropies, width=mask.shape[1])[0]
-                    old = logp.detach() if micro.old_logp is None else micro.old_logp
-                    if micro.old_logp is None and micro.rollout_logp is not None:  # on-policy
-                        engine_gap(stats, old, micro.rollout_logp, mask)
-                    adv = micro.advantages * mask
-                    loss_mat, m = alg.policy_loss(
-                        actor_cfg.loss_type,
-                        logp,
-                        old,
-                        adv,
-                        mask,
-                        clip,
-                        actor_cfg.tau_positive,
-                        actor_cfg.tau_negative,
-                    )
-                    if actor_cfg.rollout_is:  # the rollout engine's log-probs differ from the trainer's
-                        weights = alg.rollout_is_weights(
-                            old, micro.rollout_logp, mask, actor_cfg.rollout_is, actor_cfg.rollout_is_cap
-                        )
-                        loss_mat = loss_mat * weights
-                        stats["is_weight"] += float((weights * mask).sum())
-                    pg = alg.aggregate(loss_mat, mask, mode, total, norm)
-                    ent = alg.aggregate(entropy, mask, mode, total, norm)
-                    loss = pg - actor_cfg.entropy_coeff * ent if actor_cfg.entropy_coeff else pg
-                    if a.use_kl_loss and not a.disable_kl:
-                        kl = alg.aggregate(
-                            alg.kl_estimate(logp, micro.ref_logp, a.kl_penalty), mask, mode, total, norm
-                        )
-                        loss = loss + a.kl_coef * kl
-                        stats["kl_loss"] += kl.item()
-                    # FSDP averages gradients over workers; each worker's loss is its share of the global mean.
-                    (loss * self.world).backward()
-                    n = mask.sum().item()
-                    stats["pg_loss"] += pg.item()
-                    stats["entropy_loss"] += alg.aggregate(-logp.detach(), mask, mode, total, norm).item()
-                    stats["entropy"] += ent.item()
-                    stats["tokens"] += n
-                    stats["clip_hi"] += float(m.get("pg_clipfrac_higher", 0.0)) * n
-                    stats["clip_lo"] += float(m.get("pg_clipfrac_lower", 0.0)) * n
-                    stats["ppo_kl"] += m["ppo_kl"].item() * n
-            if not apply:
-                return results
-            stats["grad_norm"] = _step(self.actor, self.optim, actor_cfg.max_grad_norm)
-            results.append(stats)
-        return self._after_update("actor", self.optim, results)
-
-    def _sync_gradients(self, model, last: bool) -> None:
-        """On CPU, gradients are reduced across workers once per mini-batch, after its last
-        micro-batch, instead of after every one, and the parameters stay gathered until then: a
-        gloo reduce-scatter or all-gather of the whole model costs far more there than holding
-        unsharded tensors in host memory. On GPUs, where memory is the scarce part, every
-        micro-batch reduces and reshards (FSDP's default)."""
-        if not self.cuda and hasattr(model, "set_requires_gradient_sync"):  # FSDP's (not one plain worker)
-            model.set_requires_gradient_sync(last)
-            model.set_reshard_after_backward(last)
-
-    def _after_update(self, role: str, optim, results: list[dict]) -> list[dict]:
-        lr = optim.param_groups[0]["lr"]
-        if role in self.schedulers:
-            self.schedulers[role].step()
-        for r in results:
-            r["lr"] = lr
-        return results
-
-    # ------------------------------------------------------------------ critic (GAE)
-    @torch.no_grad()
-    def values(self, batch: Batch, micro_batches: list[list[int]]) -> torch.Tensor:
-        """The critic's values at the response tokens, as `log_probs`."""
-        self.critic.eval()
-        with (
-            self.offloads["critic"].resident(),
-            precision.window(self.critic),
-            resharded(self.critic, self.cuda),
-        ):
-            return forward_rows(
-                batch,
-                micro_batches,
-                lambda seqs: packed_values(self.critic, seqs, self.device, self.sp["critic"]),
-            )
-
-    def update_critic(self, batch: Batch, minibatches: list[dict]) -> list[dict]:
-        with self.offloads["critic"].resident(optimizer=True):
-            return self._update_critic(batch, minibatches)
-
-    def _update_critic(self, batch: Batch, minibatches: list[dict]) -> list[dict]:
-        """One optimizer step per mini-batch, as `update`, on the shard's values and returns."""
-        c = self.spec.worker.critic
-        self.critic.train()
-        results = []
-        for mb in minibatches:
-            stats = {"vf_loss": 0.0, "vf_clipfrac": 0.0, "vpred": 0.0, "tokens": 0.0}
-            with precision.window(self.critic):
-                for i, rows in enumerate(mb["micro"]):
-                    self._sync_gradients(self.critic, last=i == len(mb["micro"]) - 1)
-                    micro = batch.select(rows)
-                    seqs, micro = micro.seqs(), micro.to(self.device)
-                    mask = micro.mask
-                    vpred = pad(
-                        packed_values(self.critic, seqs, self.device, self.sp["critic"]),
-                        width=mask.shape[1],
-                    )[0]
-                    loss, clipfrac = alg.value_loss(
-                        vpred, micro.values, micro.returns, mask, c.cliprange_value, c.loss_avg_mode, mb["total"],
-                        self.spec.data.max_response_length,
-                    )  # fmt: skip
-                    (loss * self.world).backward()
-                    n = float(mask.sum())
-                    stats["vf_loss"] += loss.item()
-                    stats["vf_clipfrac"] += float(clipfrac) * n
-                    stats["vpred"] += float((vpred.detach() * mask).sum())
-                    stats["tokens"] += n
-            stats["grad_norm"] = _step(self.critic, self.critic_optim, c.max_grad_norm)
-            results.append(stats)
-        return self._after_update("critic", self.critic_optim, results)
-
-    def full_grads(self) -> dict[str, torch.Tensor]:
-        """Full gradients (a collective), for tests against a single process."""
-        out = {}
-        for name, p in self.actor.named_parameters():
-            if (g := p.grad) is not None:  # frozen weights (LoRA's base, a frozen tower) have none
-                out[name] = (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().clone()
-        self.optim.zero_grad(set_to_none=True)
         return out
 
     # ------------------------------------------------------------------ checkpoints
@@ -588,14 +348,3 @@ class HybridWorker:
             self.agent.sandbox.close()
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def _step(model, optim, max_norm: float) -> float:
-    """Clip, step (skipped when the gradient is not finite), zero; returns the gradient norm."""
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
-    if math.isfinite(grad_norm):
-        optim.step()
-        precision.forget(model)
-    optim.zero_grad(set_to_none=True)
-    return grad_norm

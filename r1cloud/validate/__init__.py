@@ -4,6 +4,6 @@ and the summary of the run it describes."""
 
 from r1cloud.validate.checks import missing_secrets
 from r1cloud.validate.read import load_spec
-from r1cloud.validate.summary import summarize, total_steps
+from r1cloud.validate.summary import step_count, summarize
 
-__all__ = ["load_spec", "missing_secrets", "summarize", "total_steps"]
+__all__ = ["load_spec", "missing_secrets", "summarize", "step_count"]

@@ -7,7 +7,7 @@ import os
 from r1cloud.spec.models import Spec, accelerator_options
 
 
-def total_steps(spec: Spec) -> tuple[int | None, str]:
+def step_count(spec: Spec) -> tuple[int | None, str]:
     """EasyR1's step count: max_steps, else batches per epoch × epochs (drop_last)."""
     t, d = spec.trainer, spec.data
     if t.max_steps:
@@ -190,7 +190,7 @@ def _rollout(spec: Spec) -> str:
 
 def summarize(spec: Spec) -> list[tuple[str, str]]:
     d, a, w = spec.data, spec.algorithm, spec.worker
-    steps, how = total_steps(spec)
+    steps, how = step_count(spec)
     kl = (
         "off"
         if a.disable_kl

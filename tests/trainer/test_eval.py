@@ -181,7 +181,7 @@ def test_eval_builds_one_vllm_engine_sized_to_a_batch(tmp_path, tiny_model, digi
     script = f"""
 from r1cloud.evaluation import run as evaluate
 from r1cloud.data.loader import PromptSet, load_tokenizer
-from r1cloud.rollout import Sampling, eos_ids
+from r1cloud.rollout.engine import Sampling, eos_ids
 from r1cloud.validate import load_spec
 spec = load_spec({str(run / "spec.yaml")!r}, []).spec
 m = spec.worker.actor.model

@@ -15,7 +15,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from transformers import AutoModelForCausalLM
 
 from r1cloud.offline.tiny import generated
-from r1cloud.rollout import Request
+from r1cloud.rollout.engine import Request
 from r1cloud.serving.serve import free_port
 from r1cloud.spec import load_resolved
 from r1cloud.trainer import algorithms as alg

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM
 
 from r1cloud.core.dtypes import torch_dtype
 from r1cloud.offline.tiny import generated
-from r1cloud.rollout import Request
+from r1cloud.rollout.engine import Request
 from r1cloud.spec import load_resolved
 from r1cloud.trainer import algorithms as alg
 from r1cloud.trainer import attention

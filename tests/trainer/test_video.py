@@ -241,7 +241,7 @@ def test_hf_engine_samples_videos_with_the_trainer_log_probs(models, tmp_path, a
     beside a text prompt's, log-probs equal to the trainer's packed ones (≤ 1e-4), and a 3-second
     clip whose temporal positions run past its rows and columns (where transformers' own rule would
     differ)."""
-    from r1cloud.rollout import Request, Sampling
+    from r1cloud.rollout.engine import Request, Sampling
     from r1cloud.rollout.hf import HFEngine
 
     path = models[arch]

@@ -340,7 +340,7 @@ def test_vllm_image_log_probs_equal_trainer_and_frozen_part_stays(make_vl_run, t
 def test_hf_engine_samples_images_with_the_trainer_log_probs(tiny_vlm):
     """The hf engine: a prompt's samples with its image tensors, log-probs equal to the trainer's
     packed ones; a sampled image placeholder ends the response (no image behind it)."""
-    from r1cloud.rollout import Request, Sampling, cut_at_eos
+    from r1cloud.rollout.engine import Request, Sampling, cut_at_eos
     from r1cloud.rollout.hf import HFEngine
 
     processor = vision.ImageProcessor(vision.load_processor(str(tiny_vlm)))
@@ -370,7 +370,7 @@ def expected_text(processor, prompt: str) -> int:
 
 
 def vision_request(prompt, tensors):
-    from r1cloud.rollout import Request
+    from r1cloud.rollout.engine import Request
 
     return Request(prompt.prompt_ids, prompt.raw_ids, prompt.images, tensors)
 
@@ -572,7 +572,7 @@ def test_pictures_in_observations_reach_the_next_turn_and_the_trainer(tmp_path, 
     the prompt's picture and the observations', mRoPE positions over all of them — gives the
     log-probs the engine sampled with (≤ 1e-4), on a text prompt and on a prompt with a picture."""
     from r1cloud.agents.episodes import Agent, run
-    from r1cloud.rollout import Request, Sampling
+    from r1cloud.rollout.engine import Request, Sampling
     from r1cloud.rollout.hf import HFEngine
 
     (tmp_path / "zoom.py").write_text(ZOOM)
