@@ -65,7 +65,7 @@ class StandIn:
     def __init__(self, rank: int):
         import torch
 
-        from r1cloud.trainer.group import zero_copy_tensors
+        from r1cloud.trainer.transport import zero_copy_tensors
 
         zero_copy_tensors()
         self.rank = rank
@@ -205,7 +205,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from r1cloud.trainer import group
-    from r1cloud.trainer.group import zero_copy_tensors
+    from r1cloud.trainer.transport import zero_copy_tensors
 
     ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
     zero_copy_tensors()  # as group.launch does (the stand-ins register theirs)

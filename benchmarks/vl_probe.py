@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from vl_seeds import generator  # noqa: E402  (this folder)
 
-from r1cloud import rewards  # noqa: E402
 from r1cloud.data.loader import PromptSet, load_tokenizer  # noqa: E402
+from r1cloud.rewards import pool as rewards  # noqa: E402
 from r1cloud.validate.read import load_spec  # noqa: E402
 
 

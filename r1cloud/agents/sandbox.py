@@ -21,6 +21,7 @@ import time
 from collections import defaultdict, deque
 
 from r1cloud.agents.tools import environment_class, is_gym, load
+from r1cloud.data import no_sklearn
 from r1cloud.data.prompts import TooSlow, deadline
 
 LOST = "the episode's environment was lost (its process stopped answering and was started again)"
@@ -100,6 +101,7 @@ class _Objects:
 
 
 def _serve(conn, env, tools, names, limit: int, timeout: float) -> None:
+    no_sklearn.install()  # a spawned process: an environment may load a model
     try:
         objects = _Objects(env, tools, names, limit)
     except Exception as e:

@@ -3,7 +3,7 @@
 loads a model or tokenizer (docs/development.md, "Start-up", has the cost) — for one thing r1cloud never
 uses, assisted generation's confidence threshold (`roc_curve`, transformers/generation/
 candidate_generator.py). `install()`, called first thing in the processes that load models (the
-CLI, the trainer, each worker, eval, the servers), tells that one module scikit-learn is absent
+CLI, the trainer, each worker, eval, the servers, the reward and sandbox processes), tells that one module scikit-learn is absent
 while it loads; scikit-learn itself stays importable (a reward function may use it)."""
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
+from r1cloud.data import no_sklearn
 from r1cloud.rewards.scores import Score, ScoreChecks
 
 _FN: Callable | None = None  # the function, inside a pool process
@@ -51,6 +52,7 @@ def load_function(path: str, name: str, kwargs: dict | None) -> tuple[Callable, 
 
 def _init(path: str, name: str, kwargs: dict | None) -> None:
     global _FN
+    no_sklearn.install()  # a spawned process: a reward model loads here
     _FN = load_function(path, name, kwargs)[0]
 
 

@@ -26,10 +26,10 @@ def use_modelscope() -> None:
 if len(sys.argv) != 2:
     print("usage: python -m r1cloud.trainer RUN_DIR", file=sys.stderr)
     sys.exit(2)
-use_modelscope()
 from r1cloud.data import no_sklearn  # noqa: E402
 
-no_sklearn.install()
+no_sklearn.install()  # before modelscope's patch loads transformers' generation classes
+use_modelscope()
 from r1cloud.trainer.driver import main  # noqa: E402 - after the hub is chosen
 
 sys.exit(main(sys.argv[1]))

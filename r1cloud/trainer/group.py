@@ -1,6 +1,6 @@
 """The Ray worker group: one HybridWorker per device, placed on the cluster, with its
 torch.distributed rendezvous; calls that fail fast when a worker dies (RunError: a mismatch said in
-one line); the CPU workers' allocator settings; tensors through Ray without a copy.
+one line); the CPU workers' allocator settings.
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ import os
 import re
 
 import torch
+
+from r1cloud.trainer.transport import zero_copy_tensors
 
 
 def launch(spec, world: int) -> tuple[list, object]:
@@ -151,27 +153,3 @@ def rendezvous(host: str):
 
 class RunError(RuntimeError):
     """A mismatch of data, reward and settings found mid-run: said in one line, no traceback."""
-
-
-def zero_copy_tensors() -> None:
-    """Tensors through Ray as numpy views of their bytes, which Ray's pickle 5 sends out of band and
-    a receiver on the same node maps from the object store without a copy, where Ray's default
-    pickles a tensor's storage in band (docs/trainer.md, "CPU specifics"). Registered in the sending process (the driver, each worker); the receiver
-    needs nothing. What arrives is read-only memory: nothing writes into a tensor it was sent."""
-    import ray
-
-    ray.util.register_serializer(torch.Tensor, serializer=_tensor_bytes, deserializer=_tensor_from)
-
-
-def _tensor_bytes(t: torch.Tensor) -> tuple:
-    t = t.detach().cpu().contiguous()
-    return t.reshape(-1).view(torch.uint8).numpy(), str(t.dtype).removeprefix("torch."), tuple(t.shape)
-
-
-def _tensor_from(args: tuple) -> torch.Tensor:
-    import warnings
-
-    data, dtype, shape = args
-    with warnings.catch_warnings():  # read-only: "The given NumPy array is not writable"
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.from_numpy(data).view(getattr(torch, dtype)).reshape(shape)
