@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from r1cloud.core.families import VIDEO_FAMILIES, kv_bytes_per_token
+from r1cloud.core.families import VIDEO_FAMILIES, kv_bytes_per_token, text_config
 
 # org/name, 96 characters each at most
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
@@ -336,7 +336,7 @@ def kv_cache_env(model_path: str, max_model_len: int | None, extra: list[str]) -
         config = json.loads((Path(model_path) / "config.json").read_text())
     except (OSError, ValueError):
         return {"VLLM_CPU_KVCACHE_SPACE": "4"}  # a Hub id, read by vLLM itself: a generous default
-    text = config.get("text_config") or config
+    text = text_config(config)
     dtype_bytes = 4 if str(text.get("torch_dtype") or config.get("torch_dtype")) == "float32" else 2
     per_token = kv_bytes_per_token(config, dtype_bytes)
     length = _passed_length(extra) or max_model_len or min(text.get("max_position_embeddings") or 8192, 32768)

@@ -197,21 +197,12 @@ def reference() -> str:
     ]
     leaf_set = set(leaves())
     for key in all_keys():
-        path = ".".join(key)
-        f = field_at(key)
-        if key not in leaf_set:
-            if len(key) <= 2:
-                out += ["", f"{'#' * (len(key) + 1)} `{path}`", "", f.description or ""]
-                out += ["", "| key | type | default | meaning | r1cloud |", "|---|---|---|---|---|"]
+        path, f, leaf = ".".join(key), field_at(key), key in leaf_set
+        if len(key) == 1 or (len(key) == 2 and not leaf):  # a section, or a top-level key: a heading
+            out += ["", f"{'#' * (len(key) + 1)} `{path}`", ""] + ([] if leaf else [f.description or "", ""])
+            out += ["| key | type | default | meaning | r1cloud |", "|---|---|---|---|---|"]
+        if not leaf:
             continue
-        if len(key) == 1:
-            out += [
-                "",
-                f"## `{path}`",
-                "",
-                "| key | type | default | meaning | r1cloud |",
-                "|---|---|---|---|---|",
-            ]
         value = default
         for part in key:
             value = value[part]
