@@ -20,16 +20,14 @@ from r1cloud.checkpoint.store import (
     parse_ref,
     select,
 )
-from r1cloud.cli.common import app, err, fail, find_job, out, when
+from r1cloud.cli.common import app, err, fail, failing, find_job, out, when
 
 
 def _checkpoint_source(target: str | None) -> tuple[str, str, int | None]:
     """(checkpoints root, label for IDs, step or None) for a job, JOB:step-N, a folder or a URL."""
     ref, step = parse_ref(target) if target else (None, None)
-    try:
+    with failing(NotFound):
         found = locate(ref, step) if ref else None
-    except NotFound as e:
-        fail(*e.args)
     if found:
         return found
     store, job = find_job(ref)
@@ -120,10 +118,8 @@ def merge(
             "error: merging needs torch and safetensors",
             ["install the training extra: scripts/install (or pip install 'r1cloud[train]')"],
         )
-    try:
+    with failing(NotFound):
         chosen = select(*_checkpoint_source(target))
-    except NotFound as e:
-        fail(*e.args)
     if push_to_hub and out_dir is None and "://" in chosen.path:
         # the Hub client uploads local files: merge a bucket checkpoint locally
         out_dir = Path(tempfile.mkdtemp(prefix="r1cloud-push-")) / "model"

@@ -81,6 +81,15 @@ def fail(title: str, lines: list[str], warnings: list[str] = ()) -> None:
     raise typer.Exit(EXIT_BAD_INPUT)
 
 
+@contextlib.contextmanager
+def failing(*errors: type[Exception]):
+    """An error raised inside that carries (title, hints), as ServeError and NotFound do, becomes fail."""
+    try:
+        yield
+    except errors as e:
+        fail(*e.args)
+
+
 def parse_secrets(values: list[str]) -> dict[str, str]:
     """`--secret NAME` takes the value from the environment; `--secret NAME=VALUE` from the flag."""
     secrets, problems = {}, []
@@ -239,11 +248,8 @@ def _base_model(job) -> str | None:
         path = spec["worker"]["actor"]["model"]["model_path"] or None
     except (OSError, yaml.YAMLError, KeyError, TypeError, RecursionError):
         return None
-    if isinstance(path, str) and path.startswith("/"):
-        try:
-            return str(Path(path).relative_to(Path.cwd()))
-        except ValueError:
-            pass
+    if isinstance(path, str) and path.startswith("/") and Path(path).is_relative_to(Path.cwd()):
+        return str(Path(path).relative_to(Path.cwd()))
     return path
 
 

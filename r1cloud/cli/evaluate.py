@@ -16,7 +16,7 @@ import typer
 from rich.table import Table
 
 from r1cloud.checkpoint.store import parse_ref
-from r1cloud.cli.common import app, err, fail, load_blueprint, out
+from r1cloud.cli.common import app, err, fail, failing, load_blueprint, out
 from r1cloud.cli.serving import MaxTokensOption, TemperatureOption
 from r1cloud.core.jobstore import JobStore, home
 from r1cloud.evaluation import run as ev
@@ -266,15 +266,13 @@ def _engine(requested: str) -> str:
 
 
 def _resolve(ref: str, api_key: str | None, spec):
-    try:
+    with failing(sv.ServeError):
         if ref.startswith(("http://", "https://")):
             endpoint = ch.remote(ref, api_key)
             return ev.Target(
                 ref, url=endpoint.url, served=endpoint.model, origin=f"{endpoint.url} ({endpoint.model})"
             )
         model = sv.resolve(ref, _merger(spec.worker.rollout.dtype), home() / "models")
-    except sv.ServeError as e:
-        fail(e.args[0], e.args[1])
     return ev.Target(ref, model=model.path, origin=model.origin)
 
 

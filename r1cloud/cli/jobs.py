@@ -248,15 +248,10 @@ def stop(
         )
         out.print(f"{record.name} STOPPED ({how}){kept}", markup=False)
         return
-    if record.kind == "serve":
-        out.print(f"stopping {record.name}…", markup=False)
-        how = local.stop(store, record.name, grace)
-        out.print(f"{record.name} {store.get(record.name).status} ({how})", markup=False)
-        return
-    out.print(f"stopping {record.name} (saving a checkpoint first; up to {grace:.0f}s)…", markup=False)
+    serving = record.kind == "serve"
+    saving = "" if serving else f" (saving a checkpoint first; up to {grace:.0f}s)"
+    out.print(f"stopping {record.name}{saving}…", markup=False)
     how = local.stop(store, record.name, grace)
     record = store.get(record.name)
-    out.print(
-        f"{record.name} {record.status} ({how}); continue with: r1cloud train --resume {record.name}",
-        markup=False,
-    )
+    then = "" if serving else f"; continue with: r1cloud train --resume {record.name}"
+    out.print(f"{record.name} {record.status} ({how}){then}", markup=False)

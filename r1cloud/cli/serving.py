@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from r1cloud.cli.common import app, err, fail, load_blueprint, not_nan, out, report_end
+from r1cloud.cli.common import app, err, fail, failing, load_blueprint, not_nan, out, report_end
 from r1cloud.core.jobstore import ACTIVE, Job, JobStore, home
 from r1cloud.jobs import follow as f
 from r1cloud.jobs import local
@@ -25,15 +25,14 @@ TemperatureOption = typer.Option("--temperature", min=0.0, max=100.0, callback=n
 
 
 def _merge_for_serving(checkpoint, out_dir) -> None:
-    from r1cloud.checkpoint.merge import MergeError
-    from r1cloud.checkpoint.merge import merge as do_merge
+    from r1cloud.checkpoint.merge import MergeError, merge
 
     if checkpoint.inference_ready:  # a bucket's merged model, fetched by merging its weights here
         err.print(f"{checkpoint.id}: fetching the model from the bucket into {out_dir}…", markup=False)
     else:
         err.print(f"{checkpoint.id} is not INFERENCE READY: merging it first…", markup=False)
     try:
-        do_merge(checkpoint, out_dir, "bf16")
+        merge(checkpoint, out_dir, "bf16")
     except MergeError as e:
         fail("error: cannot merge", [str(e)])
 
@@ -127,10 +126,8 @@ def serve(
     /v1/chat/completions), merging it first when it is not INFERENCE READY. Runs as a job: `jobs`
     shows its URL, `logs` its output; Ctrl-C (or `r1cloud stop`) stops it. Arguments after `--`
     go to the engine, e.g. `-- --enforce-eager`."""
-    try:
+    with failing(sv.ServeError):
         tools = sv.tool_format(tool_call_format, checkpoint)
-    except sv.ServeError as e:
-        fail(e.args[0], e.args[1])
     if infra != "local":
         _serve_in_cloud(
             checkpoint, infra, gpu, replicas, api_key, served_model_name, max_model_len, name, tools
@@ -138,19 +135,15 @@ def serve(
         return
     if replicas != "1":
         fail(f"error: --replicas {replicas} needs a cloud --infra", ["locally, one server runs"])
-    try:
+    with failing(sv.ServeError):
         chosen_engine = sv.pick_engine(engine)
         sv.check_port(host, port)
         if adapter and chosen_engine != "vllm":
-            raise sv.ServeError(
-                "error: --adapter needs vLLM", ["use --engine vllm, or serve the merged model"]
-            )
+            fail("error: --adapter needs vLLM", ["use --engine vllm, or serve the merged model"])
         if adapter:
             model = sv.resolve_adapter(checkpoint, _write_adapter)
         else:
             model = sv.resolve(checkpoint, _merge_for_serving, home() / "models")
-    except sv.ServeError as e:
-        fail(e.args[0], e.args[1])
     served = served_model_name or model.name
     extra = list(ctx.args)
     if tools and chosen_engine != "vllm":
@@ -329,10 +322,8 @@ def chat(
                 ["give a Jinja template over `content`"],
             )
         template = str(format_prompt)
-    try:
+    with failing(sv.ServeError):
         box = ch.Toolbox.of(spec) if spec is not None else None
-    except sv.ServeError as e:
-        fail(e.args[0], e.args[1])
     lead = ch.lead_in(spec) if spec is not None and not raw else []
     if lead:
         err.print(
@@ -350,7 +341,7 @@ def chat(
     else:
         prompts = [line.strip() for line in sys.stdin if line.strip()]
     with contextlib.ExitStack() as stack:
-        try:
+        with failing(sv.ServeError):
             sides = [
                 stack.enter_context(
                     ch.open_endpoint(
@@ -359,8 +350,6 @@ def chat(
                 )
                 for t in ([compare, target] if compare else [target])
             ]
-        except sv.ServeError as e:
-            fail(e.args[0], e.args[1])
         if compare:
             sides[0].label, sides[1].label = f"{compare} ({sides[0].model})", f"{target} ({sides[1].model})"
         if box is not None:
