@@ -7,6 +7,7 @@ A price is per instance-hour for all its accelerators, as SkyPilot gives it."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import math
 import os
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from r1cloud.core.budget import usd
+from r1cloud.core.jobstore import home
+from r1cloud.spec.models import accelerator_options
 
 TIME_LIMIT = 30  # seconds for the child (AWS's lookup also asks its account's zones)
 CATALOG_VERSION = "v8"  # sky/skylet/constants.py CATALOG_SCHEMA_VERSION in SkyPilot 0.14
@@ -76,8 +79,6 @@ def clouds_with_catalogs() -> list[str]:
 def offers(wanted: list[tuple[str, int]], clouds: list[str] | None = None) -> tuple[list[Offer], str]:
     """The catalog's offers of each (accelerator, count), cheapest on-demand price per cloud and
     instance type; and a line saying why there are none, or which clouds could not be read."""
-    import importlib.util
-
     if importlib.util.find_spec("sky") is None:
         return [], "prices: SkyPilot is not installed here (pip install 'r1cloud[cloud]'), then " + HOW[8:]
     on_disk = clouds_with_catalogs()
@@ -125,8 +126,6 @@ def _stamp(cloud: str) -> list[int]:
 
 
 def _cache_file() -> Path:
-    from r1cloud.core.jobstore import home
-
     return home() / "cache" / "prices.json"
 
 
@@ -151,8 +150,6 @@ def _remember(key: str, rows: list[dict]) -> None:
 
 def hourly_price(spec) -> tuple[float | None, str]:
     """The job's price an hour (all nodes) and where it comes from; or None and why not."""
-    from r1cloud.spec.models import accelerator_options
-
     r = spec.resources
     if not r.accelerators:
         return None, "the job names no accelerator to price (resources.accelerators, or --gpu)"

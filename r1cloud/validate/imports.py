@@ -116,10 +116,9 @@ def problem(path: str | Path, folder: Path | None = None, extras: tuple[str, ...
     got = json.loads(_run(str(path), mode, extras, stamps))
     where = f"{path}:{got['line']}" if got.get("line") else str(path)
     if "cloud" in got:
-        listed = requirements if requirements is not None else "requirements.txt"
-        return (
+        return (  # a cloud job's check: `requirements` is the job folder's
             f"{where} imports {got['cloud']}, which a cloud node does not install (it installs r1cloud"
-            f"[{','.join(extras)}] and the job folder's requirements.txt): add {got['dist']} to {listed}"
+            f"[{','.join(extras)}] and the job folder's requirements.txt): add {got['dist']} to {requirements}"
         )
     if "missing" in got:
         return (

@@ -93,6 +93,7 @@ def run(spec, n: int, progress=lambda msg: None) -> tuple[list[Row], dict]:
     finally:
         reward.close()
     image_token = processor.image_token_id if processor is not None else None
+    first = next(iter(prompts.prompts), None)
     rows = [
         Row(
             p.content,
@@ -116,12 +117,6 @@ def run(spec, n: int, progress=lambda msg: None) -> tuple[list[Row], dict]:
         "samples": len(rows) * (len(SHAPES) + 1),
         "reasons": sorted(getattr(reward, "reasons", ())),
         "columns": prompts.columns,
-        "first_prompt": (
-            prompts.render(
-                prompts.prompts[0].content, bool(prompts.prompts[0].images), prompts.prompts[0].history
-            )
-            if prompts.prompts
-            else ""
-        ),
+        "first_prompt": prompts.render(first.content, bool(first.images), first.history) if first else "",
     }
     return rows, summary
