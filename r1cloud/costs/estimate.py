@@ -105,7 +105,7 @@ def model_size(path: str) -> Model | None:
     m = active or re.search(r"(?<![\d.])(\d+(?:\.\d+)?)\s*([BM])(?![a-z])", name, re.IGNORECASE)
     if m:
         scale = 1e9 if active or m.group(2).upper() == "B" else 1e6
-        return Model(float(m.group(1)) * scale, source=f"the name {Path(path).name!r}")
+        return Model(float(m.group(1)) * scale, source=f"the name {name!r}")
     return None
 
 

@@ -167,10 +167,9 @@ def plan(spec, home: Path | None, with_prices: bool = True) -> Estimate:
         step, speed = found
         total = steps * step + speed.overhead_s + vals * speed.validation_s if steps else None
         speeds[kind] = (step, total, speed)
-    sources = sorted({s.source for _, _, s in speeds.values()})
-    first = next(iter(speeds.values()), None)
-    if first:
-        s = first[2]
+    if speeds:
+        sources = sorted({s.source for _, _, s in speeds.values()})
+        s = next(iter(speeds.values()))[2]
         out.notes.append(
             f"assumes {'; '.join(sources)}; responses {s.response_fraction:.0%} of {spec.data.max_response_length} "
             f"tokens, prompts {s.prompt_fraction:.0%} of {spec.data.max_prompt_length}; "
@@ -185,9 +184,8 @@ def plan(spec, home: Path | None, with_prices: bool = True) -> Estimate:
     if why:
         out.notes.append(why)
     for kind, (step, total, _) in speeds.items():
-        mine = [o for o in offers if o.accelerator.upper() == kind.upper()]
         best: dict[tuple[str, bool], tuple[float, str]] = {}  # (cloud, spot) -> the cheapest offer
-        for o in mine:
+        for o in (o for o in offers if o.accelerator.upper() == kind.upper()):
             for spot, price in ((False, o.price), (True, o.spot_price)):
                 cheaper = price and price < best.get((o.cloud, spot), (math.inf,))[0]
                 if cheaper and not (spot and price == o.price):  # a "spot" price equal to on demand: one row

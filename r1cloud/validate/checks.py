@@ -248,15 +248,14 @@ def check_rollout(spec: Spec, problem: Report) -> None:
     known = (*SAMPLING_KEYS, *EXTRA_SAMPLING)
     rules = _sampling_rules(d.max_response_length)
     for key, value in r.val_override_config.items():
+        at = f"worker.rollout.val_override_config.{key}"
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; use {', '.join(known)}"
-            problem(f"worker.rollout.val_override_config.{key}", f"is not a sampling setting{hint}")
+            problem(at, f"is not a sampling setting{hint}")
         elif not rules[key][0](value):
             shown = repr(value) if len(repr(value)) <= 60 else f"{repr(value)[:59]}…"
-            problem(
-                f"worker.rollout.val_override_config.{key}", f"{shown} is not valid: must be {rules[key][1]}"
-            )
+            problem(at, f"{shown} is not valid: must be {rules[key][1]}")
 
 
 def _sampling_rules(max_response_length: int) -> dict:

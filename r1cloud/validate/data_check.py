@@ -148,11 +148,9 @@ def count(path: Path) -> int | None:
                 if kind == ".json" and f.read(4096).lstrip().startswith(b"["):
                     return None
                 f.seek(0)
-                lines = blank = 0
-                for line in f:
-                    lines += 1
-                    blank += not line.strip()
-            return lines - (blank if kind != ".txt" else 0) - (kind == ".csv")
+                # blank lines are rows of a text file only
+                found = sum(1 for line in f if kind == ".txt" or line.strip())
+            return found - (kind == ".csv")  # less a csv file's header
     except (OSError, ValueError):
         return None
     return None
@@ -308,9 +306,8 @@ def count_rows(value: str | list[str]) -> int | None:
             files = local_files(one) if one else None
         except DataError:
             return None
-        for f in files or [None]:
-            n = count(f) if f is not None else None
-            if n is None:
-                return None
-            total += n
+        counts = [count(f) for f in files or []]
+        if not files or None in counts:
+            return None
+        total += sum(counts)
     return total

@@ -41,9 +41,8 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
         return origin_of(origins, tuple(path.split(".")))
 
     def bases(path: str) -> list[Path]:
-        origin = where(path) or ""
-        m = re.match(r"^(.*):\d+$", origin)
-        if m:  # written in a file: relative to that file's folder first, then EasyR1's cwd
+        # written in a file: relative to that file's folder first, then EasyR1's cwd
+        if m := re.match(r"^(.*):\d+$", where(path) or ""):
             return list(dict.fromkeys([Path(m.group(1)).parent.resolve(), cwd]))
         return list(dict.fromkeys([cwd, source.parent.resolve()]))
 
@@ -67,11 +66,7 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
         if kind == "file" and any(c.is_dir() for c in candidates):
             problem(path, f"{value} is a folder: give a file{why}")
             return None
-        looked = (
-            " or ".join(str(c) for c in candidates[:2])
-            if not expand(value).is_absolute()
-            else str(candidates[0])
-        )
+        looked = " or ".join(map(str, candidates[:1] if expand(value).is_absolute() else candidates[:2]))
         hint = _near_name(candidates[0])
         problem(path, f"{kind} not found: {value} (looked for {looked}){hint}{why}")
         return None
@@ -459,8 +454,7 @@ def reward_function_problems(path: Path, fn_name: str, kwargs: dict) -> list[str
             *problems,
             f"{fn_name}({ast.unparse(fn.args)}) takes no argument; EasyR1 calls it with the reward inputs (a list of dicts, or one dict when sequential)",
         ]
-    defaults_from = len(positional) - len(args.defaults)
-    required = [p for i, p in enumerate(positional) if i >= 1 and i < defaults_from]
+    required = positional[1 : len(positional) - len(args.defaults)]  # after the inputs, before the defaults
     required += [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is None]
     accepted = set(positional[1:]) | {a.arg for a in args.kwonlyargs}
     missing = [r for r in required if r not in kwargs]

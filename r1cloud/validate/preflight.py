@@ -37,8 +37,7 @@ class Row:
 def corrupt(answer: str, other: str) -> str:
     if other.strip() and other.strip() != answer.strip():
         return other
-    digits = [c for c in answer if c.isdigit()]
-    if digits:
+    if any(c.isdigit() for c in answer):
         i = max(i for i, c in enumerate(answer) if c.isdigit())
         return answer[:i] + str((int(answer[i]) + 1) % 10) + answer[i + 1 :]
     return answer + " not"

@@ -129,8 +129,7 @@ def load_spec(
 
 def _reading_order(problem: Problem) -> tuple:
     """File problems first, by line, as one reads the file; then the command line; then defaults."""
-    m = re.match(r"^(.*):(\d+)$", problem.origin or "")
-    if m:
+    if m := re.match(r"^(.*):(\d+)$", problem.origin or ""):
         return (0, m.group(1), int(m.group(2)))
     return (1 if problem.origin == CLI else 2, "", 0)
 

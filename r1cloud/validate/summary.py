@@ -36,8 +36,7 @@ def batches_per_epoch(rows: int, d) -> int:
 def resources_line(spec: Spec) -> str:
     r, t = spec.resources, spec.trainer
     if r.accelerators is not None:
-        options = accelerator_options(r.accelerators)
-        accel = " or ".join(f"{n}:{c}" for n, c in options)
+        accel = " or ".join(f"{n}:{c}" for n, c in accelerator_options(r.accelerators))
     elif r.infra == "local":
         accel = f"{t.n_gpus_per_node} local worker slot{'s' if t.n_gpus_per_node > 1 else ''}"
     else:
