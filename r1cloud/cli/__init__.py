@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
+from r1cloud.checkpoint.store import BucketError
 from r1cloud.cli.common import app, err
 from r1cloud.data import no_sklearn
 
@@ -21,8 +22,6 @@ __all__ = ["app", "main"]
 
 
 def main() -> None:
-    from r1cloud.checkpoint.store import BucketError
-
     no_sklearn.install()  # chat, try and eval load tokenizers in this process
     try:
         app()

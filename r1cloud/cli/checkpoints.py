@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
+import importlib.util
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from r1cloud.cli.common import app, err, fail, find_job, out, when
+from r1cloud.checkpoint.hub import HubError, push_folder
+from r1cloud.checkpoint.store import (
+    NotFound,
+    human_size,
+    job_checkpoint_root,
+    list_checkpoints,
+    locate,
+    parse_ref,
+    select,
+)
+from r1cloud.cli.common import app, err, fail, failing, find_job, out, when
 
 
 def _checkpoint_source(target: str | None) -> tuple[str, str, int | None]:
     """(checkpoints root, label for IDs, step or None) for a job, JOB:step-N, a folder or a URL."""
-    from r1cloud.checkpoint.store import NotFound, job_checkpoint_root, locate, parse_ref
-
     ref, step = parse_ref(target) if target else (None, None)
-    try:
+    with failing(NotFound):
         found = locate(ref, step) if ref else None
-    except NotFound as e:
-        fail(*e.args)
     if found:
         return found
     store, job = find_job(ref)
@@ -30,15 +38,11 @@ def _checkpoint_source(target: str | None) -> tuple[str, str, int | None]:
 def checkpoints(
     target: Annotated[
         str | None,
-        typer.Argument(
-            help="A job (default: the latest), a checkpoints folder, or a URL (s3://…).", show_default=False
-        ),
+        typer.Argument(help="A job (default: the latest), a checkpoints folder, or a URL (s3://…)."),
     ] = None,
 ) -> None:
     """List checkpoints: step, time, rewards, what they hold (all weights, or a LoRA run's adapters),
     size, INFERENCE READY, and the ID to merge or serve."""
-    from r1cloud.checkpoint.store import human_size, list_checkpoints
-
     root, label, _ = _checkpoint_source(target)
     found = list_checkpoints(root, label)
     if not found:
@@ -66,11 +70,7 @@ def checkpoints(
 @app.command()
 def merge(
     target: Annotated[
-        str,
-        typer.Argument(
-            help="JOB[:step-N], a checkpoint folder (r1cloud's or EasyR1's), or PATH:step-N.",
-            show_default=False,
-        ),
+        str, typer.Argument(help="JOB[:step-N], a checkpoint folder (r1cloud's or EasyR1's), or PATH:step-N.")
     ],
     out_dir: Annotated[
         Path | None, typer.Option("--out", help="Output folder (default: the checkpoint's huggingface/).")
@@ -93,7 +93,6 @@ def merge(
             "--base",
             help="The base model's folder, whose config and tokenizer describe the merged model, for a "
             "checkpoint saved without huggingface/.",
-            show_default=False,
         ),
     ] = None,
     force: Annotated[
@@ -112,24 +111,17 @@ def merge(
     streaming: memory stays about one output shard. A LoRA run's adapters are folded into its base
     model (or, with --adapter-only, written as a peft folder). A bucket checkpoint (s3://…) is
     merged locally and uploaded back into its huggingface/ folder unless --out is given."""
-    from r1cloud.checkpoint.store import NotFound, select
-
     if dtype not in ("bf16", "fp16", "fp32"):
         fail("error: bad --dtype", [f"{dtype!r}: use bf16, fp16 or fp32"])
-    import importlib.util
-
     if importlib.util.find_spec("torch") is None or importlib.util.find_spec("safetensors") is None:
         fail(
             "error: merging needs torch and safetensors",
             ["install the training extra: scripts/install (or pip install 'r1cloud[train]')"],
         )
-    try:
+    with failing(NotFound):
         chosen = select(*_checkpoint_source(target))
-    except NotFound as e:
-        fail(*e.args)
     if push_to_hub and out_dir is None and "://" in chosen.path:
-        import tempfile  # the Hub client uploads local files: merge a bucket checkpoint locally
-
+        # the Hub client uploads local files: merge a bucket checkpoint locally
         out_dir = Path(tempfile.mkdtemp(prefix="r1cloud-push-")) / "model"
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -166,8 +158,6 @@ def merge(
         fail("error: cannot merge", [str(e)])
     out.print(f"merged {chosen.id} into {path}", markup=False)
     if push_to_hub:
-        from r1cloud.checkpoint.hub import HubError, push_folder
-
         err.print(f"pushing {path} to the Hub as {push_to_hub} …", markup=False)
         try:
             url = push_folder(path, push_to_hub, private=private, message=f"r1cloud merge {chosen.id}")

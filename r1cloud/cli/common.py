@@ -3,15 +3,23 @@ clear message with exit code 2."""
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import difflib
 import os
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 from rich.console import Console
 
 from r1cloud import __version__
+from r1cloud.core.jobstore import ACTIVE, DamagedJob, JobStore, NoSuchJob, home
+from r1cloud.costs.plan import check_budget, step_seconds
+from r1cloud.jobs.cloud import CloudError, tail_logs
+from r1cloud.jobs.follow import exit_code
 
 app = typer.Typer(
     name="r1cloud",
@@ -38,7 +46,6 @@ SecretOption = Annotated[
     typer.Option(
         "--secret",
         help="NAME (value from the environment) or NAME=VALUE; repeatable. Reaches only the job's environment; never stored.",
-        show_default=False,
     ),
 ]
 
@@ -72,6 +79,15 @@ def fail(title: str, lines: list[str], warnings: list[str] = ()) -> None:
     for line in lines:
         err.print(f"  ✗ {line}", markup=False)
     raise typer.Exit(EXIT_BAD_INPUT)
+
+
+@contextlib.contextmanager
+def failing(*errors: type[Exception]):
+    """An error raised inside that carries (title, hints), as ServeError and NotFound do, becomes fail."""
+    try:
+        yield
+    except errors as e:
+        fail(*e.args)
 
 
 def parse_secrets(values: list[str]) -> dict[str, str]:
@@ -123,29 +139,15 @@ def budget_price(spec) -> float | None:
     cannot be kept (no price to count it by, or less than one step)."""
     if spec.resources.max_cost is None:
         return None
-    from r1cloud.core.jobstore import home
-    from r1cloud.costs.plan import check_budget as check
-    from r1cloud.costs.plan import step_seconds
-
-    price, problem = check(spec, step_seconds(spec, home()))
+    price, problem = check_budget(spec, step_seconds(spec, home()))
     if problem:
         fail("error: the budget cannot be kept:", [problem])
     return price
 
 
-def job_store():
-    from r1cloud.core.jobstore import JobStore
-
-    return JobStore()
-
-
 def find_job(name: str | None):
     """The named job, or the latest; a clear error when there is none."""
-    import difflib
-
-    from r1cloud.core.jobstore import DamagedJob, NoSuchJob
-
-    store = job_store()
+    store = JobStore()
     if name is None:
         job = store.latest()
         if job is None and (damaged := [j.name for j in store.list()]):  # every record is damaged
@@ -174,7 +176,6 @@ def refreshed(store, jobs: list) -> list:
     """Cloud jobs' state from SkyPilot; if it cannot be reached, the last known state and a warning."""
     if not any(j.cloud for j in jobs):
         return jobs
-    from r1cloud.jobs.cloud import CloudError
     from r1cloud.jobs.remote import refresh
 
     try:
@@ -187,9 +188,6 @@ def refreshed(store, jobs: list) -> list:
 def cloud_logs(job, follow: bool) -> int:
     """A cloud job's log; following it, the job's end as `report_end` says it (a budget stop
     included), or the log's exit code while SkyPilot still calls the job running."""
-    from r1cloud.core.jobstore import ACTIVE
-    from r1cloud.jobs.cloud import CloudError, tail_logs
-
     if not job.cloud:  # its first launch in flight, or cut off before SkyPilot answered
         fail(
             f"error: {job.name} has no log yet: SkyPilot has not answered its launch ({job.status})",
@@ -204,15 +202,13 @@ def cloud_logs(job, follow: bool) -> int:
             f"\ndetached: {job.name} keeps running.  reattach: r1cloud logs -f {job.name}", markup=False
         )
         return 0
-    store = job_store()
+    store = JobStore()
     if follow and (job := refreshed(store, [store.get(job.name)])[0]).status not in ACTIVE:
         return report_end(job)
     return int(code or 0)
 
 
 def report_end(job) -> int:
-    from r1cloud.jobs.follow import exit_code
-
     style = {"SUCCEEDED": "green", "STOPPED": "yellow", "ENDED": "yellow", "BUDGET_REACHED": "yellow"}
     style = style.get(job.status, "bold red")
     tail = f": {job.reason}" if job.reason else ""
@@ -247,24 +243,17 @@ def next_steps(job) -> list[str]:
 
 def _base_model(job) -> str | None:
     """The job's model as the user can type it: a folder under the working directory relative to it."""
-    import yaml
-
     try:
         spec = yaml.safe_load((job.dir / "spec.yaml").read_text())
         path = spec["worker"]["actor"]["model"]["model_path"] or None
     except (OSError, yaml.YAMLError, KeyError, TypeError, RecursionError):
         return None
-    if isinstance(path, str) and path.startswith("/"):
-        try:
-            return str(Path(path).relative_to(Path.cwd()))
-        except ValueError:
-            pass
+    if isinstance(path, str) and path.startswith("/") and Path(path).is_relative_to(Path.cwd()):
+        return str(Path(path).relative_to(Path.cwd()))
     return path
 
 
 def when(ts: float | None) -> str:
-    import datetime
-
     return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else "—"
 
 
@@ -286,8 +275,6 @@ def accelerator_overrides(
     """--accels/--gpu set resources.accelerators and trainer.n_gpus_per_node together."""
     if accels is None and gpu is None:
         return []
-    import contextlib
-
     from r1cloud.spec import SpecError
     from r1cloud.spec.models import accelerator_options
     from r1cloud.validate import load_spec

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import signal
@@ -14,7 +15,16 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from r1cloud.cli.common import app, err, fail, load_blueprint, not_nan, out
+from r1cloud.checkpoint.store import parse_ref
+from r1cloud.cli.common import app, err, fail, failing, load_blueprint, out
+from r1cloud.cli.serving import MaxTokensOption, TemperatureOption
+from r1cloud.core.jobstore import JobStore, home
+from r1cloud.evaluation import run as ev
+from r1cloud.evaluation.metrics import summarize
+from r1cloud.jobs.supervise import last_error
+from r1cloud.rewards.pool import RewardDeadline, from_config
+from r1cloud.serving import chat as ch
+from r1cloud.serving import serve as sv
 
 ENGINES = ("auto", "vllm", "hf")
 
@@ -25,8 +35,7 @@ def eval_(
         list[str],
         typer.Argument(
             help="What to score: a job (its last checkpoint) or JOB:step-N, a checkpoint or model folder, a "
-            "Hub id, a bucket URL, or a running OpenAI-compatible endpoint (http://…/v1). Several: side by side.",
-            show_default=False,
+            "Hub id, a bucket URL, or a running OpenAI-compatible endpoint (http://…/v1). Several: side by side."
         ),
     ],
     data: Annotated[
@@ -35,7 +44,6 @@ def eval_(
             "--data",
             help="Prompts with answers, EasyR1's syntax: name@split (Hub), a file or a folder. "
             "Default: the blueprint's (or the job's) data.val_files.",
-            show_default=False,
         ),
     ] = None,
     blueprint: Annotated[
@@ -44,39 +52,25 @@ def eval_(
             "--blueprint",
             help="Take prompt_key, answer_key, format_prompt, reward and sampling from it (default: the "
             "first job among the targets).",
-            show_default=False,
         ),
     ] = None,
     n: Annotated[
         int | None,
         typer.Option("--n", min=1, max=10_000, help="Samples per prompt: pass@k and mean@k for k ≤ n."),
     ] = None,
-    temperature: Annotated[
-        float | None, typer.Option("--temperature", min=0.0, max=100.0, callback=not_nan, help="0 is greedy.")
-    ] = None,
-    max_tokens: Annotated[
-        int | None, typer.Option("--max-tokens", min=1, max=10_000_000, help="Tokens per answer at most.")
-    ] = None,
-    reward: Annotated[
-        str | None, typer.Option("--reward", help="The reward as FILE.py[:FUNCTION].", show_default=False)
-    ] = None,
+    temperature: Annotated[float | None, TemperatureOption] = None,
+    max_tokens: Annotated[int | None, MaxTokensOption] = None,
+    reward: Annotated[str | None, typer.Option("--reward", help="The reward as FILE.py[:FUNCTION].")] = None,
     format_prompt: Annotated[
-        Path | None,
-        typer.Option("--format-prompt", help="A Jinja format prompt over `content`.", show_default=False),
+        Path | None, typer.Option("--format-prompt", help="A Jinja format prompt over `content`.")
     ] = None,
-    prompt_key: Annotated[
-        str | None, typer.Option("--prompt-key", help="The column of questions.", show_default=False)
-    ] = None,
-    answer_key: Annotated[
-        str | None, typer.Option("--answer-key", help="The column of answers.", show_default=False)
-    ] = None,
+    prompt_key: Annotated[str | None, typer.Option("--prompt-key", help="The column of questions.")] = None,
+    answer_key: Annotated[str | None, typer.Option("--answer-key", help="The column of answers.")] = None,
     image_key: Annotated[
-        str | None,
-        typer.Option("--image-key", help="The column of pictures (paths or images).", show_default=False),
+        str | None, typer.Option("--image-key", help="The column of pictures (paths or images).")
     ] = None,
     image_dir: Annotated[
-        Path | None,
-        typer.Option("--image-dir", help="Where relative picture paths start.", show_default=False),
+        Path | None, typer.Option("--image-dir", help="Where relative picture paths start.")
     ] = None,
     limit: Annotated[
         int | None, typer.Option("--limit", min=1, max=10**9, help="Only the first N prompts.")
@@ -95,7 +89,6 @@ def eval_(
             "--out",
             help="Write each target's samples (JSONL) and summary.json here (default: a new folder under "
             "R1CLOUD_HOME/evals).",
-            show_default=False,
         ),
     ] = None,
 ) -> None:
@@ -103,10 +96,6 @@ def eval_(
     the same sampling; the run's reward scores them. Reports accuracy, pass@k (unbiased) and mean@k,
     each reward key, response length and truncation, by data_source when the data has one, with a 95%
     interval over prompts in every cell."""
-    from r1cloud.core.jobstore import home
-    from r1cloud.evaluation import run as ev
-    from r1cloud.evaluation.metrics import summarize
-
     if engine not in ENGINES:
         fail("error: bad --engine", [f"{engine!r}: use {', '.join(ENGINES)}"])
     keys = {"prompt_key": prompt_key, "answer_key": answer_key, "image_key": image_key}
@@ -217,7 +206,6 @@ def _spec(targets, blueprint, data, reward, format_prompt, keys: dict, image_dir
 def _check_before_starting(spec) -> None:
     """What would fail after the model is up, said first (exit 2): the rows and the format prompt
     (as validate reads them), and the reward on one row's own answer."""
-    from r1cloud.rewards.pool import RewardDeadline, from_config
     from r1cloud.validate.files import check_data
 
     if problems := [message for _, message in check_data(spec.data, keys=("val_files",))]:
@@ -253,8 +241,6 @@ def _first_row(value: str) -> dict | None:
 
 
 def _job_spec(target: str):
-    from r1cloud.checkpoint.store import parse_ref
-    from r1cloud.core.jobstore import JobStore
     from r1cloud.spec import load_resolved
 
     store, name = JobStore(), parse_ref(target)[0]
@@ -273,8 +259,6 @@ def _job_spec(target: str):
 
 
 def _engine(requested: str) -> str:
-    import importlib.util
-
     has_vllm = importlib.util.find_spec("vllm") is not None
     if requested == "vllm" and not has_vllm:
         fail("error: vLLM is not installed here", ["install it (scripts/install does), or use --engine hf"])
@@ -282,21 +266,14 @@ def _engine(requested: str) -> str:
 
 
 def _resolve(ref: str, api_key: str | None, spec):
-    from r1cloud.core.jobstore import home
-    from r1cloud.evaluation.run import Target
-    from r1cloud.serving import chat as ch
-    from r1cloud.serving import serve as sv
-
-    try:
+    with failing(sv.ServeError):
         if ref.startswith(("http://", "https://")):
             endpoint = ch.remote(ref, api_key)
-            return Target(
+            return ev.Target(
                 ref, url=endpoint.url, served=endpoint.model, origin=f"{endpoint.url} ({endpoint.model})"
             )
         model = sv.resolve(ref, _merger(spec.worker.rollout.dtype), home() / "models")
-    except sv.ServeError as e:
-        fail(e.args[0], e.args[1])
-    return Target(ref, model=model.path, origin=model.origin)
+    return ev.Target(ref, model=model.path, origin=model.origin)
 
 
 def _merger(dtype: str):
@@ -366,8 +343,6 @@ def _stop(proc) -> None:
 
 
 def _failed(target) -> None:
-    from r1cloud.jobs.supervise import last_error
-
     log = target.folder / "engine.log"
     cause = last_error(log).removeprefix("error: ")
     err.print(f"error: {target.ref}: {cause}", style="bold red", markup=False)

@@ -7,24 +7,19 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from r1cloud.cli.common import (
-    app,
-    cloud_logs,
-    err,
-    fail,
-    find_job,
-    job_store,
-    not_nan,
-    out,
-    refreshed,
-    report_end,
-    when,
-)
+from r1cloud.checkpoint.store import job_checkpoint_root, list_checkpoints
+from r1cloud.cli.common import app, cloud_logs, err, fail, find_job, not_nan, out, refreshed, report_end, when
+from r1cloud.core.budget import usd
+from r1cloud.core.jobstore import ACTIVE, JobStore
+from r1cloud.core.records import finite, whole
+from r1cloud.jobs import curves as p
+from r1cloud.jobs import follow as f
+from r1cloud.jobs import local
+from r1cloud.jobs.cloud import CloudError, cancel, serve_down
 
-JobArg = Annotated[
-    str | None, typer.Argument(help="Job name (default: the most recent job).", show_default=False)
-]
+JobArg = Annotated[str | None, typer.Argument(help="Job name (default: the most recent job).")]
 
 
 @app.command()
@@ -39,8 +34,6 @@ def logs(
     ] = 200,
 ) -> None:
     """Print a job's log (the trainer's or the server's output)."""
-    from r1cloud.jobs import follow as f
-
     store, record = find_job(job)
     if job is None:  # on stderr: the log itself stays what stdout carries
         err.print(f"job {record.name} (the latest; r1cloud logs NAME for another)", markup=False, style="dim")
@@ -71,8 +64,6 @@ def _duration(job) -> str:
 def _spend(job, m: dict, total: int | None) -> tuple[float, float | None] | None:
     """Dollars spent so far at the job's hourly price, and the projected total while it runs (the
     last step's time for each step left); None without a price."""
-    from r1cloud.core.records import finite, whole
-
     if not job.price or not job.started_at:
         return None
     running = job.status in ("PENDING", "RUNNING")
@@ -85,8 +76,6 @@ def _spend(job, m: dict, total: int | None) -> tuple[float, float | None] | None
 
 
 def _dollars(job, m: dict, total: int | None) -> str:
-    from r1cloud.core.budget import usd
-
     found = _spend(job, m, total)
     if found is None:
         return "—"
@@ -106,10 +95,10 @@ STATUS_STYLE = {
 }
 
 
-def _jobs_table() -> None:
-    from r1cloud.jobs import follow as f
-
-    store = job_store()
+@app.command()
+def jobs() -> None:
+    """List jobs: status, progress, last reward."""
+    store = JobStore()
     jobs = refreshed(store, store.list())
     if not jobs:
         out.print("no jobs yet — start one with: r1cloud train blueprints/quickstart.yaml")
@@ -144,22 +133,13 @@ def _jobs_table() -> None:
 
 
 @app.command()
-def jobs() -> None:
-    """List jobs: status, progress, last reward."""
-    _jobs_table()
-
-
-@app.command()
 def status(
-    job: Annotated[
-        str | None, typer.Argument(help="A job name; without one, the jobs table.", show_default=False)
-    ] = None,
+    job: Annotated[str | None, typer.Argument(help="A job name; without one, the jobs table.")] = None,
 ) -> None:
     """One job in detail (or, with no name, the jobs table)."""
     if job is None:
-        _jobs_table()
+        jobs()
         return
-    from r1cloud.jobs import follow as f
     from r1cloud.spec import load_resolved
     from r1cloud.validate import summarize
 
@@ -200,12 +180,8 @@ def status(
         )
         out.print(f"trend      {_trend(run)}  (r1cloud plot {record.name})", markup=False)
     if (spend := _spend(record, m or {}, f.planned_steps(run))) is not None:
-        from r1cloud.core.budget import usd
-
         ahead = f", about {usd(spend[1])} in all" if spend[1] is not None and spend[1] != spend[0] else ""
         out.print(f"cost       {usd(spend[0])} spent{ahead}, at {usd(record.price)}/hour", markup=False)
-    from r1cloud.checkpoint.store import job_checkpoint_root, list_checkpoints
-
     root = job_checkpoint_root(run)  # honours save_checkpoint_path (a cloud job's bucket)
     try:
         ckpts = list_checkpoints(root, record.name)
@@ -213,24 +189,17 @@ def status(
         out.print(f"checkpoints cannot read {root}: {type(e).__name__}: {e}", markup=False)
         ckpts = []
     if ckpts:
-        out.print(
-            "checkpoints " + ", ".join(str(c.step) for c in ckpts),
-            markup=False,
-        )
+        out.print("checkpoints " + ", ".join(str(c.step) for c in ckpts), markup=False)
     out.print(f"run folder {run}", markup=False)
     lines = f.tail_lines(run / record.log.name, 10)
     if lines:
         out.print("log tail:", style="bold")
-        from rich.text import Text
-
         for line in lines:  # Ray colours its workers' lines: colours on a terminal, stripped elsewhere
             out.print(Text.from_ansi("  " + line))
 
 
 def _trend(run) -> str:
     """The reward's shape over the run in one line, and the validation reward's first and last."""
-    from r1cloud.jobs import curves as p
-
     try:
         rows = p.read_rows(str(run))
     except (p.PlotError, OSError):
@@ -258,9 +227,6 @@ def stop(
     ] = 180.0,
 ) -> None:
     """Stop a job cleanly: the trainer finishes its step and saves a checkpoint first."""
-    from r1cloud.core.jobstore import ACTIVE
-    from r1cloud.jobs.local import stop as stop_local
-
     store, record = find_job(job)
     if record.status not in ACTIVE:
         out.print(f"{record.name} is not running ({record.status})", markup=False)
@@ -268,8 +234,6 @@ def stop(
     if record.launching:  # SkyPilot has not answered yet: nothing to cancel (or, on a resume, the old launch)
         fail(f"error: {record.name} is being launched", ["stop it once `r1cloud jobs` shows it started"])
     if record.remote:
-        from r1cloud.jobs.cloud import CloudError, cancel, serve_down
-
         try:
             how = serve_down(record.cloud["service"]) if record.kind == "serve" else cancel(record.cloud)
         except CloudError as e:
@@ -284,15 +248,10 @@ def stop(
         )
         out.print(f"{record.name} STOPPED ({how}){kept}", markup=False)
         return
-    if record.kind == "serve":
-        out.print(f"stopping {record.name}…", markup=False)
-        how = stop_local(store, record.name, grace)
-        out.print(f"{record.name} {store.get(record.name).status} ({how})", markup=False)
-        return
-    out.print(f"stopping {record.name} (saving a checkpoint first; up to {grace:.0f}s)…", markup=False)
-    how = stop_local(store, record.name, grace)
+    serving = record.kind == "serve"
+    saving = "" if serving else f" (saving a checkpoint first; up to {grace:.0f}s)"
+    out.print(f"stopping {record.name}{saving}…", markup=False)
+    how = local.stop(store, record.name, grace)
     record = store.get(record.name)
-    out.print(
-        f"{record.name} {record.status} ({how}); continue with: r1cloud train --resume {record.name}",
-        markup=False,
-    )
+    then = "" if serving else f"; continue with: r1cloud train --resume {record.name}"
+    out.print(f"{record.name} {record.status} ({how}){then}", markup=False)

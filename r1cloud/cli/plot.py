@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from r1cloud.checkpoint.store import job_checkpoint_root
 from r1cloud.cli.common import app, fail, find_job, not_nan, out
+from r1cloud.jobs import curves as p
 
 DEFAULT_METRICS = "reward/overall,val/reward_score"
 
@@ -23,8 +26,6 @@ def metrics_source(target: str | None) -> tuple[str, str]:
     run = store.path(job.name)
     if (run / "metrics.jsonl").exists():
         return job.name, str(run)
-    from r1cloud.checkpoint.store import job_checkpoint_root
-
     return job.name, job_checkpoint_root(run)  # a cloud job: the copy in its bucket
 
 
@@ -33,8 +34,7 @@ def plot(
     targets: Annotated[
         list[str] | None,
         typer.Argument(
-            help="Jobs, run folders or bucket URLs (default: the most recent job); several overlay.",
-            show_default=False,
+            help="Jobs, run folders or bucket URLs (default: the most recent job); several overlay."
         ),
     ] = None,
     metric: Annotated[
@@ -71,8 +71,6 @@ def plot(
     r1cloud plot JOB --smooth 0.6 -o curves.png   a picture, smoothed
     r1cloud plot s3://bucket/job/checkpoints      a cloud job's curve, from its bucket
     """
-    from r1cloud.jobs import curves as p
-
     keys = [k.strip() for k in metric.split(",") if k.strip()]
     if not keys:
         fail("error: --metric is empty", ["name at least one metric, e.g. --metric reward/overall"])
@@ -96,8 +94,6 @@ def plot(
             panels[key] = curves
     missing = [k for k in keys if k not in panels]
     if not panels:
-        import difflib
-
         known = sorted({k for rows in runs.values() for r in rows for k in r if k != "step"})
         close = {k: difflib.get_close_matches(k, known, n=3) for k in missing}
         fail(

@@ -11,19 +11,28 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from r1cloud.cli.common import app, err, fail, job_store, load_blueprint, not_nan, out, report_end
+from r1cloud.cli.common import app, err, fail, failing, load_blueprint, not_nan, out, report_end
+from r1cloud.core.jobstore import ACTIVE, Job, JobStore, home
+from r1cloud.jobs import follow as f
+from r1cloud.jobs import local
+from r1cloud.jobs.cloud import CloudError, serve_up
+from r1cloud.serving import chat as ch
+from r1cloud.serving import serve as sv
+
+# chat's and eval's: Option objects, not aliases, as eval's values may be None and chat's have defaults.
+MaxTokensOption = typer.Option("--max-tokens", min=1, max=10_000_000, help="Tokens per answer at most.")
+TemperatureOption = typer.Option("--temperature", min=0.0, max=100.0, callback=not_nan, help="0 is greedy.")
 
 
 def _merge_for_serving(checkpoint, out_dir) -> None:
-    from r1cloud.checkpoint.merge import MergeError
-    from r1cloud.checkpoint.merge import merge as do_merge
+    from r1cloud.checkpoint.merge import MergeError, merge
 
     if checkpoint.inference_ready:  # a bucket's merged model, fetched by merging its weights here
         err.print(f"{checkpoint.id}: fetching the model from the bucket into {out_dir}…", markup=False)
     else:
         err.print(f"{checkpoint.id} is not INFERENCE READY: merging it first…", markup=False)
     try:
-        do_merge(checkpoint, out_dir, "bf16")
+        merge(checkpoint, out_dir, "bf16")
     except MergeError as e:
         fail("error: cannot merge", [str(e)])
 
@@ -47,7 +56,6 @@ def serve(
             "--checkpoint",
             "-c",
             help="JOB[:step-N] (default step: the last), a checkpoint or model folder, a bucket URL, or a Hub id.",
-            show_default=False,
         ),
     ],
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")] = 8000,
@@ -64,16 +72,10 @@ def serve(
         ),
     ] = None,
     served_model_name: Annotated[
-        str | None,
-        typer.Option(
-            "--served-model-name", help="Model name clients use (default: JOB-step-N).", show_default=False
-        ),
+        str | None, typer.Option("--served-model-name", help="Model name clients use (default: JOB-step-N).")
     ] = None,
     max_model_len: Annotated[
-        int | None,
-        typer.Option(
-            "--max-model-len", min=1, max=10_000_000, help="Context length limit.", show_default=False
-        ),
+        int | None, typer.Option("--max-model-len", min=1, max=10_000_000, help="Context length limit.")
     ] = None,
     engine: Annotated[
         str, typer.Option("--engine", help="auto (vLLM when installed), vllm, or transformers.")
@@ -86,9 +88,7 @@ def serve(
         str, typer.Option("--replicas", help="Cloud: a replica count (2) or an autoscaling range (1-4).")
     ] = "1",
     gpu: Annotated[str, typer.Option("--gpu", help="Cloud: each replica's accelerator.")] = "L4:1",
-    name: Annotated[
-        str | None, typer.Option("--name", help="Job name (default: serve-MODEL).", show_default=False)
-    ] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Job name (default: serve-MODEL).")] = None,
     detach: Annotated[
         bool,
         typer.Option("--detach", "-d", help="Start, wait until ready, and return; stop with r1cloud stop."),
@@ -126,16 +126,8 @@ def serve(
     /v1/chat/completions), merging it first when it is not INFERENCE READY. Runs as a job: `jobs`
     shows its URL, `logs` its output; Ctrl-C (or `r1cloud stop`) stops it. Arguments after `--`
     go to the engine, e.g. `-- --enforce-eager`."""
-    from r1cloud.core.jobstore import ACTIVE, Job
-    from r1cloud.jobs import follow as f
-    from r1cloud.jobs.local import launch
-    from r1cloud.jobs.local import stop as stop_local
-    from r1cloud.serving import serve as sv
-
-    try:
+    with failing(sv.ServeError):
         tools = sv.tool_format(tool_call_format, checkpoint)
-    except sv.ServeError as e:
-        fail(e.args[0], e.args[1])
     if infra != "local":
         _serve_in_cloud(
             checkpoint, infra, gpu, replicas, api_key, served_model_name, max_model_len, name, tools
@@ -143,21 +135,15 @@ def serve(
         return
     if replicas != "1":
         fail(f"error: --replicas {replicas} needs a cloud --infra", ["locally, one server runs"])
-    try:
+    with failing(sv.ServeError):
         chosen_engine = sv.pick_engine(engine)
         sv.check_port(host, port)
-        from r1cloud.core.jobstore import home
-
         if adapter and chosen_engine != "vllm":
-            raise sv.ServeError(
-                "error: --adapter needs vLLM", ["use --engine vllm, or serve the merged model"]
-            )
+            fail("error: --adapter needs vLLM", ["use --engine vllm, or serve the merged model"])
         if adapter:
             model = sv.resolve_adapter(checkpoint, _write_adapter)
         else:
             model = sv.resolve(checkpoint, _merge_for_serving, home() / "models")
-    except sv.ServeError as e:
-        fail(e.args[0], e.args[1])
     served = served_model_name or model.name
     extra = list(ctx.args)
     if tools and chosen_engine != "vllm":
@@ -169,7 +155,7 @@ def serve(
     elif "--tool-call-parser" not in extra:
         extra = [*sv.tool_flags(tools), *extra]
     url = sv.base_url(host, port)
-    store = job_store()
+    store = JobStore()
     job = store.create_unique(
         Job(
             name or f"serve-{served}".replace("/", "-"),
@@ -182,7 +168,7 @@ def serve(
         )
     )
     env = sv.kv_cache_env(model.path, max_model_len, list(ctx.args)) if chosen_engine == "vllm" else {}
-    job = launch(store, job, sv.key_env(api_key), env)
+    job = local.launch(store, job, sv.key_env(api_key), env)
     calling = f" · tool calls: {tools}" if tools and chosen_engine == "vllm" else ""
     out.print(
         f"serving {model.origin} as {served!r} with {chosen_engine}{calling} · job {job.name}", markup=False
@@ -198,7 +184,7 @@ def serve(
     if not ready:
         record = store.get(job.name)
         if record.status in ACTIVE:
-            stop_local(store, job.name, 10)
+            local.stop(store, job.name, 10)
             why = f"/v1/models did not answer within {ready_timeout:.0f}s"
         else:
             why = record.reason or "the server exited"
@@ -221,16 +207,13 @@ def serve(
         record = f.follow(store, job.name, lambda line: print(line, flush=True), start=job.log.stat().st_size)
     except KeyboardInterrupt:
         err.print(f"stopping {job.name}…", markup=False)
-        stop_local(store, job.name, 30)
+        local.stop(store, job.name, 30)
         raise typer.Exit(0) from None
     raise typer.Exit(report_end(record))
 
 
 def _serve_in_cloud(checkpoint, infra, gpu, replicas, api_key, served_model_name, max_model_len, name, tools):
-    from r1cloud.core.jobstore import Job
-    from r1cloud.jobs.cloud import CloudError, serve_up
     from r1cloud.jobs.sky_task import TaskError, service_config
-    from r1cloud.serving import serve as sv
 
     try:
         if tools == "python":
@@ -260,8 +243,7 @@ def _serve_in_cloud(checkpoint, infra, gpu, replicas, api_key, served_model_name
     except (TaskError, CloudError) as e:
         fail(f"error: {e}", getattr(e, "hints", []))
     url = f"{endpoint if '://' in endpoint else 'http://' + endpoint}/v1"
-    store = job_store()
-    store.create_unique(
+    JobStore().create_unique(
         Job(service, kind="serve", infra=infra, accelerators=gpu, blueprint=checkpoint, url=url,
             model=f"{served} ← {model.origin}", cloud={"service": service}, status="RUNNING")
     )  # fmt: skip
@@ -277,38 +259,23 @@ def chat(
     target: Annotated[
         str,
         typer.Argument(
-            help="An endpoint URL (http://…/v1), or a job, JOB:step-N, checkpoint or model folder, or Hub id.",
-            show_default=False,
+            help="An endpoint URL (http://…/v1), or a job, JOB:step-N, checkpoint or model folder, or Hub id."
         ),
     ],
     prompt: Annotated[
         str | None,
-        typer.Argument(
-            help="One prompt; without it, an interactive loop (or one prompt per stdin line).",
-            show_default=False,
-        ),
+        typer.Argument(help="One prompt; without it, an interactive loop (or one prompt per stdin line)."),
     ] = None,
     compare: Annotated[
         str | None,
-        typer.Option(
-            "--compare",
-            help="A second target (e.g. the base model): answers side by side.",
-            show_default=False,
-        ),
+        typer.Option("--compare", help="A second target (e.g. the base model): answers side by side."),
     ] = None,
     blueprint: Annotated[
         Path | None,
-        typer.Option(
-            "--blueprint",
-            help="Apply this blueprint's format prompt (default: the job's own).",
-            show_default=False,
-        ),
+        typer.Option("--blueprint", help="Apply this blueprint's format prompt (default: the job's own)."),
     ] = None,
     format_prompt: Annotated[
-        Path | None,
-        typer.Option(
-            "--format-prompt", help="Apply this Jinja format prompt (over `content`).", show_default=False
-        ),
+        Path | None, typer.Option("--format-prompt", help="Apply this Jinja format prompt (over `content`).")
     ] = None,
     raw: Annotated[
         bool, typer.Option("--raw", help="Send the text as it is: no format prompt, no lead-in messages.")
@@ -319,7 +286,6 @@ def chat(
         typer.Option(
             "--image",
             help="A picture for a vision-language model (repeat for several), sent with the first question.",
-            show_default=False,
         ),
     ] = None,
     video: Annotated[
@@ -327,7 +293,6 @@ def chat(
         typer.Option(
             "--video",
             help="A video (mp4) for a Qwen-VL model (repeat for several), sent with the first question.",
-            show_default=False,
         ),
     ] = None,
     api_key: Annotated[
@@ -336,12 +301,8 @@ def chat(
             "--api-key", envvar="R1CLOUD_API_KEY", help="Bearer key of the endpoint(s).", show_default=False
         ),
     ] = None,
-    max_tokens: Annotated[
-        int, typer.Option("--max-tokens", min=1, max=10_000_000, help="Tokens per answer at most.")
-    ] = 512,
-    temperature: Annotated[
-        float, typer.Option("--temperature", min=0.0, max=100.0, callback=not_nan, help="0 is greedy.")
-    ] = 0.0,
+    max_tokens: Annotated[int, MaxTokensOption] = 512,
+    temperature: Annotated[float, TemperatureOption] = 0.0,
     engine: Annotated[
         str,
         typer.Option(
@@ -352,10 +313,6 @@ def chat(
     """Ask a served endpoint or a checkpoint, with the blueprint's format prompt applied; --compare
     shows a second model's answer beside it (the before/after view). A run with tools plays
     episodes: the model's tool calls run in the training sandbox between turns, each one shown."""
-    from r1cloud.core.jobstore import home
-    from r1cloud.serving import chat as ch
-    from r1cloud.serving import serve as sv
-
     spec = load_blueprint(blueprint, [], {}, str(blueprint)) if blueprint else sv.job_spec(target)
     template = spec.data.format_prompt if spec is not None and not raw else None
     if format_prompt and not raw:
@@ -365,10 +322,8 @@ def chat(
                 ["give a Jinja template over `content`"],
             )
         template = str(format_prompt)
-    try:
+    with failing(sv.ServeError):
         box = ch.Toolbox.of(spec) if spec is not None else None
-    except sv.ServeError as e:
-        fail(e.args[0], e.args[1])
     lead = ch.lead_in(spec) if spec is not None and not raw else []
     if lead:
         err.print(
@@ -386,7 +341,7 @@ def chat(
     else:
         prompts = [line.strip() for line in sys.stdin if line.strip()]
     with contextlib.ExitStack() as stack:
-        try:
+        with failing(sv.ServeError):
             sides = [
                 stack.enter_context(
                     ch.open_endpoint(
@@ -395,8 +350,6 @@ def chat(
                 )
                 for t in ([compare, target] if compare else [target])
             ]
-        except sv.ServeError as e:
-            fail(e.args[0], e.args[1])
         if compare:
             sides[0].label, sides[1].label = f"{compare} ({sides[0].model})", f"{target} ({sides[1].model})"
         if box is not None:

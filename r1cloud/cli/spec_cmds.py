@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
+from r1cloud.agents.play import play
 from r1cloud.cli.common import (
     AccelsOption,
     GpuOption,
@@ -22,6 +24,11 @@ from r1cloud.cli.common import (
     out,
     parse_secrets,
 )
+from r1cloud.core.jobstore import home
+from r1cloud.costs.estimate import hours
+from r1cloud.costs.plan import plan
+
+OverridesArg = Annotated[list[str] | None, typer.Argument(help="key.path=value overrides, as for validate.")]
 
 
 @app.command()
@@ -29,8 +36,7 @@ def validate(
     blueprint: Annotated[
         Path,
         typer.Argument(
-            help="Blueprint YAML, or an EasyR1 launch script (.sh); EasyR1's config.yaml works as it is.",
-            show_default=False,
+            help="Blueprint YAML, or an EasyR1 launch script (.sh); EasyR1's config.yaml works as it is."
         ),
     ],
     overrides: Annotated[
@@ -38,8 +44,7 @@ def validate(
         typer.Argument(
             help="EasyR1-style overrides: key.path=value (YAML-typed), e.g. worker.rollout.n=8 "
             "trainer.logger=['console','file'] worker.rollout.val_override_config='{\"n\":4}'. "
-            "config=base.yaml is a base the blueprint is merged onto.",
-            show_default=False,
+            "config=base.yaml is a base the blueprint is merged onto."
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the fully resolved spec as JSON.")] = False,
@@ -79,10 +84,6 @@ def validate(
 
 def print_estimate(spec, console) -> None:
     """The cost table (costs.plan): one row per accelerator and offer, cheapest first."""
-    from r1cloud.core.jobstore import home
-    from r1cloud.costs.estimate import hours
-    from r1cloud.costs.plan import plan
-
     try:
         e = plan(spec, home())
     except Exception as ex:  # noqa: BLE001 - an estimate never fails validate
@@ -111,11 +112,8 @@ def print_estimate(spec, console) -> None:
 
 @app.command("try")
 def try_(
-    blueprint: Annotated[Path, typer.Argument(help="Blueprint YAML.", show_default=False)],
-    overrides: Annotated[
-        list[str] | None,
-        typer.Argument(help="key.path=value overrides, as for validate.", show_default=False),
-    ] = None,
+    blueprint: Annotated[Path, typer.Argument(help="Blueprint YAML.")],
+    overrides: OverridesArg = None,
     n: Annotated[int, typer.Option("--n", min=1, max=10_000, help="How many training prompts to try.")] = 20,
     episodes: Annotated[
         int | None,
@@ -125,7 +123,6 @@ def try_(
             max=1000,
             help="Multi-turn runs: play this many episodes with the base model (transformers, here) and "
             "print their transcripts, counts and reward; 0 to skip.  [default: 2 for a multi-turn run]",
-            show_default=False,
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the rows and summary as JSON.")] = False,
@@ -158,8 +155,6 @@ def try_(
 
 
 def _play(spec, k: int) -> list[dict]:
-    from r1cloud.agents.play import play
-
     try:
         with err.status("preparing…") as status:
             return play(spec, k, lambda msg: status.update(msg + "…"))
@@ -199,8 +194,6 @@ def _score(spec, n: int, as_json: bool, played: list[dict]) -> None:
             ],
         )
     if as_json:
-        from dataclasses import asdict
-
         out.print_json(data={"rows": [asdict(r) for r in rows], "summary": summary, "episodes": played})
         return
     out.print("the first prompt, as the model sees it (format prompt + chat template):", style="bold")

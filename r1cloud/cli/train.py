@@ -21,14 +21,19 @@ from r1cloud.cli.common import (
     err,
     fail,
     find_job,
-    job_store,
     load_blueprint,
     out,
     parse_secrets,
     refreshed,
     report_end,
 )
-from r1cloud.cli.spec_cmds import print_estimate
+from r1cloud.cli.spec_cmds import OverridesArg, print_estimate
+from r1cloud.core.budget import usd
+from r1cloud.core.jobstore import ACTIVE, JobExists, JobRunning, JobStore, home
+from r1cloud.costs.prices import hourly_price
+from r1cloud.jobs import follow as f
+from r1cloud.jobs import local
+from r1cloud.jobs.cloud import CloudError
 
 
 @app.command()
@@ -36,14 +41,10 @@ def train(
     target: Annotated[
         str,
         typer.Argument(
-            help="Blueprint YAML or EasyR1 launch script (.sh), or with --resume the name of a job.",
-            show_default=False,
+            help="Blueprint YAML or EasyR1 launch script (.sh), or with --resume the name of a job."
         ),
     ],
-    overrides: Annotated[
-        list[str] | None,
-        typer.Argument(help="key.path=value overrides, as for validate.", show_default=False),
-    ] = None,
+    overrides: OverridesArg = None,
     name: Annotated[
         str | None,
         typer.Option(
@@ -60,8 +61,7 @@ def train(
     ] = None,
     spot: Annotated[bool, typer.Option("--spot", help="Use spot instances (cloud).")] = False,
     env: Annotated[
-        list[str] | None,
-        typer.Option("--env", help="K=V environment variable for the job; repeatable.", show_default=False),
+        list[str] | None, typer.Option("--env", help="K=V environment variable for the job; repeatable.")
     ] = None,
     secret: SecretOption = None,
     detach: Annotated[
@@ -100,16 +100,14 @@ def train(
             max=1e9,
             help="Dollars for the whole job at its catalog price (resources.max_cost): the trainer saves "
             "and stops before the next step would pass it; with --resume, the new cap.",
-            show_default=False,
         ),
     ] = None,
 ) -> None:
     """Validate a blueprint, start it as a job, and follow its progress (Ctrl-C detaches; the
     job keeps running)."""
-    from r1cloud.core.jobstore import JobExists
     from r1cloud.validate import summarize
 
-    store = job_store()
+    store = JobStore()
     source = Path(target)
     try:
         a_file = source.is_file()
@@ -169,12 +167,7 @@ def train(
     if dry_run:
         taken = store.path(spec.name).exists() and not resume
         if taken and name:  # as the real launch would say
-            fail(
-                f"error: a job named {spec.name!r} already exists",
-                [
-                    f"pick another name with --name {spec.name}-2, or continue it with: r1cloud train --resume {spec.name}"
-                ],
-            )
+            _taken(spec.name)
         job_name = store.free_name(spec.name) if taken else spec.name
         for label, value in summarize(spec.model_copy(update={"name": job_name})):
             out.print(f"{label:10} {value}", markup=False)
@@ -188,11 +181,8 @@ def train(
             )
         print_estimate(spec, out)
         return
-    from r1cloud.core.jobstore import JobRunning
-    from r1cloud.jobs.local import submit
-
     try:
-        job, fresh, log_start = submit(
+        job, fresh, log_start = local.submit(
             store,
             spec,
             secrets,
@@ -202,12 +192,7 @@ def train(
             price=price,
         )
     except JobExists as e:
-        fail(
-            f"error: a job named {spec.name!r} already exists ({e.args[1]})",
-            [
-                f"pick another name with --name {spec.name}-2, or continue it with: r1cloud train --resume {spec.name}"
-            ],
-        )
+        _taken(spec.name, f" ({e.args[1]})")
     except JobRunning:
         fail(f"error: {spec.name} is already running", [f"follow it with: r1cloud logs -f {spec.name}"])
     verb = "started" if fresh else "resumed"
@@ -223,10 +208,15 @@ def train(
     raise typer.Exit(_follow_with_progress(store, job.name, log_start))
 
 
+def _taken(name: str, detail: str = "") -> None:
+    fail(
+        f"error: a job named {name!r} already exists{detail}",
+        [f"pick another name with --name {name}-2, or continue it with: r1cloud train --resume {name}"],
+    )
+
+
 def _resumable(store, name: str, spec):
     """The job `train --resume` continues, brought up to date; refused where it cannot go on."""
-    from r1cloud.core.jobstore import ACTIVE
-
     job = refreshed(store, [store.get(name)])[0]
     if job.remote != (spec.resources.infra != "local"):
         here = "in the cloud (checkpoints in its bucket)" if job.remote else "on this machine"
@@ -240,8 +230,6 @@ def _resumable(store, name: str, spec):
 
 
 def _check_spent(job, cap: float) -> None:
-    from r1cloud.core.budget import usd
-
     if job.spent >= cap:
         fail(
             f"error: {job.name} has already spent {usd(job.spent)} of its {usd(cap)} (resources.max_cost)",
@@ -261,8 +249,6 @@ def _train_in_cloud(
     price,
     resume: bool,
 ):
-    from r1cloud.core.jobstore import JobExists, JobRunning, home
-    from r1cloud.jobs.cloud import CloudError
     from r1cloud.jobs.sky_task import TaskError
 
     kind = "a managed job" if managed else "a cluster (autostop, down at the end)"
@@ -282,8 +268,6 @@ def _train_in_cloud(
 
         err.print(f"launching {spec.name} on {spec.resources.infra} as {kind}…", markup=False)
         if price is None:  # no budget: the price still shows the spend in `jobs` and `status`
-            from r1cloud.costs.prices import hourly_price
-
             price = hourly_price(spec)[0]
         job = submit(store, spec, secrets, blueprint, managed, unique and not resume, price, resume)
         if job.name != spec.name:
@@ -291,12 +275,7 @@ def _train_in_cloud(
     except (TaskError, CloudError) as e:
         fail(f"error: {e}", getattr(e, "hints", []))
     except JobExists:
-        fail(
-            f"error: a job named {spec.name!r} already exists",
-            [
-                f"pick another name with --name {spec.name}-2, or continue it with: r1cloud train --resume {spec.name}"
-            ],
-        )
+        _taken(spec.name)
     except JobRunning:
         fail(f"error: {spec.name} is already running", [f"follow it with: r1cloud logs -f {spec.name}"])
     ident = f"managed job {job.cloud['job_id']}" if managed else f"cluster {job.cloud['cluster']}"
@@ -317,8 +296,6 @@ def _follow_with_progress(store, name: str, log_start: int) -> int:
         TimeElapsedColumn,
         TimeRemainingColumn,
     )
-
-    from r1cloud.jobs import follow as f
 
     run = store.path(name)
     shown = ("step ", "[", "error", "Traceback", "warning")

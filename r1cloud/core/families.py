@@ -27,8 +27,7 @@ def unsupported(config: dict) -> str | None:
     kind = config.get("model_type")
     text = text_config(config)
     layers = {x for x in text.get("layer_types") or [] if isinstance(x, str)}
-    stateful = layers - {"full_attention", "sliding_attention", "chunked_attention"}
-    if stateful:
+    if stateful := layers - {"full_attention", "sliding_attention", "chunked_attention"}:
         return (
             f"{kind} is not supported yet: its {', '.join(sorted(stateful))} layers carry a state along the "
             "sequence, which would flow from one packed sequence into the next (transformers' torch path "

@@ -155,8 +155,7 @@ def process_start_time(pid: int) -> float | None:
     """Seconds since boot when `pid` started (Linux /proc), or None if it does not exist."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        state = fields[0]
-        if state == "Z":  # a zombie has finished
+        if fields[0] == "Z":  # a zombie has finished
             return None
         return int(fields[19]) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
@@ -204,10 +203,8 @@ class JobStore:
         base = job.name
         for candidate in self.candidates(base):
             job.name = candidate
-            try:
+            with contextlib.suppress(JobExists):
                 return self.create(job)
-            except JobExists:
-                continue
         raise JobExists(base)
 
     @staticmethod

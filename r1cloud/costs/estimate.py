@@ -24,14 +24,9 @@ from pathlib import Path
 # Dense bf16 peak FLOP/s per device (NVIDIA's datasheets; verl's flops_counter.py uses the same
 # H100/A100/L40 figures). Only for uncalibrated estimates: a calibrated one uses measured FLOP/s.
 PEAK = {
-    "H100": 989e12,
-    "H100-MEGA": 989e12,
-    "H200": 989e12,
-    "H800": 989e12,
+    **dict.fromkeys(("H100", "H100-MEGA", "H200", "H800"), 989e12),
     "B200": 2250e12,
-    "A100": 312e12,
-    "A100-80GB": 312e12,
-    "A800": 312e12,
+    **dict.fromkeys(("A100", "A100-80GB", "A800"), 312e12),
     "L40S": 362e12,
     "L40": 181e12,
     "L4": 121e12,
@@ -110,21 +105,15 @@ def model_size(path: str) -> Model | None:
     m = active or re.search(r"(?<![\d.])(\d+(?:\.\d+)?)\s*([BM])(?![a-z])", name, re.IGNORECASE)
     if m:
         scale = 1e9 if active or m.group(2).upper() == "B" else 1e6
-        return Model(float(m.group(1)) * scale, source=f"the name {Path(path).name!r}")
+        return Model(float(m.group(1)) * scale, source=f"the name {name!r}")
     return None
 
 
 def _hub_cached(repo: str) -> Path | None:
     """config.json of a Hub model in the Hugging Face cache, as huggingface_hub lays it out
     (models--ORG--NAME/refs/main names the snapshot), read without importing it (validate stays fast)."""
-    hub = (
-        os.environ.get("HF_HUB_CACHE")
-        or Path(
-            os.environ.get("HF_HOME")
-            or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
-        )
-        / "hub"
-    )
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    hub = os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME") or cache / "huggingface") / "hub"
     folder = Path(hub) / f"models--{repo.replace('/', '--')}"
     try:
         found = folder / "snapshots" / (folder / "refs" / "main").read_text().strip() / "config.json"

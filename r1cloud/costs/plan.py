@@ -17,7 +17,10 @@ from pathlib import Path
 
 from r1cloud.core.budget import usd
 from r1cloud.costs import estimate as est
-from r1cloud.costs.prices import hourly_price
+from r1cloud.costs import prices
+from r1cloud.spec.models import accelerator_options
+from r1cloud.validate import load_spec
+from r1cloud.validate.summary import step_count
 
 CALIBRATION = "throughput.jsonl"
 ALTERNATIVES = ("H100", "A100-80GB", "H200")  # offered beside the blueprint's own choice
@@ -72,8 +75,6 @@ def measure(run_dir: Path, spec, device: str, devices: int, wall_s: float, after
 
 def calibrate(home: Path, run_dir: Path, job: str, wall_s: float) -> dict | None:
     """Append a finished local run's measured speed to the store's calibration file."""
-    from r1cloud.validate import load_spec
-
     info = json.loads((run_dir / "trainer.json").read_text())
     spec = load_spec(run_dir / "spec.yaml", [], check_files=False).spec
     device = est.device_kind(info.get("device", "cpu"))
@@ -86,20 +87,13 @@ def calibrate(home: Path, run_dir: Path, job: str, wall_s: float) -> dict | None
 
 def _speed(r: dict, device: str) -> est.Speed:
     """A calibration line as a Speed; ValueError when any field is missing or not a finite number."""
-    numbers = ("params", "gen_flops", "train_flops", "response_fraction", "prompt_fraction", "overhead_s")
-    got = {k: float(r[k]) for k in (*numbers, "validation_s", "when")}
-    if not all(math.isfinite(v) for v in got.values()) or min(got[k] for k in numbers[:3]) <= 0:
+    positive = ("params", "gen_flops", "train_flops")
+    rest = ("response_fraction", "prompt_fraction", "overhead_s", "validation_s")  # Speed's, in order
+    got = {k: float(r[k]) for k in (*positive, *rest, "when")}
+    if not all(math.isfinite(v) for v in got.values()) or min(got[k] for k in positive) <= 0:
         raise ValueError("not a measurement")
     source = f"calibrated by job {r['job']} ({r['model']}, {int(r['devices'])}× {device})"
-    return est.Speed(
-        got["gen_flops"],
-        got["train_flops"],
-        source,
-        got["response_fraction"],
-        got["prompt_fraction"],
-        got["overhead_s"],
-        got["validation_s"],
-    )
+    return est.Speed(got["gen_flops"], got["train_flops"], source, *(got[k] for k in rest))
 
 
 def calibrated(home: Path | None, device: str | None, params: float) -> est.Speed | None:
@@ -143,9 +137,6 @@ class Estimate:
 def plan(spec, home: Path | None, with_prices: bool = True) -> Estimate:
     """Time (and dollars, where the catalog has prices) of this blueprint on its own accelerators
     and the alternatives, cheapest first."""
-    from r1cloud.spec.models import accelerator_options
-    from r1cloud.validate.summary import step_count
-
     out = Estimate()
     m, critic = sizes(spec)
     if m is None:
@@ -176,10 +167,9 @@ def plan(spec, home: Path | None, with_prices: bool = True) -> Estimate:
         step, speed = found
         total = steps * step + speed.overhead_s + vals * speed.validation_s if steps else None
         speeds[kind] = (step, total, speed)
-    sources = sorted({s.source for _, _, s in speeds.values()})
-    first = next(iter(speeds.values()), None)
-    if first:
-        s = first[2]
+    if speeds:
+        sources = sorted({s.source for _, _, s in speeds.values()})
+        s = next(iter(speeds.values()))[2]
         out.notes.append(
             f"assumes {'; '.join(sources)}; responses {s.response_fraction:.0%} of {spec.data.max_response_length} "
             f"tokens, prompts {s.prompt_fraction:.0%} of {spec.data.max_prompt_length}; "
@@ -189,13 +179,13 @@ def plan(spec, home: Path | None, with_prices: bool = True) -> Estimate:
         out.notes.append(
             f"in all: unknown until the data loads ({how.removesuffix(', known when the data loads')})"
         )
-    offers, why = ([], "") if not with_prices else _offers(kinds, count)
+    wanted = [(k, count) for k in kinds if k != HERE] if with_prices else []
+    offers, why = prices.offers(wanted) if wanted else ([], "")
     if why:
         out.notes.append(why)
     for kind, (step, total, _) in speeds.items():
-        mine = [o for o in offers if o.accelerator.upper() == kind.upper()]
         best: dict[tuple[str, bool], tuple[float, str]] = {}  # (cloud, spot) -> the cheapest offer
-        for o in mine:
+        for o in (o for o in offers if o.accelerator.upper() == kind.upper()):
             for spot, price in ((False, o.price), (True, o.spot_price)):
                 cheaper = price and price < best.get((o.cloud, spot), (math.inf,))[0]
                 if cheaper and not (spot and price == o.price):  # a "spot" price equal to on demand: one row
@@ -229,8 +219,6 @@ def one_step(spec, home: Path | None, kind: str, m: est.Model, critic: est.Model
 
 def step_seconds(spec, home: Path | None) -> float | None:
     """One step's estimate on the job's own accelerators (the slowest of its alternatives)."""
-    from r1cloud.spec.models import accelerator_options
-
     m, critic = sizes(spec)
     r = spec.resources
     kinds = [n for n, _ in accelerator_options(r.accelerators)] if r.accelerators else [HERE]
@@ -248,20 +236,13 @@ def validations(spec, steps: int) -> int:
     return bool(t.val_before_train) + every + (t.val_freq <= 0 or steps % t.val_freq != 0)
 
 
-def _offers(kinds: list[str], count: int):
-    from r1cloud.costs import prices
-
-    wanted = [(k, count) for k in kinds if k != HERE]
-    return prices.offers(wanted) if wanted else ([], "")
-
-
 def check_budget(spec, step_s: float | None) -> tuple[float | None, str | None]:
     """(the hourly price, None) when `resources.max_cost` can be kept, else (price, the problem).
     `step_s`: one step's estimate on the job's accelerator, if there is one."""
     cap = spec.resources.max_cost
     if cap is None:
         return None, None
-    price, where = hourly_price(spec)
+    price, where = prices.hourly_price(spec)
     if price is None:
         return None, f"resources.max_cost needs the job's hourly price: {where}"
     one = price * (step_s or 0) / 3600

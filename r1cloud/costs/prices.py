@@ -1,12 +1,13 @@
 """Hourly prices from SkyPilot's own catalog (`sky.catalog.list_accelerators`, what `sky show-gpus`
-prints), never a table of ours. Read in a child process under a time limit: importing sky takes
-about 2 s, and SkyPilot fetches a cloud's catalog file that is missing from GitHub with no timeout,
-so only clouds whose file is already on this machine are asked (`sky show-gpus` fetches them).
-A price is per instance-hour for all its accelerators, as SkyPilot gives it."""
+prints), never a table of ours. Read in a child process under a time limit: importing sky is slow,
+and SkyPilot fetches a cloud's catalog file that is missing from GitHub with no timeout, so only
+clouds whose file is already on this machine are asked (`sky show-gpus` fetches them). A price is
+per instance-hour for all its accelerators, as SkyPilot gives it."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import math
 import os
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from r1cloud.core.budget import usd
+from r1cloud.core.jobstore import home
+from r1cloud.spec.models import accelerator_options
 
 TIME_LIMIT = 30  # seconds for the child (AWS's lookup also asks its account's zones)
 CATALOG_VERSION = "v8"  # sky/skylet/constants.py CATALOG_SCHEMA_VERSION in SkyPilot 0.14
@@ -66,25 +69,18 @@ def catalog_dir() -> Path:
     return root / ".sky" / "catalogs" / CATALOG_VERSION
 
 
-def clouds_with_catalogs() -> list[str]:
-    here = catalog_dir()
-    if not here.is_dir():
-        return []
-    return sorted(p.name for p in here.iterdir() if (p / "vms.csv").is_file())
-
-
 def offers(wanted: list[tuple[str, int]], clouds: list[str] | None = None) -> tuple[list[Offer], str]:
     """The catalog's offers of each (accelerator, count), cheapest on-demand price per cloud and
     instance type; and a line saying why there are none, or which clouds could not be read."""
-    import importlib.util
-
     if importlib.util.find_spec("sky") is None:
         return [], "prices: SkyPilot is not installed here (pip install 'r1cloud[cloud]'), then " + HOW[8:]
-    on_disk = clouds_with_catalogs()
+    here = catalog_dir()
+    on_disk = sorted(p.name for p in here.iterdir() if (p / "vms.csv").is_file()) if here.is_dir() else []
     clouds = [c for c in (clouds or on_disk) if c in on_disk]
     if not clouds:
-        return [], f"no SkyPilot catalog in {catalog_dir()}; {HOW}"
-    key = json.dumps([wanted, clouds, [_stamp(c) for c in clouds]])
+        return [], f"no SkyPilot catalog in {here}; {HOW}"
+    stamps = [(here / c / "vms.csv").stat() for c in clouds]
+    key = json.dumps([wanted, clouds, [[st.st_mtime_ns, st.st_size] for st in stamps]])
     with contextlib.suppress(TypeError):  # a damaged entry: asked again
         if isinstance(hit := _cache().get(key), list):
             return [Offer(**row) for row in hit], ""
@@ -113,20 +109,13 @@ def offers(wanted: list[tuple[str, int]], clouds: list[str] | None = None) -> tu
     return found, (f"prices: some catalogs could not be read: {errors}" if errors else "")
 
 
-# The child takes 2-4 s (importing sky, reading the catalogs), and `validate` then `train` ask the
-# same: answers are kept as JSON beside the job store, each under its question and the catalog
-# files' size and time, so a catalog SkyPilot fetches anew is read anew.
+# The child is slow (importing sky, reading the catalogs), and `validate` then `train` ask the same:
+# answers are kept as JSON beside the job store, each under its question and the catalog files'
+# size and time, so a catalog SkyPilot fetches anew is read anew.
 CACHE_ENTRIES = 64
 
 
-def _stamp(cloud: str) -> list[int]:
-    st = (catalog_dir() / cloud / "vms.csv").stat()
-    return [st.st_mtime_ns, st.st_size]
-
-
 def _cache_file() -> Path:
-    from r1cloud.core.jobstore import home
-
     return home() / "cache" / "prices.json"
 
 
@@ -139,8 +128,7 @@ def _cache() -> dict:
 
 
 def _remember(key: str, rows: list[dict]) -> None:
-    data = {k: v for k, v in _cache().items() if k != key}
-    data[key] = rows
+    data = {k: v for k, v in _cache().items() if k != key} | {key: rows}  # the newest last
     with contextlib.suppress(OSError):  # a cache that cannot be written: asked again next time
         path = _cache_file()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -151,8 +139,6 @@ def _remember(key: str, rows: list[dict]) -> None:
 
 def hourly_price(spec) -> tuple[float | None, str]:
     """The job's price an hour (all nodes) and where it comes from; or None and why not."""
-    from r1cloud.spec.models import accelerator_options
-
     r = spec.resources
     if not r.accelerators:
         return None, "the job names no accelerator to price (resources.accelerators, or --gpu)"

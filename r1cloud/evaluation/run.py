@@ -22,6 +22,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from r1cloud.agents import episodes
+from r1cloud.agents.tools import tool_schemas
+from r1cloud.core.dtypes import torch_dtype
+from r1cloud.core.families import model_config, model_context
+from r1cloud.core.rows import conversation
+from r1cloud.data import no_sklearn
+from r1cloud.data import prompts as templates
+from r1cloud.rewards import pool as rewards
+from r1cloud.rollout.engine import Request, Sampling, eos_ids, refuse_unknown_sampling, request_seed
+from r1cloud.rollout.sampling import for_rank
+from r1cloud.rollout.sampling import sampling as rollout_sampling
+from r1cloud.spec import dump_spec, load_resolved
+
 BATCH = 64  # prompts per batch when the spec sets no data.val_batch_size
 
 
@@ -38,9 +51,7 @@ class Target:
 def validation_sampling(spec, n: int | None, temperature: float | None, max_tokens: int | None) -> dict:
     """The trainer's validation sampling at step 0 on its one worker (val_override_config over the
     rollout's, seed and all), with the options on top."""
-    from r1cloud.rollout.sampling import for_rank, sampling
-
-    out = for_rank(sampling(spec, 0, validation=True), 0)
+    out = for_rank(rollout_sampling(spec, 0, validation=True), 0)
     for key, value in (("n", n), ("temperature", temperature), ("max_tokens", max_tokens)):
         if value is not None:
             out[key] = value
@@ -51,24 +62,14 @@ def prepare(
     target: Target, spec, sampling: dict, engine: str, limit: int | None, api_key: str | None
 ) -> None:
     """Write the target's folder: the spec it runs with and what to run."""
-    from r1cloud.spec import dump_spec
-
     target.folder.mkdir(parents=True, exist_ok=True)
     if target.model:
-        model = spec.worker.actor.model.model_copy(
-            update={"model_path": target.model, "tokenizer_path": target.model}
-        )
-        actor = spec.worker.actor.model_copy(update={"model": model})
-        spec = spec.model_copy(update={"worker": spec.worker.model_copy(update={"actor": actor})})
+        spec = spec.model_copy(deep=True)
+        spec.worker.actor.model.model_path = target.model
+        spec.worker.actor.model.tokenizer_path = target.model
     (target.folder / "spec.yaml").write_text(dump_spec(spec))
-    job = {
-        "ref": target.ref,
-        "model": target.model,
-        "url": target.url,
-        "served": target.served,
-        "engine": engine,
-    }
-    job |= {"sampling": sampling, "limit": limit}
+    job = {key: getattr(target, key) for key in ("ref", "model", "url", "served")}
+    job |= {"engine": engine, "sampling": sampling, "limit": limit}
     (target.folder / "target.json").write_text(json.dumps(job, indent=2))
     (target.folder / "samples.jsonl").unlink(missing_ok=True)
     if api_key:  # the endpoint's key reaches the child through its environment, never a file
@@ -93,15 +94,13 @@ def read_samples(folder: Path) -> list[dict]:
 
 
 # --------------------------------------------------------------------------- the child process
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    return 2
+
+
 def main(folder: str) -> int:
-    from r1cloud.data import no_sklearn
-
     no_sklearn.install()
-    from r1cloud.agents.episodes import with_environment
-    from r1cloud.rewards import pool as rewards
-    from r1cloud.rollout.engine import Sampling
-    from r1cloud.spec import load_resolved
-
     d = Path(folder)
     job = json.loads((d / "target.json").read_text())
     spec = load_resolved(d / "spec.yaml")
@@ -109,26 +108,19 @@ def main(folder: str) -> int:
     try:
         prompts, generate, decode = (_endpoint if job["url"] else _engine)(spec, job, sampling)
     except (ValueError, OSError) as e:  # the data, or a model that is not there: one line
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        return 2
+        return _fail(str(e))
     if job["url"] and spec.worker.rollout.multi_turn.enable:
-        print(
-            "error: the run's episodes call tools, which an endpoint target does not do here: evaluate "
-            "the checkpoint itself (r1cloud eval JOB), which plays whole episodes",
-            file=sys.stderr,
-            flush=True,
+        return _fail(
+            "the run's episodes call tools, which an endpoint target does not do here: evaluate "
+            "the checkpoint itself (r1cloud eval JOB), which plays whole episodes"
         )
-        return 2
     reward = rewards.from_config(spec.worker.reward)
     if job["url"] and reward.sends_prompt:
         reward.close()
-        print(
-            "error: the reward reads each prompt as the model saw it (chat template and all), which an "
-            "endpoint does not tell: evaluate the checkpoint itself",
-            file=sys.stderr,
-            flush=True,
+        return _fail(
+            "the reward reads each prompt as the model saw it (chat template and all), which an "
+            "endpoint does not tell: evaluate the checkpoint itself"
         )
-        return 2
     skip = spec.worker.reward.skip_special_tokens
     indices = list(range(len(prompts)))
     # the trainer's validation batches when the spec sets their size; without it the trainer takes
@@ -141,9 +133,8 @@ def main(folder: str) -> int:
         with open(d / "samples.jsonl", "a") as out:
             for start in range(0, len(indices), size):
                 tick = time.perf_counter()
-                batch = generate(
-                    indices[start : start + size]
-                )  # [(prompt, response, length, finished, episode)]
+                # [(prompt, response, length, finished, episode)]
+                batch = generate(indices[start : start + size])
                 timing["generate_s"] += time.perf_counter() - tick
                 tick = time.perf_counter()
                 # an episode's answer is its last turn; its record keeps every turn
@@ -161,7 +152,7 @@ def main(folder: str) -> int:
                     record |= {"question": p.content, "response": text, "ground_truth": p.ground_truth}
                     record |= {"scores": score, "length": length, "finished": finished}
                     if e:
-                        record["scores"] = with_environment(score, e["reward"])
+                        record["scores"] = episodes.with_environment(score, e["reward"])
                         record["episode"] = {**e["stats"], "transcript": decode.transcript(response)}
                     out.write(json.dumps(record, default=str) + "\n")
                 out.flush()
@@ -180,11 +171,9 @@ class _Decoder:
         self.tokenizer, self.skip = tokenizer, skip
 
     def __call__(self, response) -> str:
-        return (
-            response
-            if isinstance(response, str)
-            else self.tokenizer.decode(response, skip_special_tokens=self.skip)
-        )
+        if isinstance(response, str):
+            return response
+        return self.tokenizer.decode(response, skip_special_tokens=self.skip)
 
     def transcript(self, response: list[int]) -> str:
         """An episode's turns, with the chat template's headers that tell them apart."""
@@ -195,12 +184,7 @@ def _engine(spec, job: dict, sampling):
     """The prompt set, a generate over prompt indices, and the decoder, for an engine here."""
     import torch
 
-    from r1cloud.agents import episodes
-    from r1cloud.agents.episodes import Agent, last_turn
-    from r1cloud.agents.tools import tool_schemas
-    from r1cloud.core.dtypes import torch_dtype
     from r1cloud.data.loader import PromptSet, load_tokenizer
-    from r1cloud.rollout.engine import Request, eos_ids, refuse_unknown_sampling
 
     m, r = spec.worker.actor.model, spec.worker.rollout
     tokenizer, processor = load_tokenizer(m, spec.data)
@@ -213,11 +197,9 @@ def _engine(spec, job: dict, sampling):
         tools=tool_schemas(r.multi_turn),
         environment=bool(r.multi_turn.enable and r.multi_turn.environment),
     )
-    agent = (
-        Agent.of(r.multi_turn, spec.data, tokenizer, processor, spec.worker.reward.num_cpus)
-        if r.multi_turn.enable
-        else None
-    )
+    agent = None
+    if r.multi_turn.enable:
+        agent = episodes.Agent.of(r.multi_turn, spec.data, tokenizer, processor, spec.worker.reward.num_cpus)
     eos = eos_ids(m.model_path, tokenizer)
     if job["engine"] == "vllm":
         _one_process_world()
@@ -243,7 +225,7 @@ def _engine(spec, job: dict, sampling):
             ]
         out = []
         for s in episodes.run(engine, requests, sampling, agent):
-            answer = last_turn(torch.tensor(s.response), torch.tensor(s.mask), len(s.response))
+            answer = episodes.last_turn(torch.tensor(s.response), torch.tensor(s.mask), len(s.response))
             e = {"answer": answer, "reward": s.reward, "stats": s.stats}
             out.append((indices[s.prompt], s.response, len(s.response), s.finished, e))
         return out
@@ -280,8 +262,6 @@ def context_length(model_path: str, rollout, prompt_lengths: list[int], max_toke
     """vLLM's max_model_len for scoring: what these prompts and max_tokens need, else the
     blueprint's prompt + response lengths cut to the model's own context (config.json) — never the
     blueprint's alone, which may be longer than the model can take."""
-    from r1cloud.core.families import model_config, model_context
-
     need = max(prompt_lengths, default=1) + max_tokens
     planned = rollout.max_model_len or rollout.prompt_length + rollout.response_length
     config = model_config(model_path)
@@ -301,11 +281,10 @@ def _endpoint(spec, job: dict, sampling):
     """The rows, a generate that asks the endpoint (eight requests at a time), and the decoder."""
     from openai import OpenAI
 
-    from r1cloud.data.loader import Prompt, conversation, load_rows, prompts
-    from r1cloud.rollout.engine import request_seed
+    from r1cloud.data.loader import Prompt, load_rows
 
     d = spec.data
-    template = prompts.load(d.format_prompt) if d.format_prompt else None
+    template = templates.load(d.format_prompt) if d.format_prompt else None
     prompts = []
     for source in [d.val_files] if isinstance(d.val_files, str) else d.val_files:
         rows = load_rows(source)

@@ -4,6 +4,7 @@ layout: responses cut after the first EOS, with their sampling log-probs."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field, fields
 
 
@@ -79,6 +80,12 @@ def cut_at_eos(
     return tokens, logprobs, False
 
 
+def placeholder_ids(config) -> set[int]:
+    """A model's picture and video placeholder tokens: one sampled into a response would have
+    nothing behind it in training, so it ends the response (`cut_at_eos`'s `forbidden`)."""
+    return {t for t in (getattr(config, f"{k}_token_id", None) for k in ("image", "video")) if t is not None}
+
+
 def request_seed(base: int, prompt: int, sample: int) -> int:
     """Per-sample seeds: the same step draws the same tokens whatever the batch split."""
     return (base * 1_000_003 + prompt * 1_009 + sample) % (2**31 - 1)
@@ -89,11 +96,9 @@ def eos_ids(model_path: str, tokenizer) -> set[int]:
     from transformers import GenerationConfig
 
     eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    try:
+    with contextlib.suppress(OSError):
         gen = GenerationConfig.from_pretrained(model_path).eos_token_id
         eos |= set(gen if isinstance(gen, list) else [gen]) - {None}
-    except OSError:
-        pass
     return eos
 
 

@@ -15,33 +15,23 @@ import torch
 from r1cloud.media import vision
 from r1cloud.media.vision import auto_class, image_inputs
 from r1cloud.rollout import onednn
-from r1cloud.rollout.engine import HF_EXTRA, Request, Sample, Sampling, cut_at_eos
+from r1cloud.rollout.engine import HF_EXTRA, Request, Sample, Sampling, cut_at_eos, placeholder_ids
 
 
 class HFEngine:
     name = "hf"
+    micro_batch = 64  # text samples per generate call
 
-    def __init__(
-        self,
-        model_path: str,
-        eos_ids: set[int],
-        pad_id: int,
-        dtype: torch.dtype,
-        device: str,
-        micro_batch: int = 64,
-    ):
+    def __init__(self, model_path: str, eos_ids: set[int], pad_id: int, dtype: torch.dtype, device: str):
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(model_path)
         self.model = auto_class(config).from_pretrained(model_path, dtype=dtype).to(device).eval()
         vision.use_qwen2_rope(self.model)  # the positions the trainer and vLLM give videos
-        # a picture's or video's placeholder is never sampled (see cut_at_eos)
-        self.forbidden = {
-            t for t in (getattr(config, f"{k}_token_id", None) for k in ("image", "video")) if t is not None
-        }
+        self.forbidden = placeholder_ids(config)
         if dtype == torch.float32 and device == "cpu":
             onednn.use_in(self.model)  # fp32 linear layers at twice MKL's speed on AMD CPUs
-        self.eos, self.pad, self.device, self.micro_batch = eos_ids, pad_id, device, micro_batch
+        self.eos, self.pad, self.device = eos_ids, pad_id, device
 
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:

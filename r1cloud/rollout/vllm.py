@@ -23,7 +23,9 @@ import torch
 
 from r1cloud.core.dtypes import DTYPE_NAMES, torch_dtype
 from r1cloud.core.families import kv_bytes_per_token
-from r1cloud.rollout.engine import Request, Sample, Sampling, cut_at_eos, request_seed
+from r1cloud.media import compat as vision_compat
+from r1cloud.media.vision import is_vision_config
+from r1cloud.rollout.engine import Request, Sample, Sampling, cut_at_eos, placeholder_ids, request_seed
 
 
 class VLLMEngine:
@@ -38,9 +40,6 @@ class VLLMEngine:
         the most one generate call holds (on CPU the KV cache is sized to them; 0: unknown)."""
         from transformers import AutoConfig
 
-        from r1cloud.media import compat as vision_compat
-        from r1cloud.media.vision import is_vision_config
-
         config = AutoConfig.from_pretrained(model_path, trust_remote_code=cfg.trust_remote_code)
         mm = {}
         self.forbidden: set[int] = set()
@@ -52,10 +51,7 @@ class VLLMEngine:
             mm = {"limit_mm_per_prompt": {"video": videos, **({"image": cap} if cap else {})}}
             if videos:  # normalized by the processor: vLLM's Qwen3-VL video path does not tell it
                 mm["mm_device_do_normalize"] = False  # that the model would normalize on the device
-            # a picture's or video's token sampled into a response would have nothing behind it (cut_at_eos)
-            self.forbidden = {
-                t for t in (config.image_token_id, getattr(config, "video_token_id", None)) if t is not None
-            }
+            self.forbidden = placeholder_ids(config)
         from vllm import LLM
 
         self.cuda = torch.cuda.is_available()
@@ -222,8 +218,7 @@ def _refresh_tied_output_layer(worker) -> None:
     """After vLLM 0.32's in-place reload, a tied output layer (skipped by the loader: its weight is
     the embedding's) still computes logits with what it prepared from the first weights: on CPU, a
     packed copy for its matrix product. Each sync then sampled from the new body through the old
-    output layer (measured: log-probs off by 2.6 after a large update, 0.03 after a quickstart
-    step). It gets the embedding's values and prepares them again (on GPU that is a no-op).
+    output layer. It gets the embedding's values and prepares them again (on GPU that is a no-op).
     The embedding is the `embed_tokens` under the head's own prefix: `model.embed_tokens` for a
     text model, `model.text_model.embed_tokens` for Idefics3/SmolVLM."""
     modules = dict(worker.model_runner.get_model().named_modules())

@@ -4,15 +4,26 @@ server started for a checkpoint or model folder and stopped afterwards."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import http.client
+import json
 import os
+import re
 import secrets
 import subprocess
 import tempfile
+import urllib.error
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from r1cloud.agents import calls
+from r1cloud.agents.sandbox import Sandbox
+from r1cloud.agents.tools import check
+from r1cloud.core.rows import conversation
+from r1cloud.data import prompts
 from r1cloud.serving import serve as sv
 
 
@@ -30,10 +41,6 @@ class Endpoint:
 
 
 def remote(url: str, api_key: str | None) -> Endpoint:
-    import http.client
-    import urllib.error
-    import urllib.parse
-
     try:
         parts = urllib.parse.urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number
@@ -107,7 +114,6 @@ def open_endpoint(
 def lead_in(spec) -> list[dict]:
     """The messages a conversational run's prompts hold before the question (a system message,
     worked examples), from its first training row: in training the model always saw them first."""
-    from r1cloud.core.rows import conversation
     from r1cloud.data.loader import load_rows
 
     files = spec.data.train_files if isinstance(spec.data.train_files, str) else spec.data.train_files[0]
@@ -124,8 +130,6 @@ def render(template_file: str | None, text: str) -> str:
     """EasyR1's format prompt: a Jinja template over `content`."""
     if not template_file:
         return text
-    from r1cloud.data import prompts
-
     return prompts.load(template_file).render(content=text)
 
 
@@ -135,8 +139,6 @@ def content(text: str, images: list[str], videos: list[str] = ()) -> str | list[
     all first, pictures then videos."""
     if not images and not videos:
         return text
-    import re
-
     from r1cloud.media.video import PLACEHOLDER as VIDEO
     from r1cloud.media.vision import PLACEHOLDER, data_url
 
@@ -156,16 +158,12 @@ def content(text: str, images: list[str], videos: list[str] = ()) -> str | list[
 
 def ask(endpoint: Endpoint, messages: list[dict], max_tokens: int, temperature: float, on_piece=None) -> str:
     """One chat completion; with `on_piece`, streamed piece by piece as it arrives."""
-    client = endpoint.client()
+    create = endpoint.client().chat.completions.create
+    asked = dict(model=endpoint.model, messages=messages, max_tokens=max_tokens, temperature=temperature)
     if on_piece is None:
-        reply = client.chat.completions.create(
-            model=endpoint.model, messages=messages, max_tokens=max_tokens, temperature=temperature
-        )
-        return reply.choices[0].message.content or ""
+        return create(**asked).choices[0].message.content or ""
     text = ""
-    for chunk in client.chat.completions.create(
-        model=endpoint.model, messages=messages, max_tokens=max_tokens, temperature=temperature, stream=True
-    ):
+    for chunk in create(**asked, stream=True):
         piece = chunk.choices[0].delta.content if chunk.choices else None
         if piece:
             text += piece
@@ -191,9 +189,6 @@ class Toolbox:
         mt = spec.worker.rollout.multi_turn
         if not mt.enable:
             return None
-        from r1cloud.agents.sandbox import Sandbox
-        from r1cloud.agents.tools import check
-
         try:
             info = check(mt.environment, mt.tools, mt.tool_names)
         except (ValueError, OSError) as e:
@@ -230,10 +225,6 @@ def ask_with_tools(endpoint: Endpoint, messages: list[dict], box: Toolbox, conve
     """Turns until the model answers without a call (or `max_turns`): each reply's calls (the
     server's `tool_calls`, or read from the text when the server has no tool parser) run in the
     sandbox and come back as tool messages. `show(kind, text)` sees each turn and each call."""
-    import json
-
-    from r1cloud.agents import calls
-
     client, text = endpoint.client(), ""
     for turn in range(box.max_turns):
         reply = client.chat.completions.create(
@@ -271,7 +262,6 @@ def _parts(observation):
     PNG bytes from the sandbox) OpenAI's parts with each picture as a data URL."""
     if isinstance(observation, str):
         return observation
-    import base64
 
     def part(block: dict) -> dict:
         if block["type"] == "text":

@@ -65,17 +65,16 @@ class Engine:
             )
             return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "input_ids") else ids), {}
         messages, images, videos = vision.split_chat(messages)
-        clips = [
-            video.Clip(*video.read_frames(v, VIDEO_FPS)) for v in videos
-        ]  # sized by the processor, as vLLM
+        # sized by the processor, as vLLM
+        clips = [video.Clip(*video.read_frames(v, VIDEO_FPS)) for v in videos]
         enc = self.processor.encode(self.processor.apply_template(messages), images, clips)
         return enc.ids, image_inputs(self.model, torch.tensor([enc.ids]), enc.image_inputs)
 
     def stream(
         self, prompt_ids: list[int], body: dict, stats: dict, extra: dict | None = None
     ) -> Iterator[str]:
-        """Text pieces of one completion; the last item is the finish reason ('stop' or 'length').
-        `stats["completion_tokens"]` is set once generation ends."""
+        """Text pieces of one completion. Once generation ends, `stats` holds "completion_tokens" and
+        "finish" (the finish reason: 'stop' or 'length')."""
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         temperature = float(body.get("temperature", 1.0))
         stops = body.get("stop") or []
@@ -112,13 +111,14 @@ class Engine:
                 for _ in streamer:  # let generation finish; the rest is discarded
                     pass
                 thread.join()
-                yield "stop"
+                stats["finish"] = "stop"
                 return
             text += piece
             yield piece
         thread.join()
         ids = result.get("ids", torch.tensor([]))
-        yield "length" if len(ids) >= max_tokens and int(ids[-1]) != self.tokenizer.eos_token_id else "stop"
+        length = len(ids) >= max_tokens and int(ids[-1]) != self.tokenizer.eos_token_id
+        stats["finish"] = "length" if length else "stop"
 
 
 def _stop_at(text: str, stops: list[str]) -> str | None:
@@ -160,7 +160,8 @@ def build_app(engine: Engine, name: str, api_key: str | None) -> FastAPI:
                 f"{len(prompt_ids)} and max_tokens asks for {max_tokens}.",
             )
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        created, kind = int(time.time()), "chat.completion" if chat else "text_completion"
+        kind = "chat.completion" if chat else "text_completion"
+        head = {"id": rid, "object": kind, "created": int(time.time()), "model": name}
 
         def choice(text: str, finish: str | None, delta: bool) -> dict:
             if not chat:
@@ -173,33 +174,22 @@ def build_app(engine: Engine, name: str, api_key: str | None) -> FastAPI:
         if body.get("stream"):
 
             def events() -> Iterator[str]:
-                kind_chunk = "chat.completion.chunk" if chat else "text_completion"
-                head = {"id": rid, "object": kind_chunk, "created": created, "model": name}
-                items = list_ahead(pieces)
-                for piece, last in items:
-                    if last:
-                        yield f"data: {json.dumps({**head, 'choices': [choice('', piece, True)]})}\n\n"
-                    elif piece:
-                        yield f"data: {json.dumps({**head, 'choices': [choice(piece, None, True)]})}\n\n"
+                chunk = {**head, "object": f"{kind}.chunk"} if chat else head
+                for piece in pieces:
+                    if piece:
+                        yield f"data: {json.dumps({**chunk, 'choices': [choice(piece, None, True)]})}\n\n"
+                yield f"data: {json.dumps({**chunk, 'choices': [choice('', stats['finish'], True)]})}\n\n"
                 yield "data: [DONE]\n\n"
 
             return StreamingResponse(events(), media_type="text/event-stream")
-        parts = list(pieces)
-        text, finish = "".join(parts[:-1]), parts[-1]
+        text = "".join(pieces)
         completion = stats.get("completion_tokens", 0)
         usage = {
             "prompt_tokens": len(prompt_ids),
             "completion_tokens": completion,
             "total_tokens": len(prompt_ids) + completion,
         }
-        return {
-            "id": rid,
-            "object": kind,
-            "created": created,
-            "model": name,
-            "choices": [choice(text, finish, False)],
-            "usage": usage,
-        }
+        return {**head, "choices": [choice(text, stats["finish"], False)], "usage": usage}
 
     # Plain `def` handlers: FastAPI runs them in its thread pool, so generating never blocks the loop.
     @app.post("/v1/completions")
@@ -224,17 +214,6 @@ def build_app(engine: Engine, name: str, api_key: str | None) -> FastAPI:
         return run(body, ids, chat=True, extra=extra)
 
     return app
-
-
-def list_ahead(items: Iterator[str]) -> Iterator[tuple[str, bool]]:
-    """Each item with whether it is the last one."""
-    previous = None
-    for item in items:
-        if previous is not None:
-            yield previous, False
-        previous = item
-    if previous is not None:
-        yield previous, True
 
 
 def main(argv: list[str] | None = None) -> None:

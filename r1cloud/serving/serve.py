@@ -9,6 +9,7 @@ environment (VLLM_API_KEY for vLLM, R1CLOUD_API_KEY for the fallback).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib.util
 import json
@@ -25,7 +26,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from r1cloud.core.families import VIDEO_FAMILIES, kv_bytes_per_token, text_config
+from r1cloud.agents.tools import tool_schemas
+from r1cloud.checkpoint.store import NotFound, base_model, job_checkpoint_root, locate, parse_ref, select
+from r1cloud.core.families import VIDEO_FAMILIES, kv_bytes_per_token, model_config, text_config
+from r1cloud.core.jobstore import JobStore
+from r1cloud.core.records import load_object
+from r1cloud.rollout.engine import vllm_max_rank
+from r1cloud.spec import load_resolved
+from r1cloud.spec.load import is_dir
 
 # org/name, 96 characters each at most
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
@@ -51,10 +59,6 @@ def is_hf_folder(path: Path) -> bool:
 def _lookup(target: str):
     """`target` -> a Model (a model folder or a Hub id, used as it is) or the checkpoint it names
     with the model's default name: (Checkpoint, name)."""
-    from r1cloud.checkpoint.store import NotFound, job_checkpoint_root, locate, parse_ref, select
-    from r1cloud.core.jobstore import JobStore
-    from r1cloud.spec.load import is_dir
-
     ref, step = parse_ref(target)
     path = Path(ref)
     if step is None and is_dir(path) and is_hf_folder(path):
@@ -119,9 +123,6 @@ def resolve(target: str, merge_fn: Callable, cache: Path) -> Model:
 def resolve_adapter(target: str, adapter_fn: Callable) -> Model:
     """`target`, a LoRA run's checkpoint on this machine -> its base model with the adapter on
     top. `adapter_fn(checkpoint)` writes the checkpoint's adapter/ folder when it is missing."""
-    from r1cloud.checkpoint.store import NotFound, base_model
-    from r1cloud.core.records import load_object
-
     found = _lookup(target)
     chosen, name = found if not isinstance(found, Model) else (None, None)
     if chosen is None or not chosen.lora_rank:
@@ -192,14 +193,9 @@ def pick_engine(requested: str) -> str:
 
 def job_spec(target: str):
     """The resolved spec of the job `target` names (JOB or JOB:step-N), or None for anything else."""
-    from r1cloud.checkpoint.store import parse_ref
-    from r1cloud.core.jobstore import JobStore
-
     store, name = JobStore(), parse_ref(target)[0]
     if "://" in target or not store.has(name) or not (spec_file := store.path(name) / "spec.yaml").is_file():
         return None
-    from r1cloud.spec import load_resolved
-
     return load_resolved(spec_file)
 
 
@@ -216,14 +212,9 @@ def tool_format(requested: str, target: str) -> str | None:
     spec = job_spec(target)
     if spec is None or not spec.worker.rollout.multi_turn.enable:
         return None
-    from r1cloud.agents.tools import tool_schemas
-
+    mt = spec.worker.rollout.multi_turn
     try:
-        return (
-            spec.worker.rollout.multi_turn.tool_call_format
-            if tool_schemas(spec.worker.rollout.multi_turn)
-            else None
-        )
+        return mt.tool_call_format if tool_schemas(mt) else None
     except (ValueError, OSError) as e:  # its tools file moved or broke since the run
         raise ServeError(f"error: the job's tools cannot be read: {e}", ["pass --tool-call-format"]) from None
 
@@ -244,8 +235,6 @@ def command(
 ) -> list[str]:
     limit = ["--max-model-len", str(max_model_len)] if max_model_len else []
     if model.adapter:  # the base under NAME-base, the adapter under NAME (vLLM only: the CLI checks)
-        from r1cloud.rollout.engine import vllm_max_rank
-
         rank = str(vllm_max_rank(model.adapter_rank))
         limit += ["--enable-lora", "--lora-modules", f"{name}={model.adapter}", "--max-lora-rank", rank]
         name = f"{name}-base"
@@ -332,9 +321,8 @@ def kv_cache_env(model_path: str, max_model_len: int | None, extra: list[str]) -
         for a in extra
     ):
         return {}
-    try:
-        config = json.loads((Path(model_path) / "config.json").read_text())
-    except (OSError, ValueError):
+    config = model_config(model_path)
+    if config is None:
         return {"VLLM_CPU_KVCACHE_SPACE": "4"}  # a Hub id, read by vLLM itself: a generous default
     text = text_config(config)
     dtype_bytes = 4 if str(text.get("torch_dtype") or config.get("torch_dtype")) == "float32" else 2
@@ -412,11 +400,9 @@ def wait_ready(
     """True once `/v1/models` answers; False if the server process ends first or `timeout` passes."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        try:
+        with contextlib.suppress(urllib.error.URLError, OSError, ValueError):
             models(url, api_key, timeout=2.0)
             return True
-        except (urllib.error.URLError, OSError, ValueError):
-            pass
         if not running():
             return False
         tick()

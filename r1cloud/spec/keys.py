@@ -10,7 +10,13 @@ REFUSED key to check its line."""
 
 from __future__ import annotations
 
+import json
+import types
 from fnmatch import fnmatchcase
+from typing import Annotated, Literal, Union, get_args, get_origin
+
+from r1cloud.spec.load import all_keys, field_at, get_path
+from r1cloud.spec.models import Spec
 
 HONOURED, INERT, REFUSED = "honoured", "inert", "refused"
 
@@ -132,8 +138,6 @@ def classify(path: str) -> tuple[str, str] | None:
 
 def leaves() -> list[tuple[str, ...]]:
     """Every leaf key of the schema: the keys load.all_keys walks, less the sections."""
-    from r1cloud.spec.load import all_keys
-
     keys = all_keys()
     sections = {k[:-1] for k in keys}
     return [k for k in keys if k not in sections]
@@ -141,19 +145,11 @@ def leaves() -> list[tuple[str, ...]]:
 
 def refused(spec) -> list[tuple[str, str]]:
     """(path, text) for each REFUSED key whose value differs from its default."""
-    from r1cloud.spec.models import Spec
-
-    default = Spec(name="defaults").model_dump()
-    current = spec.model_dump()
+    default, current = Spec(name="defaults").model_dump(), spec.model_dump()
     found = []
     for key in leaves():
         kind, text = classify(".".join(key)) or (HONOURED, "")
-        if kind != REFUSED:
-            continue
-        value, base = current, default
-        for part in key:
-            value, base = value[part], base[part]
-        if value != base:
+        if kind == REFUSED and get_path(current, key) != get_path(default, key):
             found.append((".".join(key), text))
     return found
 
@@ -161,9 +157,6 @@ def refused(spec) -> list[tuple[str, str]]:
 # --------------------------------------------------------------------------- the key reference
 def _type(annotation) -> str:
     """A field's type as a reader says it: `str or null`, `one of grpo, gae, …`."""
-    import types
-    from typing import Annotated, Literal, Union, get_args, get_origin
-
     origin, args = get_origin(annotation), get_args(annotation)
     if origin is Literal:
         return "one of " + ", ".join(map(str, args))
@@ -180,11 +173,6 @@ def reference() -> str:
     """docs/reference/keys.md: every key with its type, default, meaning (the schema's field
     descriptions) and what r1cloud does with it (KEYS). `scripts/reference` writes it and
     tests/test_docs.py checks it is current."""
-    import json
-
-    from r1cloud.spec.load import all_keys, field_at
-    from r1cloud.spec.models import Spec
-
     default = Spec(name="defaults").model_dump(mode="json")
     out = [
         "# Key reference",
@@ -203,11 +191,9 @@ def reference() -> str:
             out += ["| key | type | default | meaning | r1cloud |", "|---|---|---|---|---|"]
         if not leaf:
             continue
-        value = default
-        for part in key:
-            value = value[part]
         kind, text = classify(path) or (HONOURED, "")
-        shown = "required" if key == ("name",) else f"`{json.dumps(value, ensure_ascii=False)}`"
+        value = json.dumps(get_path(default, key), ensure_ascii=False)
+        shown = "required" if key == ("name",) else f"`{value}`"
         cells = [f"`{path}`", _type(f.annotation), shown, f.description or "", f"**{kind}**: {text}"]
         out.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
     return "\n".join(out) + "\n"

@@ -16,7 +16,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import Any, get_args
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -125,17 +125,8 @@ def read_yaml(path: Path) -> tuple[dict, Origins, list[Problem]]:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        return (
-            {},
-            {},
-            [
-                Problem(
-                    "",
-                    f"a blueprint is a mapping of keys (data:, worker:, …), not a {type(data).__name__}",
-                    shown,
-                )
-            ],
-        )
+        message = f"a blueprint is a mapping of keys (data:, worker:, …), not a {type(data).__name__}"
+        return {}, {}, [Problem("", message, shown)]
     _drop_non_string_keys(data, (), origins, problems, set())
     return data, origins, problems
 
@@ -242,11 +233,8 @@ def del_path(tree: dict, key: Key) -> None:
 def deep_merge(base: dict, over: dict) -> dict:
     out = copy.deepcopy(base)
     for k, v in over.items():
-        out[k] = (
-            deep_merge(out[k], v)
-            if isinstance(v, dict) and isinstance(out.get(k), dict)
-            else copy.deepcopy(v)
-        )
+        both = isinstance(v, dict) and isinstance(out.get(k), dict)
+        out[k] = deep_merge(out[k], v) if both else copy.deepcopy(v)
     return out
 
 
@@ -261,24 +249,14 @@ def apply_legacy(raw: dict, origins: Origins) -> list[Problem]:
             value = optim.pop("warmup_style")
             optim.setdefault("lr_scheduler_type", value)
             origins.setdefault(new, origins.get(old, CLI))
-            warnings.append(
-                Problem(
-                    ".".join(old),
-                    f"is deprecated (EasyR1 v0.3.2); write {'.'.join(new)} instead",
-                    origins.get(old),
-                    warning=True,
-                )
-            )
-    if get_path(raw, ("worker", "reward", "reward_type")) is not None:
-        key = ("worker", "reward", "reward_type")
-        warnings.append(
-            Problem(
-                ".".join(key),
-                "is deprecated (EasyR1 v0.3.2); set REWARD_TYPE in the reward module instead (still honoured)",
-                origins.get(key),
-                warning=True,
-            )
+            message = f"is deprecated (EasyR1 v0.3.2); write {'.'.join(new)} instead"
+            warnings.append(Problem(".".join(old), message, origins.get(old), warning=True))
+    key = ("worker", "reward", "reward_type")
+    if get_path(raw, key) is not None:
+        message = (
+            "is deprecated (EasyR1 v0.3.2); set REWARD_TYPE in the reward module instead (still honoured)"
         )
+        warnings.append(Problem(".".join(key), message, origins.get(key), warning=True))
     return warnings
 
 
@@ -311,33 +289,26 @@ def sync_resources(raw: dict, origins: Origins) -> list[Problem]:
             tr[tkey[1]] = rvalue
             origins.setdefault(tkey, origins.get(rkey, CLI))
         elif tvalue != rvalue:
-            problems.append(
-                Problem(
-                    ".".join(rkey),
-                    f"means {rvalue} per {'node' if rkey[1] == 'accelerators' else 'job'}, but {'.'.join(tkey)} is "
-                    f"{tvalue} ({origins.get(tkey, 'default')}): set one of them, or make them equal",
-                    origins.get(rkey),
-                    related=(".".join(tkey),),
-                )
+            message = (
+                f"means {rvalue} per {'node' if rkey[1] == 'accelerators' else 'job'}, but {'.'.join(tkey)} is "
+                f"{tvalue} ({origins.get(tkey, 'default')}): set one of them, or make them equal"
             )
+            problems.append(Problem(".".join(rkey), message, origins.get(rkey), related=(".".join(tkey),)))
     return problems
 
 
 # --------------------------------------------------------------------------- schema errors
 def _model_at(loc: Key) -> type[BaseModel] | None:
-    model: Any = Spec
+    model = Spec
     for part in loc:
-        f = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
-        if f is None:
+        if model is None or part not in model.model_fields:
             return None
-        model = _nested_model(f.annotation)
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+        model = _nested_model(model.model_fields[part].annotation)
+    return model
 
 
 def _nested_model(annotation: Any) -> Any:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation) if get_origin(annotation) is not None else ():
+    for arg in (annotation, *get_args(annotation)):
         if isinstance(arg, type) and issubclass(arg, BaseModel):
             return arg
     return None
@@ -387,7 +358,7 @@ def origin_of(origins: Origins, loc: Key) -> str | None:
 
 def schema_problem(err: dict, origins: Origins) -> tuple[Key, Problem]:
     loc = tuple(str(p) for p in err["loc"])
-    key_loc = tuple(p for p in loc if not p.isdigit()) if loc else loc
+    key_loc = tuple(p for p in loc if not p.isdigit())
     path = ".".join(p if re.fullmatch(r"[\w.-]+", p) else repr(p) for p in loc)
     where = origin_of(origins, loc)
     kind, value = err["type"], err.get("input")
@@ -409,9 +380,7 @@ def schema_problem(err: dict, origins: Origins) -> tuple[Key, Problem]:
         )
     elif kind == "missing":
         msg = "is required"
-    elif (
-        kind.startswith(("greater_than", "less_than")) or kind.endswith("_type") or kind.endswith("_parsing")
-    ):
+    elif kind.startswith(("greater_than", "less_than")) or kind.endswith(("_type", "_parsing")):
         msg = f"{_show(value)} is not valid: {msg[0].lower()}{msg[1:]}"
     return key_loc, Problem(path, msg, where)
 

@@ -24,8 +24,8 @@ ROLLOUT_IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequen
 LOGGERS = ("console", "file", "mlflow", "swanlab", "tensorboard", "wandb")
 # SamplingParams fields EasyR1 lets `val_override_config` (and the ReMax baseline) override.
 SAMPLING_KEYS = ("n", "temperature", "top_p", "top_k", "seed", "ignore_eos", "max_tokens")
-# vLLM SamplingParams fields beyond those, passed through to validation's sampling (rollout.EXTRA
-# says which the hf engine has too); the numbers each may take.
+# vLLM SamplingParams fields beyond those, passed through to validation's sampling
+# (rollout/engine.HF_EXTRA says which the hf engine has too); the numbers each may take.
 EXTRA_SAMPLING = {
     "min_p": (0.0, 1.0),
     "repetition_penalty": (0.0, None),
@@ -94,10 +94,9 @@ class Model(BaseModel):
     def _no_bool_for_a_number(cls, v, info):
         """YAML's true/false is not a number (pydantic would read true as 1)."""
         if isinstance(v, bool) and info.field_name in cls.model_fields:
-            kinds = set(get_args(cls.model_fields[info.field_name].annotation)) or {
-                cls.model_fields[info.field_name].annotation
-            }
-            if kinds - {type(None)} and kinds - {type(None)} <= {int, float}:
+            annotation = cls.model_fields[info.field_name].annotation
+            kinds = (set(get_args(annotation)) or {annotation}) - {type(None)}
+            if kinds and kinds <= {int, float}:
                 raise ValueError(f"{str(v).lower()} is not a number")
         return v
 
@@ -601,10 +600,7 @@ class Resources(Model):
     @field_validator("accelerators")
     @classmethod
     def _accels(cls, v: Any) -> Any:
-        if v is None:
-            return v
-        options = accelerator_options(v)
-        counts = {c for _, c in options}
+        counts = {c for _, c in accelerator_options(v)} if v is not None else set()
         if len(counts) > 1:
             raise ValueError(
                 f"alternatives must use the same count (got {sorted(counts)}): the trainer needs one "
@@ -616,9 +612,9 @@ class Resources(Model):
 def accelerator_options(value: str | list[str] | dict[str, int]) -> list[tuple[str, int]]:
     if isinstance(value, str):
         return [parse_accelerator(value)]
+    if not value:
+        raise ValueError(f"the {type(value).__name__} of accelerators is empty")
     if isinstance(value, list):
-        if not value:
-            raise ValueError("the list of accelerators is empty")
         return [parse_accelerator(a) for a in value]
     out = []
     for name, count in value.items():
@@ -628,8 +624,6 @@ def accelerator_options(value: str | list[str] | dict[str, int]) -> list[tuple[s
                 f"{name}: {str(count)[:20]} is not a count of devices (a whole number from 1 to 4096)"
             )
         out.append((parsed, count))
-    if not out:
-        raise ValueError("the dict of accelerators is empty")
     return out
 
 
@@ -695,8 +689,7 @@ class Spec(Model):
     def _secrets(cls, v: Any) -> Any:
         # SkyPilot writes secrets as {NAME: null}; a value here would be stored in plain text.
         if isinstance(v, dict):
-            written = [k for k, val in v.items() if val is not None]
-            if written:
+            if written := [k for k, val in v.items() if val is not None]:
                 raise ValueError(
                     f"secret values must not be written in a blueprint ({', '.join(map(shown, written))}): "
                     "list the names only and pass values with --secret NAME or the environment"
@@ -705,8 +698,7 @@ class Spec(Model):
         if isinstance(v, str):
             v = [v]
         if isinstance(v, list):
-            bad = [s for s in v if not isinstance(s, str) or not ENV_NAME_RE.match(s)]
-            if bad:
+            if bad := [s for s in v if not isinstance(s, str) or not ENV_NAME_RE.match(s)]:
                 raise ValueError(f"{bad[0]!r} is not an environment variable name")
             return list(dict.fromkeys(v))
         return v
@@ -723,21 +715,16 @@ class Spec(Model):
         w.rollout.prompt_length = d.max_prompt_length
         w.rollout.response_length = d.max_response_length
         w.rollout.trust_remote_code = w.actor.model.trust_remote_code
-        w.actor.disable_kl = a.disable_kl
-        w.actor.use_kl_loss = a.use_kl_loss
-        w.actor.kl_penalty = a.kl_penalty
-        w.actor.kl_coef = a.kl_coef
+        for key in ("disable_kl", "use_kl_loss", "kl_penalty", "kl_coef"):
+            setattr(w.actor, key, getattr(a, key))
+        for key in ("padding_free", "dynamic_batching", "ulysses_size", "use_torch_compile"):
+            setattr(w.ref, key, getattr(w.actor, key))
         w.ref.micro_batch_size_per_device_for_experience = w.actor.micro_batch_size_per_device_for_experience
-        w.ref.padding_free = w.actor.padding_free
-        w.ref.dynamic_batching = w.actor.dynamic_batching
-        w.ref.ulysses_size = w.actor.ulysses_size
-        w.ref.use_torch_compile = w.actor.use_torch_compile
         for model in (w.actor.model, w.critic.model):
             if model.tokenizer_path is None:
                 model.tokenizer_path = model.model_path
-        world = self.trainer.nnodes * self.trainer.n_gpus_per_node
         for role in (w.actor, w.critic):
-            per_device = role.global_batch_size * w.rollout.n // max(world // role.ulysses_size, 1)
+            per_device = role.global_batch_size * w.rollout.n // max(self.world_size // role.ulysses_size, 1)
             role.global_batch_size_per_device = per_device
         if w.reward.reward_function and not _is_url(w.reward.reward_function):
             path, sep, fn = w.reward.reward_function.rpartition(":")

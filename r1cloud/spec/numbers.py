@@ -30,14 +30,10 @@ def long_number(node, path: tuple = ()) -> tuple[str | None, int]:
         digits = node.value.lstrip("+-").replace("_", "")
         if node.tag.endswith(":int") and len(digits) > MAX_DIGITS:
             return ".".join(path) or "(the document)", node.start_mark.line + 1
-    elif isinstance(node, yaml.MappingNode):
-        for k, v in node.value:
+    elif isinstance(node, yaml.MappingNode | yaml.SequenceNode):
+        pairs = node.value if isinstance(node, yaml.MappingNode) else enumerate(node.value)
+        for k, v in pairs:  # a mapping's key node, or a list's index
             found = long_number(v, (*path, str(getattr(k, "value", k))))
-            if found[0] is not None:
-                return found
-    elif isinstance(node, yaml.SequenceNode):
-        for i, v in enumerate(node.value):
-            found = long_number(v, (*path, str(i)))
             if found[0] is not None:
                 return found
     return None, 0
@@ -68,12 +64,6 @@ def huge_numbers(
         items = tree.items() if isinstance(tree, dict) else enumerate(tree)
         return [p for k, v in items for p in huge_numbers(v, where, (*path, str(k)), seen)]
     if isinstance(tree, int) and not isinstance(tree, bool) and abs(tree) > INT_LIMIT:
-        at = ".".join(path)
-        return [
-            Problem(
-                at,
-                f"{str(tree)[:12]}… ({len(str(abs(tree)))} digits) is too large: at most 2^63 - 1",
-                where(path),
-            )
-        ]
+        message = f"{str(tree)[:12]}… ({len(str(abs(tree)))} digits) is too large: at most 2^63 - 1"
+        return [Problem(".".join(path), message, where(path))]
     return []

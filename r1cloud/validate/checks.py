@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import netrc
 import os
 from collections.abc import Callable
 
+from r1cloud.core.records import finite
+from r1cloud.spec.keys import refused
 from r1cloud.spec.load import CLI, Origins, origin_of
 from r1cloud.spec.models import EXTRA_SAMPLING, SAMPLING_KEYS, Spec
 from r1cloud.spec.problems import Problem
@@ -42,10 +45,8 @@ def _nearest_divisor(n: int, target: int, window: int = 4096) -> int:
     """The divisor of n nearest to target (the larger on a tie), looked for within `window` of it:
     bounded work whatever the numbers (1 and n always divide, so there is always an answer)."""
     best = 1 if abs(1 - target) <= abs(n - target) else n
-    for d in range(max(1, target - window), min(n, target + window) + 1):
-        if n % d == 0 and (abs(d - target), -d) < (abs(best - target), -best):
-            best = d
-    return best
+    near = range(max(1, target - window), min(n, target + window) + 1)
+    return min([best, *(d for d in near if n % d == 0)], key=lambda d: (abs(d - target), -d))
 
 
 Report = Callable[..., None]
@@ -90,11 +91,9 @@ def check_required(spec: Spec, problem: Report) -> None:
 
 
 def check_batches(spec: Spec, problem: Report) -> None:
-    d, w = spec.data, spec.worker
-    n = w.rollout.n
-    roles = [(role, getattr(w, role)) for role in spec.roles]
-    for role_name, role in roles:
-        key = f"worker.{role_name}"
+    d, n, world = spec.data, spec.worker.rollout.n, spec.world_size
+    for name in spec.roles:
+        key, role = f"worker.{name}", getattr(spec.worker, name)
         gbs = role.global_batch_size
         if d.rollout_batch_size % gbs and problem.origin("data.rollout_batch_size") == CLI != problem.origin(
             f"{key}.global_batch_size"
@@ -123,7 +122,6 @@ def check_batches(spec: Spec, problem: Report) -> None:
                 "data.rollout_batch_size",
                 "worker.rollout.n",
             )
-        world = spec.world_size
         if world % role.ulysses_size:
             problem(
                 f"{key}.ulysses_size",
@@ -250,21 +248,18 @@ def check_rollout(spec: Spec, problem: Report) -> None:
     known = (*SAMPLING_KEYS, *EXTRA_SAMPLING)
     rules = _sampling_rules(d.max_response_length)
     for key, value in r.val_override_config.items():
+        at = f"worker.rollout.val_override_config.{key}"
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; use {', '.join(known)}"
-            problem(f"worker.rollout.val_override_config.{key}", f"is not a sampling setting{hint}")
+            problem(at, f"is not a sampling setting{hint}")
         elif not rules[key][0](value):
             shown = repr(value) if len(repr(value)) <= 60 else f"{repr(value)[:59]}…"
-            problem(
-                f"worker.rollout.val_override_config.{key}", f"{shown} is not valid: must be {rules[key][1]}"
-            )
+            problem(at, f"{shown} is not valid: must be {rules[key][1]}")
 
 
 def _sampling_rules(max_response_length: int) -> dict:
     """Each sampling setting's test and what it must be (as vLLM's SamplingParams takes it)."""
-
-    from r1cloud.core.records import finite
 
     def number(lo=None, hi=None, above=None):
         return lambda v: (
@@ -286,13 +281,11 @@ def _sampling_rules(max_response_length: int) -> dict:
         "repetition_penalty": (number(above=0), "a number above 0 (1 is none)"),
         "min_tokens": (whole(0, max_response_length), f"a whole number from 0 to data.max_response_length ({max_response_length})"),
     }  # fmt: skip
-    for key, (lo, hi) in EXTRA_SAMPLING.items():
-        if key not in rules:
-            rules[key] = (
-                number(lo, hi),
-                f"a number from {lo:g} to {hi:g}" if hi is not None else f"a number ≥ {lo:g}",
-            )
-    return rules
+    extra = {
+        key: (number(lo, hi), f"a number from {lo:g} to {hi:g}" if hi is not None else f"a number ≥ {lo:g}")
+        for key, (lo, hi) in EXTRA_SAMPLING.items()
+    }
+    return extra | rules
 
 
 def check_secrets_and_envs(spec: Spec, problem: Report) -> None:
@@ -364,8 +357,6 @@ def check_trackers(spec: Spec, problem: Report) -> None:
 
 def _logged_in(name: str, local: bool) -> bool:
     """`wandb login` keeps the key in ~/.netrc, which a local job reads."""
-    import netrc
-
     if name != "wandb" or not local:
         return False
     try:
@@ -376,8 +367,6 @@ def _logged_in(name: str, local: bool) -> bool:
 
 def check_keys(spec: Spec, problem: Report) -> None:
     """Keys the trainer does not support (spec/keys.py): one line each when set."""
-    from r1cloud.spec.keys import refused
-
     for path, text in refused(spec):
         problem(path, text)
 

@@ -9,9 +9,12 @@ Rows are read as the trainer's data loader (🤗 datasets) reads those formats; 
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 
 from r1cloud.core.rows import conversation, image_source, placeholder_mismatch
@@ -51,15 +54,9 @@ def rows(path: Path, limit: int = ROWS) -> Iterator[tuple[str, dict]]:
     """(where, row) for the first `limit` rows of a file; `where` names the row ('row 3', 'line 4');
     DataError for a file or row the loader cannot read."""
     kind = path.suffix.lower()
+    read = {".parquet": _parquet, ".arrow": _arrow, ".csv": _text, ".txt": _text}.get(kind, _json)
     try:
-        if kind == ".parquet":
-            yield from _parquet(path, limit)
-        elif kind == ".arrow":
-            yield from _arrow(path, limit)
-        elif kind in (".csv", ".txt"):
-            yield from _text(path, limit, kind)
-        else:
-            yield from _json(path, limit)
+        yield from read(path, limit)
     except DataError:
         raise
     except UnicodeDecodeError as e:
@@ -80,17 +77,12 @@ def _json(path: Path, limit: int) -> Iterator[tuple[str, dict]]:
             for i, row in enumerate(data[:limit]):
                 yield f"row {i}", _row(row, f"row {i}", path)
             return
-        seen = 0
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            if seen >= limit:
-                return
+        lines = ((number, line) for number, line in enumerate(f, 1) if line.strip())
+        for seen, (number, line) in enumerate(islice(lines, limit)):
             yield (
                 f"row {seen} (line {number})",
                 _row(_loads(line, f"{path.name}: line {number}"), f"line {number}", path),
             )
-            seen += 1
 
 
 def _loads(text: str, where: str):
@@ -113,14 +105,10 @@ def _row(row, where: str, path: Path) -> dict:
 def _parquet(path: Path, limit: int) -> Iterator[tuple[str, dict]]:
     import pyarrow.parquet as pq
 
-    f = pq.ParquetFile(path)
-    seen = 0
-    for batch in f.iter_batches(batch_size=min(limit, 256)):
-        for row in batch.to_pylist():
-            if seen >= limit:
-                return
-            yield f"row {seen}", row
-            seen += 1
+    batches = pq.ParquetFile(path).iter_batches(batch_size=min(limit, 256))
+    found = (row for batch in batches for row in batch.to_pylist())
+    for i, row in enumerate(islice(found, limit)):
+        yield f"row {i}", row
 
 
 def _arrow(path: Path, limit: int) -> Iterator[tuple[str, dict]]:
@@ -136,19 +124,13 @@ def _arrow(path: Path, limit: int) -> Iterator[tuple[str, dict]]:
         yield f"row {i}", row
 
 
-def _text(path: Path, limit: int, kind: str) -> Iterator[tuple[str, dict]]:
-    import csv
-
+def _text(path: Path, limit: int) -> Iterator[tuple[str, dict]]:
     with open(path, encoding="utf-8", newline="") as f:
-        if kind == ".txt":  # datasets' text builder: one row per line, in a column named text
-            for i, line in enumerate(f):
-                if i >= limit:
-                    return
+        if path.suffix.lower() == ".txt":  # datasets' text builder: one row per line, in a column named text
+            for i, line in enumerate(islice(f, limit)):
                 yield f"row {i}", {"text": line.rstrip("\n")}
             return
-        for i, row in enumerate(csv.DictReader(f)):
-            if i >= limit:
-                return
+        for i, row in enumerate(islice(csv.DictReader(f), limit)):
             yield f"row {i} (line {i + 2})", row
 
 
@@ -166,11 +148,9 @@ def count(path: Path) -> int | None:
                 if kind == ".json" and f.read(4096).lstrip().startswith(b"["):
                     return None
                 f.seek(0)
-                lines = blank = 0
-                for line in f:
-                    lines += 1
-                    blank += not line.strip()
-            return lines - (blank if kind != ".txt" else 0) - (kind == ".csv")
+                # blank lines are rows of a text file only
+                found = sum(1 for line in f if kind == ".txt" or line.strip())
+            return found - (kind == ".csv")  # less a csv file's header
     except (OSError, ValueError):
         return None
     return None
@@ -225,12 +205,10 @@ def check_file(
     limit_images: int = 0,
     no_videos: str | None = None,
 ) -> tuple[list[str], str | None]:
-    """One pass over a local data file: its first ROWS rows checked whole (columns, types, the first
-    IMAGES images opened), and its first PLACED rows' images and videos against their `<image>` and
-    `<video>` placeholders (the prompt's, plus `added` by the format prompt) and `limit_images`,
-    their video files' presence, images and videos for a text-only model, and videos where the run
-    takes none (`no_videos` says why). Returns the problem (one line naming the file and row) and
-    the first row's prompt (to render the format prompt over)."""
+    """One pass over a local data file (what it reads: the module's docstring); `added`: the `<image>`
+    placeholders the format prompt adds, `no_videos`: why the run takes no videos, if it takes none.
+    Returns the problem (one line naming the file and row) and the first row's prompt (to render
+    the format prompt over)."""
     first: str | None = None
     images = 0
     kinds: dict[str, tuple[str, str]] = {}
@@ -274,12 +252,7 @@ def check_file(
 
 def _video_problem(row: dict, d, at: str, text_model: bool, no_videos: str | None) -> str | None:
     """A row's videos against its `<video>` placeholders, the run and their files (data/loader.py reads them)."""
-    value = row.get(d.video_key) or []
-    videos = (
-        value
-        if isinstance(value, list) and value and isinstance(value[0], str | list)
-        else _items(value or None)
-    )
+    videos = _items(row.get(d.video_key) or None)
     wanted = str(row.get(d.prompt_key, "")).count("<video>")
     if wanted != len(videos):
         return f"{at} has {wanted} <video> in its prompt and {len(videos)} videos in {d.video_key!r}: put one <video> where each video goes"
@@ -305,8 +278,6 @@ def _items(value) -> list:
 
 def _image_problem(item, image_dir: str | None) -> str | None:
     """Why one image of a row cannot be opened, or None (only the file's header is read)."""
-    import io
-
     from PIL import Image, UnidentifiedImageError
 
     source = image_source(item, image_dir)
@@ -335,9 +306,8 @@ def count_rows(value: str | list[str]) -> int | None:
             files = local_files(one) if one else None
         except DataError:
             return None
-        for f in files or [None]:
-            n = count(f) if f is not None else None
-            if n is None:
-                return None
-            total += n
+        counts = [count(f) for f in files or []]
+        if not files or None in counts:
+            return None
+        total += sum(counts)
     return total

@@ -13,15 +13,20 @@ import ast
 import difflib
 import os
 import re
+import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 
 from r1cloud.agents.tools import ENV, TOOLS
 from r1cloud.agents.tools import check as check_tools
 from r1cloud.core.families import VIDEO_FAMILIES, model_config, model_context, text_config, unsupported
+from r1cloud.core.records import load_object
+from r1cloud.data import prompts
 from r1cloud.spec.load import Origins, expand, origin_of
 from r1cloud.spec.models import Spec, _is_url
 from r1cloud.spec.problems import Problem
-from r1cloud.validate import imports
+from r1cloud.validate import data_check, imports
+from r1cloud.validate.summary import batches_per_epoch
 
 DATA_EXTENSIONS = (".json", ".jsonl", ".parquet", ".csv", ".arrow", ".txt", ".tsv")
 # the Hub: 96 characters a part at most
@@ -36,11 +41,10 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
         return origin_of(origins, tuple(path.split(".")))
 
     def bases(path: str) -> list[Path]:
-        origin = where(path) or ""
-        m = re.match(r"^(.*):\d+$", origin)
-        if m:  # written in a file: relative to that file's folder first, then EasyR1's cwd
-            return _unique([Path(m.group(1)).parent.resolve(), cwd])
-        return _unique([cwd, source.parent.resolve()])
+        # written in a file: relative to that file's folder first, then EasyR1's cwd
+        if m := re.match(r"^(.*):\d+$", where(path) or ""):
+            return list(dict.fromkeys([Path(m.group(1)).parent.resolve(), cwd]))
+        return list(dict.fromkeys([cwd, source.parent.resolve()]))
 
     def problem(path: str, message: str) -> None:
         problems.append(Problem(path, message, where(path)))
@@ -62,50 +66,45 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
         if kind == "file" and any(c.is_dir() for c in candidates):
             problem(path, f"{value} is a folder: give a file{why}")
             return None
-        looked = (
-            " or ".join(str(c) for c in candidates[:2])
-            if not expand(value).is_absolute()
-            else str(candidates[0])
-        )
+        looked = " or ".join(map(str, candidates[:1] if expand(value).is_absolute() else candidates[:2]))
         hint = _near_name(candidates[0])
         problem(path, f"{kind} not found: {value} (looked for {looked}){hint}{why}")
         return None
 
+    def resolve(owner, at: str, kind: str, why: str = "") -> Path | None:
+        """The file or folder at key `at` (an attribute of `owner`) found, and made absolute."""
+        key = at.rpartition(".")[2]
+        found = find(at, getattr(owner, key), kind, why)
+        if found:
+            setattr(owner, key, str(found))
+        return found
+
     d, w, t = spec.data, spec.worker, spec.trainer
-    if d.format_prompt:
-        found = find(
-            "data.format_prompt", d.format_prompt, "file", "; EasyR1 would silently train without the prompt"
-        )
-        if found:
-            d.format_prompt = str(found)
-            problems += _check_template(found, where("data.format_prompt"))
+    if d.format_prompt and (
+        found := resolve(d, "data.format_prompt", "file", "; EasyR1 would silently train without the prompt")
+    ):
+        problems += _check_template(found, where("data.format_prompt"))
     if d.override_chat_template:
-        found = find("data.override_chat_template", d.override_chat_template, "file")
-        if found:
-            d.override_chat_template = str(found)
+        resolve(d, "data.override_chat_template", "file")
     if d.image_dir:
-        found = find("data.image_dir", d.image_dir, "folder")
-        if found:
-            d.image_dir = str(found)
+        resolve(d, "data.image_dir", "folder")
     rf, reward_file = w.reward.reward_function, None
     if rf and _is_url(rf) and (reason := bad_url(rf)):
         problem("worker.reward.reward_function", reason)
-    if rf and not _is_url(rf):
-        found = find(
-            "worker.reward.reward_function", rf, "file", "; EasyR1 would silently train with no reward"
+    at = "worker.reward.reward_function"
+    if (
+        rf
+        and not _is_url(rf)
+        and (found := resolve(w.reward, at, "file", "; EasyR1 would silently train with no reward"))
+    ):
+        bad = reward_function_problems(
+            found, w.reward.reward_function_name or "main", w.reward.reward_function_kwargs
         )
-        if found:
-            w.reward.reward_function = str(found)
-            bad = reward_function_problems(
-                found, w.reward.reward_function_name or "main", w.reward.reward_function_kwargs
-            )
-            for msg in bad:
-                problem("worker.reward.reward_function", msg)
-            reward_file = None if bad else found  # imported below, once every file is found
+        for msg in bad:
+            problem(at, msg)
+        reward_file = None if bad else found  # imported below, once every file is found
     if t.load_checkpoint_path and not _is_url(t.load_checkpoint_path):
-        found = find("trainer.load_checkpoint_path", t.load_checkpoint_path, "folder")
-        if found:
-            t.load_checkpoint_path = str(found)
+        resolve(t, "trainer.load_checkpoint_path", "folder")
     for key in ("train_files", "val_files"):
         value = getattr(d, key)
         at = f"data.{key}"
@@ -184,19 +183,14 @@ def check_agent(spec: Spec, find, problem, importable) -> None:
         )
 
 
-def local_paths(value, found: list[str] | None = None) -> list[str]:
+def local_paths(value) -> list[str]:
     """Every absolute path in the resolved spec that exists on this machine (files the blueprint
     names: data, prompts, reward functions, local models)."""
-    found = [] if found is None else found
     if isinstance(value, dict):
-        for v in value.values():
-            local_paths(v, found)
-    elif isinstance(value, list):
-        for v in value:
-            local_paths(v, found)
-    elif isinstance(value, str) and value.startswith("/") and os.path.exists(value):
-        found.append(value)
-    return found
+        value = list(value.values())
+    if isinstance(value, list):
+        return [p for v in value for p in local_paths(v)]
+    return [value] if isinstance(value, str) and value.startswith("/") and os.path.exists(value) else []
 
 
 def job_folder(spec: Spec, blueprint: Path) -> Path:
@@ -210,8 +204,6 @@ def job_folder(spec: Spec, blueprint: Path) -> Path:
 def vocabulary(folder: str | None) -> dict | None:
     """A local tokenizer's token -> id map (tokenizer.json's model vocabulary and added tokens),
     or None where there is none to read (a Hub id, a slow tokenizer without one)."""
-    from r1cloud.core.records import load_object
-
     try:
         tok = load_object(Path(folder) / "tokenizer.json") if folder else None
         if tok is None:
@@ -223,78 +215,68 @@ def vocabulary(folder: str | None) -> dict | None:
         return None
 
 
-def check_model(spec: Spec, config: dict | None) -> list[tuple[str, str]]:
+def check_model(spec: Spec, config: dict | None) -> Iterator[tuple[str, str]]:
     """A local model_path that is not a model folder, and with its config.json at hand: prompt +
     response beyond the model's context (vLLM would stop at start-up), or the language model frozen
     in a text-only model."""
     at = "worker.actor.model.model_path"
     path = spec.worker.actor.model.model_path
     if not path or unusable_path(path) or not Path(path).exists():
-        return []  # a Hub id, or said already
-    if not Path(path).is_dir():
-        return [(at, f"{path} is a file: give the model's folder (the one holding config.json)")]
-    if not (Path(path) / "config.json").exists():
-        return [
-            (at, f"{path} has no config.json: give a Hugging Face model folder (as save_pretrained writes)")
-        ]
-    if config is None:
-        return [
-            (at, f"{path}/config.json cannot be read as a JSON object: restore it from the model's source")
-        ]
-    found: list[tuple[str, str]] = []
+        return  # a Hub id, or said already
+    if config is None:  # the folder's config.json, read by model_config
+        if not Path(path).is_dir():
+            yield at, f"{path} is a file: give the model's folder (the one holding config.json)"
+        elif not (Path(path) / "config.json").exists():
+            yield (
+                at,
+                f"{path} has no config.json: give a Hugging Face model folder (as save_pretrained writes)",
+            )
+        else:
+            yield (
+                at,
+                f"{path}/config.json cannot be read as a JSON object: restore it from the model's source",
+            )
+        return
     if reason := unsupported(config):
-        found.append((at, f"{path}: {reason}; train a model of a supported family"))
+        yield at, f"{path}: {reason}; train a model of a supported family"
     context = model_context(config)
     d, r = spec.data, spec.worker.rollout
     need = r.max_model_len or d.max_prompt_length + d.max_response_length
     if context is not None and context < need:
-        what = (
-            "worker.rollout.max_model_len"
-            if r.max_model_len
-            else "data.max_prompt_length + max_response_length"
-        )
-        found.append(
-            (
-                "data.max_response_length" if not r.max_model_len else "worker.rollout.max_model_len",
-                f"{what} ({need}) is more than the model's context ({context} tokens, max_position_embeddings "
-                f"in {path}/config.json): lower them to fit",
-            )
+        key = "worker.rollout.max_model_len" if r.max_model_len else "data.max_response_length"
+        what = key if r.max_model_len else "data.max_prompt_length + max_response_length"
+        yield (
+            key,
+            f"{what} ({need}) is more than the model's context ({context} tokens, max_position_embeddings "
+            f"in {path}/config.json): lower them to fit",
         )
     critic, actor = spec.worker.critic.model, spec.worker.actor.model
     if spec.algorithm.estimator.critic and critic.tokenizer_path not in (None, actor.tokenizer_path):
         mine, theirs = vocabulary(critic.tokenizer_path), vocabulary(actor.tokenizer_path or path)
         if mine is not None and theirs is not None and mine != theirs:
-            found.append(
-                (
-                    "worker.critic.model.tokenizer_path",
-                    f"{critic.tokenizer_path} maps tokens to ids unlike the actor's tokenizer ({len(mine)} vs "
-                    f"{len(theirs)} tokens): the critic scores the actor's token ids; give it the actor's tokenizer",
-                )
+            yield (
+                "worker.critic.model.tokenizer_path",
+                f"{critic.tokenizer_path} maps tokens to ids unlike the actor's tokenizer ({len(mine)} vs "
+                f"{len(theirs)} tokens): the critic scores the actor's token ids; give it the actor's tokenizer",
             )
-    roles = spec.roles
-    text = text_config(config)
-    heads = text.get("num_attention_heads")
-    for key, size in ((f"worker.{r}.ulysses_size", getattr(spec.worker, r).ulysses_size) for r in roles):
+    heads = text_config(config).get("num_attention_heads")
+    for key, size in ((f"worker.{r}.ulysses_size", getattr(spec.worker, r).ulysses_size) for r in spec.roles):
         if size > 1 and isinstance(heads, int) and heads % size:
-            found.append(
-                (key, f"{size} does not divide the model's {heads} attention heads (num_attention_heads in "
-                 f"{path}/config.json), which Ulysses splits across its group: use a divisor of {heads}")
-            )  # fmt: skip
-    if spec.worker.actor.model.freeze_language_model and "vision_config" not in config:
-        found.append(
-            (
-                "worker.actor.model.freeze_language_model",
-                f"the model in {path} is text-only (no vision_config): freezing its language model "
-                "leaves nothing to train; remove it",
+            yield (
+                key,
+                f"{size} does not divide the model's {heads} attention heads (num_attention_heads in "
+                f"{path}/config.json), which Ulysses splits across its group: use a divisor of {heads}",
             )
+    if spec.worker.actor.model.freeze_language_model and "vision_config" not in config:
+        yield (
+            "worker.actor.model.freeze_language_model",
+            f"the model in {path} is text-only (no vision_config): freezing its language model "
+            "leaves nothing to train; remove it",
         )
-    return found
 
 
 def bad_url(url: str) -> str | None:
     """Why `url` is not a usable http(s) URL (a bad port or host, another scheme), or None."""
-    import urllib.parse
-
     try:
         parts = urllib.parse.urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number or out of range
@@ -315,10 +297,6 @@ def unusable_path(value: str) -> str | None:
     if any(len(part.encode()) > 255 for part in value.split("/")):
         return f"{shown} has a part longer than 255 bytes, more than a file name can be"
     return None
-
-
-def _unique(paths: list[Path]) -> list[Path]:
-    return list(dict.fromkeys(paths))
 
 
 def _near_name(path: Path) -> str:
@@ -408,10 +386,6 @@ def check_data(
 ) -> list[tuple[str, str]]:
     """(key, message) for each local data file's problems (data_check.py), the format prompt
     rendered over the first real row, and a train set smaller than one rollout batch."""
-    from r1cloud.data import prompts
-    from r1cloud.validate import data_check
-    from r1cloud.validate.summary import batches_per_epoch
-
     found: list[tuple[str, str]] = []
     first: str | None = None
     usable = d.format_prompt and not unusable_path(d.format_prompt) and Path(d.format_prompt).is_file()
@@ -465,13 +439,8 @@ def reward_function_problems(path: Path, fn_name: str, kwargs: dict) -> list[str
         problems.append(f"{path}: REWARD_TYPE is {reward_type!r}; use 'batch' or 'sequential'")
     if fn_name not in bound:
         close = difflib.get_close_matches(fn_name, sorted(functions), n=1)
-        have = (
-            f"; did you mean {close[0]}?"
-            if close
-            else (
-                f"; it defines {', '.join(sorted(functions))}" if functions else "; it defines no functions"
-            )
-        )
+        defines = f"; it defines {', '.join(sorted(functions))}" if functions else "; it defines no functions"
+        have = f"; did you mean {close[0]}?" if close else defines
         return [*problems, f"{path} has no function {fn_name!r}{have} (write file.py:function)"]
     fn = functions.get(fn_name)
     if fn is None:
@@ -483,10 +452,9 @@ def reward_function_problems(path: Path, fn_name: str, kwargs: dict) -> list[str
     if not positional and args.vararg is None:
         return [
             *problems,
-            f"{fn_name}({_sig(fn)}) takes no argument; EasyR1 calls it with the reward inputs (a list of dicts, or one dict when sequential)",
+            f"{fn_name}({ast.unparse(fn.args)}) takes no argument; EasyR1 calls it with the reward inputs (a list of dicts, or one dict when sequential)",
         ]
-    defaults_from = len(positional) - len(args.defaults)
-    required = [p for i, p in enumerate(positional) if i >= 1 and i < defaults_from]
+    required = positional[1 : len(positional) - len(args.defaults)]  # after the inputs, before the defaults
     required += [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is None]
     accepted = set(positional[1:]) | {a.arg for a in args.kwonlyargs}
     missing = [r for r in required if r not in kwargs]
@@ -498,13 +466,9 @@ def reward_function_problems(path: Path, fn_name: str, kwargs: dict) -> list[str
     unknown = [k for k in kwargs if k not in accepted]
     if unknown and args.kwarg is None:
         problems.append(
-            f"{fn_name}({_sig(fn)}) does not accept {', '.join(unknown)} from worker.reward.reward_function_kwargs"
+            f"{fn_name}({ast.unparse(fn.args)}) does not accept {', '.join(unknown)} from worker.reward.reward_function_kwargs"
         )
     return problems
-
-
-def _sig(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
-    return ast.unparse(fn.args)
 
 
 def _other_bindings(tree: ast.Module) -> set[str]:

@@ -56,12 +56,9 @@ def norm(name):
     return re.sub(r"[-_.]+", "-", name).lower()
 
 if where.startswith("cloud:"):
-    listed = []
-    if where != "cloud:":
-        for line in open(where[6:], encoding="utf-8", errors="replace"):
-            m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line.split("#")[0])
-            if m:
-                listed.append((m.group(1), set()))
+    lines = open(where[6:], encoding="utf-8", errors="replace") if where != "cloud:" else []
+    matches = (re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line.split("#")[0]) for line in lines)
+    listed = [(m.group(1), set()) for m in matches if m]
     have, seen = set(), set()
     todo = [("r1cloud", set(extras)), *listed]
     while todo:  # what pip installs: the closure of r1cloud[extras]'s and requirements.txt's requirements
@@ -116,10 +113,9 @@ def problem(path: str | Path, folder: Path | None = None, extras: tuple[str, ...
     got = json.loads(_run(str(path), mode, extras, stamps))
     where = f"{path}:{got['line']}" if got.get("line") else str(path)
     if "cloud" in got:
-        listed = requirements if requirements is not None else "requirements.txt"
-        return (
+        return (  # a cloud job's check: `requirements` is the job folder's
             f"{where} imports {got['cloud']}, which a cloud node does not install (it installs r1cloud"
-            f"[{','.join(extras)}] and the job folder's requirements.txt): add {got['dist']} to {listed}"
+            f"[{','.join(extras)}] and the job folder's requirements.txt): add {got['dist']} to {requirements}"
         )
     if "missing" in got:
         return (

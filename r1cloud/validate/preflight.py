@@ -37,8 +37,7 @@ class Row:
 def corrupt(answer: str, other: str) -> str:
     if other.strip() and other.strip() != answer.strip():
         return other
-    digits = [c for c in answer if c.isdigit()]
-    if digits:
+    if any(c.isdigit() for c in answer):
         i = max(i for i, c in enumerate(answer) if c.isdigit())
         return answer[:i] + str((int(answer[i]) + 1) % 10) + answer[i + 1 :]
     return answer + " not"
@@ -93,6 +92,7 @@ def run(spec, n: int, progress=lambda msg: None) -> tuple[list[Row], dict]:
     finally:
         reward.close()
     image_token = processor.image_token_id if processor is not None else None
+    first = next(iter(prompts.prompts), None)
     rows = [
         Row(
             p.content,
@@ -116,12 +116,6 @@ def run(spec, n: int, progress=lambda msg: None) -> tuple[list[Row], dict]:
         "samples": len(rows) * (len(SHAPES) + 1),
         "reasons": sorted(getattr(reward, "reasons", ())),
         "columns": prompts.columns,
-        "first_prompt": (
-            prompts.render(
-                prompts.prompts[0].content, bool(prompts.prompts[0].images), prompts.prompts[0].history
-            )
-            if prompts.prompts
-            else ""
-        ),
+        "first_prompt": prompts.render(first.content, bool(first.images), first.history) if first else "",
     }
     return rows, summary

@@ -72,12 +72,9 @@ def load_spec(
             continue
         set_path(cli_tree, key, value)
         cli_origins[key] = where
-    if base is not None:
-        data, origins, probs = read_yaml(expand(base))
-        problems += probs
-        layers.append((data, origins))
-    if not is_script(source):
-        data, origins, probs = read_yaml(source)
+    files = [] if base is None else [expand(base)]  # the base first, then the blueprint
+    for file in files + [source] * (not is_script(source)):
+        data, origins, probs = read_yaml(file)
         problems += probs
         layers.append((data, origins))
     layers.append((cli_tree, cli_origins))
@@ -132,15 +129,14 @@ def load_spec(
 
 def _reading_order(problem: Problem) -> tuple:
     """File problems first, by line, as one reads the file; then the command line; then defaults."""
-    m = re.match(r"^(.*):(\d+)$", problem.origin or "")
-    if m:
+    if m := re.match(r"^(.*):(\d+)$", problem.origin or ""):
         return (0, m.group(1), int(m.group(2)))
     return (1 if problem.origin == CLI else 2, "", 0)
 
 
 def _touches(problem: Problem, bad_paths: set[str]) -> bool:
-    for path in (problem.path, *problem.related):
-        for bad in bad_paths:
-            if path == bad or path.startswith(bad + ".") or bad.startswith(path + "."):
-                return True
-    return False
+    return any(
+        path == bad or path.startswith(bad + ".") or bad.startswith(path + ".")
+        for path in (problem.path, *problem.related)
+        for bad in bad_paths
+    )

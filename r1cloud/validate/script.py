@@ -62,10 +62,8 @@ def read_script(path: Path, shown: str) -> Script:
             continue
         exported = raw[0] == "export"
         body = raw[1:] if exported else raw
-        k = 0
-        while k < len(body) and NAME_RE.match(body[k]):
-            k += 1
-        prefix, command = body[:k], body[k:]
+        k = next((i for i, word in enumerate(body) if not NAME_RE.match(word)), len(body))
+        command = body[k:]  # after its NAME=VALUE prefix
         at = command.index(ENTRY) if ENTRY in command else -1
         if command and not exported and not (at > 0 and command[at - 1] == "-m"):
             script.skipped.append(
@@ -90,7 +88,7 @@ def read_script(path: Path, shown: str) -> Script:
                     [Problem("", f"a second `python3 -m {ENTRY}` line: keep one run per script", where)]
                 )
             found = True
-            assigned = [w.partition("=") for w in words[: len(prefix)]]
+            assigned = [w.partition("=") for w in words[:k]]
             script.envs.update({name: (value, where) for name, _, value in assigned})
             at = words.index(ENTRY)
             script.overrides += [(w, f"{shown}:{_line_of(w, line_no, physical)}") for w in words[at + 1 :]]

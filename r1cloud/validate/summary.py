@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from collections.abc import Iterator
 
+from r1cloud.agents.tools import check
 from r1cloud.spec.models import Spec, accelerator_options
+from r1cloud.trainer.lora import plan
+from r1cloud.validate.data_check import count_rows
 
 
 def step_count(spec: Spec) -> tuple[int | None, str]:
@@ -12,8 +17,6 @@ def step_count(spec: Spec) -> tuple[int | None, str]:
     t, d = spec.trainer, spec.data
     if t.max_steps:
         return t.max_steps, "trainer.max_steps"
-    from r1cloud.validate.data_check import count_rows
-
     rows = count_rows(d.train_files)
     if rows is None:
         return (
@@ -33,8 +36,7 @@ def batches_per_epoch(rows: int, d) -> int:
 def resources_line(spec: Spec) -> str:
     r, t = spec.resources, spec.trainer
     if r.accelerators is not None:
-        options = accelerator_options(r.accelerators)
-        accel = " or ".join(f"{n}:{c}" for n, c in options)
+        accel = " or ".join(f"{n}:{c}" for n, c in accelerator_options(r.accelerators))
     elif r.infra == "local":
         accel = f"{t.n_gpus_per_node} local worker slot{'s' if t.n_gpus_per_node > 1 else ''}"
     else:
@@ -74,105 +76,82 @@ def _short(path: str | list[str] | None) -> str:
     return path if rel.startswith("..") else rel
 
 
-def extras(spec: Spec) -> list[tuple[str, str]]:
+def extras(spec: Spec) -> Iterator[tuple[str, str]]:
     """Rows for what is on beyond the plain algorithm: the DAPO preset, dynamic sampling, a critic."""
-    a, w, rows = spec.algorithm, spec.worker, []
+    a, w = spec.algorithm, spec.worker
     if a.estimator.preset:  # dapo
-        rows.append(
-            (
-                "preset",
-                "dapo = GRPO advantages + clip-higher 0.2/0.28 + token-mean loss + dynamic sampling + KL off "
-                "(values the blueprint sets win); the soft overlong penalty comes from the reward function "
-                "(reward_functions/dapo.py's overlong_* kwargs)",
-            )
+        yield (
+            "preset",
+            "dapo = GRPO advantages + clip-higher 0.2/0.28 + token-mean loss + dynamic sampling + KL off "
+            "(values the blueprint sets win); the soft overlong penalty comes from the reward function "
+            "(reward_functions/dapo.py's overlong_* kwargs)",
         )
     if a.online_filtering:
-        rows.append(
-            (
-                "sampling",
-                f"dynamic: keep groups with {a.filter_low:g} < mean {a.filter_key} < {a.filter_high:g}, "
-                f"up to {spec.trainer.max_try_make_batch} rounds per step",
-            )
+        yield (
+            "sampling",
+            f"dynamic: keep groups with {a.filter_low:g} < mean {a.filter_key} < {a.filter_high:g}, "
+            f"up to {spec.trainer.max_try_make_batch} rounds per step",
         )
     if a.estimator.critic:
         frozen = max(spec.trainer.critic_warmup - 1, 0)  # the actor updates from step critic_warmup on
         warm = f", actor frozen for {frozen} step(s)" if frozen else ""
-        rows.append(
-            (
-                "critic",
-                f"{_short(w.critic.model.model_path)} with a value head, γ {a.gamma:g} λ {a.lam:g}{warm}",
-            )
+        yield (
+            "critic",
+            f"{_short(w.critic.model.model_path)} with a value head, γ {a.gamma:g} λ {a.lam:g}{warm}",
         )
     lora = w.actor.model.lora
     if w.actor.model.freeze_language_model:
-        rows.append(("trains", "the vision tower and connector; the language model is frozen"))
+        yield "trains", "the vision tower and connector; the language model is frozen"
     if lora.rank:
         where = lora.target_modules + (f" except {lora.exclude_modules}" if lora.exclude_modules else "")
-        from r1cloud.trainer.lora import plan
-
         tower = ", vision tower frozen" if w.actor.model.freeze_vision_tower else ""
         tower += ", base in 4-bit NF4 (QLoRA)" if lora.load_in_4bit else ""
         counted = plan(w.actor.model)  # from the model's config, where it is on this machine
-        rows.append(
-            (
-                "trains",
-                f"LoRA adapters, rank {lora.rank}, alpha {lora.alpha}, on {where}{tower}; the base is frozen "
-                "(and is the KL reference: no second copy); "
-                + (
-                    counted.replace("LoRA rank", "rank", 1)
-                    if counted
-                    else "the trainable share is printed at start"
-                ),
-            )
+        share = (
+            counted.replace("LoRA rank", "rank", 1) if counted else "the trainable share is printed at start"
+        )
+        yield (
+            "trains",
+            f"LoRA adapters, rank {lora.rank}, alpha {lora.alpha}, on {where}{tower}; the base is frozen "
+            f"(and is the KL reference: no second copy); {share}",
         )
     mt = w.rollout.multi_turn
     if mt.enable:
-        from r1cloud.agents.tools import check
-
         info = check(mt.environment, mt.tools, mt.tool_names)  # validate read them already: remembered
-        rows += _episodes(mt, info, bool(w.reward.reward_function))
+        yield from _episodes(mt, info, bool(w.reward.reward_function))
         for tool in info["tools"]:
             f = tool["function"]
             params = ", ".join(f"{k}: {v.get('type', '?')}" for k, v in f["parameters"]["properties"].items())
-            rows.append(("tool", f"{f['name']}({params}): {f.get('description', '')}"))
+            yield "tool", f"{f['name']}({params}): {f.get('description', '')}"
     if w.actor.rollout_is:
-        rows.append(
-            ("correction", f"{w.actor.rollout_is} importance sampling, cap {w.actor.rollout_is_cap:g}")
-        )
-    return rows
+        yield "correction", f"{w.actor.rollout_is} importance sampling, cap {w.actor.rollout_is_cap:g}"
 
 
-def _episodes(mt, info: dict, function: bool) -> list[tuple[str, str]]:
+def _episodes(mt, info: dict, function: bool) -> Iterator[tuple[str, str]]:
     """The episodes' rows, and the rule for their reward: the environment's (get_reward(), or the
     sum of a gym step's rewards) plus the reward function's on the last turn, each one present."""
     cls = (mt.environment or "").rpartition(":")[2]
     gym = info["shape"] == "gym"
     turns = "each turn's text is the action of step()" if gym else f"tool calls as {mt.tool_call_format}"
-    rows = [
-        (
-            "episodes",
-            f"up to {mt.max_turns} turns, {turns}, each call ≤ {mt.tool_timeout:g} s and "
-            f"{mt.max_tool_response_length} characters (the response bound covers the whole episode)",
-        )
-    ]
+    yield (
+        "episodes",
+        f"up to {mt.max_turns} turns, {turns}, each call ≤ {mt.tool_timeout:g} s and "
+        f"{mt.max_tool_response_length} characters (the response bound covers the whole episode)",
+    )
     if info["shape"]:
         shape = (
             "gym-shaped: reset(**row), step(action)" if gym else "TRL-shaped: reset(**row), methods as tools"
         )
-        rows.append(("environment", f"{cls}, one per episode, {shape}"))
-    parts = (
-        [f"the sum of {cls}.step() rewards" if gym else f"{cls}.get_reward()"] if info.get("reward") else []
-    )
+        yield "environment", f"{cls}, one per episode, {shape}"
+    own = f"the sum of {cls}.step() rewards" if gym else f"{cls}.get_reward()"
+    parts = [own] if info.get("reward") else []
     parts += ["the reward function on the last turn"] if function else []
-    rows.append(("reward is", " + ".join(parts)))
-    return rows
+    yield "reward is", " + ".join(parts)
 
 
 def _rollout(spec: Spec) -> str:
     """The engine that will run and its tensor parallelism: the hf engine runs unsharded (TP 1)
     whatever tensor_parallel_size says; `auto` is vLLM in the cloud, and here when installed."""
-    import importlib.util
-
     r = spec.worker.rollout
     engine = r.name
     if engine == "auto":
@@ -182,20 +161,15 @@ def _rollout(spec: Spec) -> str:
     sampling = f"temperature {r.temperature:g}, top_p {r.top_p:g}"
     if engine.endswith("vllm"):
         return f"{engine}, {sampling}, TP {r.tensor_parallel_size}"
-    unused = (
-        f" (tensor_parallel_size {r.tensor_parallel_size} is vLLM's)" if r.tensor_parallel_size > 1 else ""
-    )
+    unused = f" (tensor_parallel_size {r.tensor_parallel_size} is vLLM's)" * (r.tensor_parallel_size > 1)
     return f"{engine}, {sampling}, TP 1{unused}"
 
 
 def summarize(spec: Spec) -> list[tuple[str, str]]:
     d, a, w = spec.data, spec.algorithm, spec.worker
     steps, how = step_count(spec)
-    kl = (
-        "off"
-        if a.disable_kl
-        else f"{a.kl_penalty} × {a.kl_coef:g} {'as a loss' if a.use_kl_loss else 'in the reward'}"
-    )
+    where = "as a loss" if a.use_kl_loss else "in the reward"
+    kl = "off" if a.disable_kl else f"{a.kl_penalty} × {a.kl_coef:g} {where}"
     loss = w.actor.loss_type if w.actor.loss_type != "default" else "dual-clip PPO"
     reward = _short(w.reward.reward_function) or "—"
     if w.reward.reward_function_name and not reward.startswith(("http://", "https://")):
