@@ -22,6 +22,7 @@ file to file, or converts them, without reading them twice.
 from __future__ import annotations
 
 import io
+import mmap
 import os
 import pickle
 import shutil
@@ -146,8 +147,6 @@ def read_chunks(dcp_dir: str, meta, names: set[str]) -> dict[str, list[Chunk]]:
     """Every saved piece of the named tensors (DCP names, `model.…`) of a local checkpoint whose
     files `meta` (its `.metadata`) indexes and the caller has checked are whole. A record that is
     not a tensor saved by torch.save raises UnsafeCheckpoint."""
-    import mmap
-
     out: dict[str, list[Chunk]] = {}
     for index, info in meta.storage_data.items():
         if index.fqn not in names:

@@ -25,19 +25,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # light at import: trainer/lora.py takes peft_name from here
     import torch
 
-HF_FILES = (
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-    "preprocessor_config.json",
-    "processor_config.json",
-)
 DEFAULT_SHARD = 1024**3  # bytes per output file: the bound on merge memory
 MARK = ".r1cloud-merge.json"  # in every folder a merge writes: the files it wrote, so it replaces only those
 WEIGHTS = (".safetensors", ".safetensors.index.json")
@@ -58,8 +45,6 @@ ST_DTYPES = {  # torch's dtype names → safetensors'
     "float8_e4m3fn": "F8_E4M3",
     "float8_e5m2": "F8_E5M2",
 }
-SAFETENSORS_BYTES = {"F64": 8, "I64": 8, "F32": 4, "I32": 4, "BF16": 2, "F16": 2, "I16": 2}
-SAFETENSORS_BYTES |= dict.fromkeys(("F8_E4M3", "F8_E5M2", "I8", "U8", "BOOL"), 1)
 
 
 class MergeError(Exception):
@@ -209,11 +194,10 @@ def mark(out: Path) -> None:
 def describes(name: str) -> bool:
     """A file that describes a model rather than holding its weights: config, generation config,
     tokenizer and processor files (a VLM's video processor, added tokens, a chat template)."""
-    if name in HF_FILES:
-        return True
     if name.endswith(WEIGHTS) or name in (ADAPTER_CONFIG, MARK) or name.startswith("."):
         return False
-    return name.endswith((".json", ".jinja", ".tiktoken")) or name in ("vocab.txt", "spiece.model")
+    tokenizers = ("merges.txt", "tokenizer.model", "vocab.txt", "spiece.model")
+    return name.endswith((".json", ".jinja", ".tiktoken")) or name in tokenizers
 
 
 def copy_hf_files(src: str | Path, out: Path) -> dict:

@@ -12,12 +12,13 @@ import pickle
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 
 from r1cloud.checkpoint.dcp import UnsafeCheckpoint, read_chunks, storage
 from r1cloud.checkpoint.folder import (
     ADAPTER_CONFIG,
     DEFAULT_SHARD,
-    SAFETENSORS_BYTES,
+    ST_DTYPES,
     FileBytes,
     MergeError,
     copy_hf_files,
@@ -28,25 +29,33 @@ from r1cloud.checkpoint.folder import (
     skip_tied,
     write,
 )
+from r1cloud.checkpoint.store import NotFound, base_model, filesystem
 from r1cloud.core.records import loads
 
+ST_TORCH = {st: getattr(torch, name) for name, st in ST_DTYPES.items()}  # safetensors' dtype names → torch
 
-def _dcp_metadata(dcp_dir: str):
-    """The checkpoint's index (DCP's .metadata), read without running code; a damaged or crafted one
-    is a MergeError."""
+
+def _dcp_metadata(dcp_dir: str) -> tuple[object, dict]:
+    """The checkpoint's index (DCP's .metadata), read without running code, and the model's tensors
+    it lists by name (`model.` cut off); a damaged or crafted index is a MergeError."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
     try:
-        return storage(dcp_dir, write=False)["storage_reader"].read_metadata()
+        index = storage(dcp_dir, write=False)["storage_reader"].read_metadata()
     except UnsafeCheckpoint as e:
         raise MergeError(f"{dcp_dir}/.metadata is not read: {e} (a crafted or foreign file)") from None
     except Exception as e:  # FileNotFoundError, an unpickling error of a cut file, …
         raise MergeError(f"{dcp_dir}/.metadata cannot be read ({type(e).__name__}: {str(e)[:160]})") from None
+    return index, {
+        k.removeprefix("model."): m
+        for k, m in index.state_dict_metadata.items()
+        if k.startswith("model.") and isinstance(m, TensorStorageMetadata)
+    }
 
 
 def _check_files(dcp_dir: str, meta, names: set[str]) -> None:
     """Each file the named tensors need is there and long enough: a missing or cut shard is a
     MergeError naming it."""
-    from r1cloud.checkpoint.store import filesystem
-
     needed: dict[str, int] = {}
     for index, info in meta.storage_data.items():
         if index.fqn in names:
@@ -65,14 +74,15 @@ def _check_files(dcp_dir: str, meta, names: set[str]) -> None:
             )
 
 
-def _dcp_load(state: dict, dcp_dir: str, meta) -> None:
-    """Fill `state` from the checkpoint through DCP's own reader (a bucket's, or LoRA adapters),
-    each file it needs checked first (DCP's own CheckpointException is no Exception, and 60 lines
-    long)."""
+def _dcp_load(dcp_dir: str, index, tensors: dict, names: list[str]) -> dict[str, torch.Tensor]:
+    """The named tensors (of `tensors`, `_dcp_metadata`'s) through DCP's own reader (a bucket's, or
+    LoRA adapters), each file they need checked first (DCP's own CheckpointException is no
+    Exception, and 60 lines long)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
 
-    _check_files(dcp_dir, meta, set(state))
+    state = {f"model.{n}": torch.empty(tensors[n].size, dtype=tensors[n].properties.dtype) for n in names}
+    _check_files(dcp_dir, index, set(state))
     try:
         dcp.load(state, **storage(dcp_dir, write=False), no_dist=True)
     except (CheckpointException, Exception) as e:
@@ -80,6 +90,7 @@ def _dcp_load(state: dict, dcp_dir: str, meta) -> None:
         cause = next(iter(causes.values()))
         line = str(cause).strip().splitlines()[-1:] or [""]
         raise MergeError(f"{dcp_dir} cannot be read ({type(cause).__name__}: {line[0][:160]})") from None
+    return {k.removeprefix("model."): v for k, v in state.items()}
 
 
 def merge_dcp(
@@ -90,35 +101,19 @@ def merge_dcp(
     shard_bytes: int = DEFAULT_SHARD,
     progress=None,
 ) -> None:
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-    index = _dcp_metadata(dcp_dir)
-    meta = index.state_dict_metadata
-    tensors = {
-        k.removeprefix("model."): m
-        for k, m in meta.items()
-        if k.startswith("model.") and isinstance(m, TensorStorageMetadata)
-    }
+    index, tensors = _dcp_metadata(dcp_dir)
     if not tensors:
         raise MergeError(f"{dcp_dir}: no model weights in this checkpoint")
     if any(".lora_A." in n for n in tensors):  # a LoRA run's checkpoint: adapters only
         return merge_lora(dcp_dir, index, tensors, Path(hf_src), out, dtype, shard_bytes, progress)
     config = copy_hf_files(hf_src, out)
     names = skip_tied(list(tensors), config)
-    width = dtype.itemsize if dtype is not None else None
-
-    def nbytes(n: str) -> int:
-        m = tensors[n]
-        return m.size.numel() * (width or m.properties.dtype.itemsize)
+    sizes = [(n, tensors[n].size.numel() * (dtype or tensors[n].properties.dtype).itemsize) for n in names]
 
     def fill(chunk: list[str]) -> dict[str, torch.Tensor | FileBytes]:
         wanted = {f"model.{n}" for n in chunk}
         if "://" in dcp_dir:  # a bucket's (the trainer's save_hf): through DCP's reader
-            state = {
-                f"model.{n}": torch.empty(tensors[n].size, dtype=tensors[n].properties.dtype) for n in chunk
-            }
-            _dcp_load(state, dcp_dir, index)
-            return {k.removeprefix("model."): v for k, v in state.items()}
+            return _dcp_load(dcp_dir, index, tensors, chunk)
         _check_files(dcp_dir, index, wanted)
         try:
             pieces = read_chunks(dcp_dir, index, wanted)
@@ -129,11 +124,10 @@ def merge_dcp(
             ) from None
         except (UnsafeCheckpoint, RuntimeError, ValueError) as e:
             raise MergeError(f"{dcp_dir} cannot be read ({str(e)[:160]})") from None
-        return {
-            n: _whole(pieces.pop(f"model.{n}"), tensors[n], dtype) for n in chunk
-        }  # each unmapped once used
+        # popped: each unmapped once used
+        return {n: _whole(pieces.pop(f"model.{n}"), tensors[n], dtype) for n in chunk}
 
-    write(plan([(n, nbytes(n)) for n in names], shard_bytes), fill, out, dtype, progress)
+    write(plan(sizes, shard_bytes), fill, out, dtype, progress)
 
 
 def _whole(chunks: list, meta, dtype: torch.dtype | None) -> torch.Tensor | FileBytes:
@@ -161,8 +155,6 @@ def _whole(chunks: list, meta, dtype: torch.dtype | None) -> torch.Tensor | File
 def adapter_config(dcp_dir: str) -> dict:
     """A LoRA checkpoint's actor/adapter_config.json, checked: a MergeError naming the file and the
     field when it is missing, not JSON, or holds no usable rank and alpha."""
-    from r1cloud.checkpoint.store import filesystem
-
     fs, path = filesystem(dcp_dir)
     where = f"{dcp_dir}/{ADAPTER_CONFIG}"
     try:
@@ -183,10 +175,6 @@ def adapter_config(dcp_dir: str) -> dict:
 def merge_lora(dcp_dir, index, tensors, hf_src: Path, out: Path, dtype, shard_bytes, progress) -> None:
     """The base model's weights with the adapters folded in (W + alpha/r · B·A), streamed shard by
     shard like any merge: the base's tensors from its safetensors, the adapters from the DCP files."""
-    from safetensors import safe_open
-
-    from r1cloud.checkpoint.store import NotFound, base_model
-
     adapter = adapter_config(dcp_dir)
     try:
         base = base_model(adapter)
@@ -200,7 +188,7 @@ def merge_lora(dcp_dir, index, tensors, hf_src: Path, out: Path, dtype, shard_by
             for k in sf.keys():  # noqa: SIM118 - safe_open is not a dict
                 where[k] = f
                 piece = sf.get_slice(k)  # shape and dtype from the header, no tensor read
-                width = dtype.itemsize if dtype is not None else SAFETENSORS_BYTES[piece.get_dtype()]
+                width = (dtype or ST_TORCH[piece.get_dtype()]).itemsize
                 sizes.append((k, torch.Size(piece.get_shape()).numel() * width))
     if not where:
         raise MergeError(f"{base}: the adapter's base model has no safetensors weights")
@@ -211,11 +199,7 @@ def merge_lora(dcp_dir, index, tensors, hf_src: Path, out: Path, dtype, shard_by
     def fill(chunk: list[str]) -> dict[str, torch.Tensor]:
         layers = [n.removesuffix(".weight") for n in chunk if n.removesuffix(".weight") in adapted]
         wanted = [f"{layer}.lora_{ab}.default.weight" for layer in layers for ab in "AB"]
-        state = {
-            f"model.{n}": torch.empty(tensors[n].size, dtype=tensors[n].properties.dtype) for n in wanted
-        }
-        if state:
-            _dcp_load(state, dcp_dir, index)
+        state = _dcp_load(dcp_dir, index, tensors, wanted) if wanted else {}
         result = {}
         for file in dict.fromkeys(where[n] for n in chunk):  # each base file opened once per shard
             with safe_open(str(file), "pt") as sf:
@@ -223,10 +207,8 @@ def merge_lora(dcp_dir, index, tensors, hf_src: Path, out: Path, dtype, shard_by
         for name, w in result.items():
             layer = name.removesuffix(".weight")
             if layer in adapted:
-                a, b = (
-                    state[f"model.{layer}.lora_A.default.weight"],
-                    state[f"model.{layer}.lora_B.default.weight"],
-                )
+                a = state[f"{layer}.lora_A.default.weight"]
+                b = state[f"{layer}.lora_B.default.weight"]
                 result[name] = (w.float() + scale * (b.float() @ a.float())).to(w.dtype)
         return {n: result[n] for n in chunk}
 
@@ -237,22 +219,14 @@ def write_adapter(dcp_dir: str, out: Path) -> None:
     """A LoRA checkpoint as the folder peft writes (adapter_config.json and
     adapter_model.safetensors, keys `base_model.model.<module>.lora_A.weight`): what
     `PeftModel.from_pretrained` and `vllm serve --enable-lora` load."""
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-    index = _dcp_metadata(dcp_dir)
-    meta = index.state_dict_metadata
-    names = [
-        k
-        for k, m in meta.items()
-        if k.startswith("model.") and ".lora_" in k and isinstance(m, TensorStorageMetadata)
-    ]
+    index, tensors = _dcp_metadata(dcp_dir)
+    names = [n for n in tensors if ".lora_" in n]
     if not names:
         raise MergeError(
             f"{dcp_dir} holds no LoRA adapters: this run trained every weight (merge without --adapter-only)"
         )
-    state = {k: torch.empty(meta[k].size, dtype=meta[k].properties.dtype) for k in names}
-    _dcp_load(state, dcp_dir, index)
-    tensors = {peft_name(k.removeprefix("model.")): v.contiguous() for k, v in state.items()}
-    save_safetensors(tensors, out / "adapter_model.safetensors")
+    state = _dcp_load(dcp_dir, index, tensors, names)
+    adapters = {peft_name(n): v.contiguous() for n, v in state.items()}
+    save_safetensors(adapters, out / "adapter_model.safetensors")
     (out / ADAPTER_CONFIG).write_text(json.dumps(adapter_config(dcp_dir), indent=2))
     mark(out)

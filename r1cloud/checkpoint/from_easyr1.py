@@ -40,19 +40,12 @@ def _load_mmap(path: Path) -> dict:
     return shard
 
 
-def _layout(t) -> tuple[list[str], list]:
-    """Mesh dimension names and placements of a DTensor (a plain tensor: replicated)."""
-    if not hasattr(t, "placements"):
-        return [], []
-    return list(t.device_mesh.mesh_dim_names or []), list(t.placements)
-
-
 def _full(pieces: list, world: int) -> torch.Tensor:
     """Rebuild one tensor from every rank's piece, for FSDP and HSDP meshes."""
     first = pieces[0]
-    dims, placements = _layout(first)
-    if not placements:
+    if not getattr(first, "placements", None):  # a plain tensor: replicated
         return first
+    dims, placements = list(first.device_mesh.mesh_dim_names or []), list(first.placements)
     if len(dims) == 1 and dims[0] in ("fsdp", "dp", None):
         mesh_shape, shard_axis = (world,), 0
     elif dims == ["ddp", "fsdp"]:
@@ -81,11 +74,7 @@ def merge_easyr1(
     config = copy_hf_files(hf, out)
     first = _load_mmap(files[0])
     names = skip_tied([k for k, v in first.items() if isinstance(v, torch.Tensor)], config)
-    sizes = []
-    for n in names:
-        t = first[n]
-        width = dtype.itemsize if dtype is not None else t.element_size()
-        sizes.append((n, t.numel() * width))
+    sizes = [(n, first[n].numel() * (dtype or first[n].dtype).itemsize) for n in names]
     del first
 
     def fill(chunk: list[str]) -> dict[str, torch.Tensor]:

@@ -15,15 +15,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 
 from r1cloud.checkpoint.dcp import remove
 from r1cloud.checkpoint.folder import ADAPTER_CONFIG, DEFAULT_SHARD, MARK, WEIGHTS, MergeError, describes
 from r1cloud.checkpoint.from_dcp import merge_dcp, write_adapter
 from r1cloud.checkpoint.from_easyr1 import merge_easyr1
-from r1cloud.checkpoint.store import SHARD_RE
+from r1cloud.checkpoint.store import SHARD_RE, bucket_errors, filesystem
+from r1cloud.core.dtypes import torch_dtype
 from r1cloud.core.records import load_object
-
-__all__ = ["MergeError", "check_out", "iter_weights", "merge"]
 
 
 def _merged_by_us(folder: Path) -> set[str] | None:
@@ -106,8 +106,6 @@ def merge(
     and, with no `out`, the merged model is uploaded back into its huggingface/ folder, config.json
     last, so the bucket lists it INFERENCE READY only once every file is there."""
     if "://" in checkpoint.path:
-        from r1cloud.checkpoint.store import bucket_errors
-
         with tempfile.TemporaryDirectory(prefix="r1cloud-merge-") as tmp:
             with bucket_errors(checkpoint.path):
                 local = _download(checkpoint, Path(tmp))
@@ -124,9 +122,6 @@ def merge(
     own = target.resolve() == default.resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.merging-"))
-    from r1cloud.core.dtypes import torch_dtype as dtype_of
-
-    torch_dtype = dtype_of(dtype)
     try:
         if adapter_only:
             if checkpoint.format != "r1cloud":
@@ -140,9 +135,9 @@ def merge(
                     f"{checkpoint.path} has no huggingface/config.json to describe the model: give the base "
                     "model's folder with `r1cloud merge … --base FOLDER`"
                 )
-            merge_dcp(f"{checkpoint.path}/actor", hf_src, tmp, torch_dtype, shard_bytes, progress)
+            merge_dcp(f"{checkpoint.path}/actor", hf_src, tmp, torch_dtype(dtype), shard_bytes, progress)
         else:
-            merge_easyr1(Path(checkpoint.path) / "actor", tmp, torch_dtype, shard_bytes, progress)
+            merge_easyr1(Path(checkpoint.path) / "actor", tmp, torch_dtype(dtype), shard_bytes, progress)
         if own and target.is_dir():
             _carry(target, tmp)
         if target.exists():  # renamed away before deletion: never a half-deleted model in place
@@ -156,8 +151,6 @@ def merge(
 
 def _download(checkpoint, into: Path):
     """The files a merge reads (weights, config, tokenizer — not optimizer states), copied locally."""
-    from r1cloud.checkpoint.store import filesystem
-
     fs, base = filesystem(checkpoint.path)
     base = base.rstrip("/")
     local = into / Path(base).name
@@ -177,20 +170,15 @@ def _download(checkpoint, into: Path):
 
 
 def _upload(folder: Path, url: str) -> None:
-    from r1cloud.checkpoint.store import filesystem
-
     fs, base = filesystem(url)
     base = base.rstrip("/")
     if fs.exists(f"{base}/config.json"):
         fs.rm(f"{base}/config.json")  # no longer INFERENCE READY while the weights are replaced
-    files = sorted(folder.iterdir(), key=lambda f: f.name == "config.json")
-    for f in files:
+    for f in sorted(folder.iterdir(), key=lambda f: f.name == "config.json"):
         fs.put(str(f), f"{base}/{f.name}")
 
 
 def iter_weights(folder: Path) -> Iterator[tuple[str, torch.Tensor]]:
-    from safetensors import safe_open
-
     for f in sorted(folder.glob("*.safetensors")):
         with safe_open(str(f), "pt") as sf:
             for k in sf.keys():  # noqa: SIM118 - safe_open is not a dict

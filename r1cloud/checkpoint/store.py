@@ -144,11 +144,10 @@ def _easyr1_metrics(fs, root: str) -> dict[int, dict]:
     try:
         with fs.open(f"{root}/experiment_log.jsonl", "r") as f:
             for line in f:
-                if line.strip():
-                    with contextlib.suppress(ValueError):
-                        row = loads(line)
-                        if isinstance(row, dict) and whole(row.get("step")) is not None:
-                            out[row["step"]] = row
+                with contextlib.suppress(ValueError):  # a blank line, or one cut off mid-write
+                    row = loads(line)
+                    if isinstance(row, dict) and whole(row.get("step")) is not None:
+                        out[row["step"]] = row
     except (OSError, ValueError):
         pass
     return out
@@ -161,11 +160,9 @@ def last_state(root: str) -> dict:
         fs, base = filesystem(root)
         base = base.rstrip("/")
         step = whole((_read_json(fs, f"{base}/checkpoint_tracker.json") or {}).get("last_global_step"))
-        return (
-            (_read_json(fs, f"{base}/global_step_{step}/trainer_state.json") or {})
-            if step is not None
-            else {}
-        )
+        if step is None:
+            return {}
+        return _read_json(fs, f"{base}/global_step_{step}/trainer_state.json") or {}
 
 
 def list_checkpoints(root: str, label: str | None = None) -> list[Checkpoint]:
@@ -273,9 +270,7 @@ def locate(ref: str, step: int | None) -> tuple[str, str, int | None] | None:
         return None
     if "://" not in ref and not Path(ref).is_dir():
         raise NotFound(f"error: {ref} is a file", ["give a job, a checkpoints folder, or a bucket URL"])
-    path = ref.rstrip("/")
-    if path.endswith("/actor"):
-        path = path[: -len("/actor")]
+    path = ref.rstrip("/").removesuffix("/actor")
     m = STEP_RE.search(path)
     if m and step is None:
         parent = path.rsplit("/", 1)[0] if "/" in path else "."
@@ -304,8 +299,8 @@ def select(root: str, label: str, step: int | None) -> Checkpoint:
 
 def human_size(n: int) -> str:
     size = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if size < 1024 or unit == "TB":
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
-    return f"{n} B"
+    return f"{size:.1f} TB"

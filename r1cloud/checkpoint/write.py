@@ -18,18 +18,21 @@ folder; the tracker (EasyR1's format, for tools that read it) may lag it by one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
 
 from r1cloud.checkpoint.dcp import remove
+from r1cloud.checkpoint.folder import ADAPTER_CONFIG
+from r1cloud.checkpoint.store import STEP_RE, filesystem
+from r1cloud.core.dtypes import DTYPE_NAMES, torch_dtype
+from r1cloud.core.records import finite, loads, whole
 
 TRACKER = "checkpoint_tracker.json"
 STATE = "trainer_state.json"
-STEP_RE = re.compile(r"^global_step_(\d+)$")
 
 
 class DamagedCheckpoint(Exception):
@@ -134,8 +137,6 @@ class Bucket:
     is there, written last; a deletion removes that file first."""
 
     def __init__(self, url: str):
-        from r1cloud.checkpoint.store import filesystem
-
         self.url = url.rstrip("/")
         self.fs, self.root = filesystem(self.url)
 
@@ -197,9 +198,6 @@ def _key(url: str) -> str:
 def read_state(checkpoint: str) -> dict:
     """A checkpoint's trainer_state.json, from a local folder or a bucket, checked: one that is
     damaged or not r1cloud's is a DamagedCheckpoint naming it (a resume would otherwise fail deep inside)."""
-    from r1cloud.checkpoint.store import filesystem
-    from r1cloud.core.records import finite, loads, whole
-
     fs, path = filesystem(checkpoint)
     where = f"{checkpoint.rstrip('/')}/{STATE}"
     fix = "resume from another checkpoint (trainer.load_checkpoint_path), or remove this one"
@@ -232,13 +230,9 @@ def write_hf_files(
     LoRA run's `actor/adapter_config.json` (naming the base model the adapter needs); merged
     safetensors too for the last one (trainer.save_hf), so it is INFERENCE READY with no merge step.
     Written locally, then put in the bucket when the checkpoints live in one (`Bucket`)."""
-    import contextlib
-
     from transformers import AutoConfig, GenerationConfig
 
-    from r1cloud.checkpoint.folder import ADAPTER_CONFIG
     from r1cloud.checkpoint.from_dcp import merge_dcp
-    from r1cloud.core.dtypes import DTYPE_NAMES, torch_dtype
 
     path = model_cfg.model_path
     bucket = isinstance(checkpoints, Bucket)

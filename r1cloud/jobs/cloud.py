@@ -10,6 +10,7 @@ is an empty state, not an error.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import re
 import time
@@ -71,65 +72,52 @@ def translate(e: Exception) -> CloudError | None:
     return None
 
 
-def _call(fn, *args, **kwargs):
-    """Run one SDK call; SkyPilot's failures come out as CloudError."""
-    sky = _sky()
-    try:
-        return fn(sky, *args, **kwargs)
-    except CloudError:
-        raise
-    except Exception as e:
-        known = translate(e)
-        if known is None:
+def _sdk(fn):
+    """`fn(sky, …)` as `fn(…)`: SkyPilot's failures come out as CloudError."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        sky = _sky()
+        try:
+            return fn(sky, *args, **kwargs)
+        except CloudError:
             raise
-        raise known from None
+        except Exception as e:
+            known = translate(e)
+            if known is None:
+                raise
+            raise known from None
+
+    return call
 
 
-def make_task(config: dict, secrets: dict[str, str]):
+@_sdk
+def make_task(sky, config: dict, secrets: dict[str, str]):
     """The task, with secret values passed as overrides, never written into the config."""
-
-    def build(sky):
-        return sky.Task.from_yaml_config(
-            copy.deepcopy(config), secrets_overrides=list(secrets.items()) or None
-        )
-
-    return _call(build)
+    return sky.Task.from_yaml_config(copy.deepcopy(config), secrets_overrides=list(secrets.items()) or None)
 
 
-def launch(config: dict, secrets: dict[str, str], managed: bool) -> dict:
+@_sdk
+def launch(sky, config: dict, secrets: dict[str, str], managed: bool) -> dict:
     """Start the job; returns what later calls need to find it again."""
     task = make_task(config, secrets)
     name = config["name"]
-
-    def go(sky):
-        if managed:
-            job_ids, _ = sky.stream_and_get(sky.jobs.launch(task, name=name))
-            return {"managed": True, "job_id": job_ids[0] if job_ids else None, "cluster": ""}
-        job_id, _ = sky.stream_and_get(
-            sky.launch(task, cluster_name=name, idle_minutes_to_autostop=AUTOSTOP_MINUTES, down=True)
-        )
-        return {"managed": False, "job_id": job_id, "cluster": name}
-
-    return _call(go)
+    if managed:
+        job_ids, _ = sky.stream_and_get(sky.jobs.launch(task, name=name))
+        return {"managed": True, "job_id": job_ids[0] if job_ids else None, "cluster": ""}
+    job_id, _ = sky.stream_and_get(
+        sky.launch(task, cluster_name=name, idle_minutes_to_autostop=AUTOSTOP_MINUTES, down=True)
+    )
+    return {"managed": False, "job_id": job_id, "cluster": name}
 
 
 # Managed-job statuses (sky.jobs.ManagedJobStatus) onto the job store's.
-STATUS = {
-    "PENDING": "PENDING",
-    "DEPRECATED_SUBMITTED": "PENDING",
-    "STARTING": "PENDING",
-    "RUNNING": "RUNNING",
-    "RECOVERING": "RUNNING",
-    "WINDING_DOWN": "RUNNING",
-    "CANCELLING": "RUNNING",
-    "SUCCEEDED": "SUCCEEDED",
-    "CANCELLED": "STOPPED",
-    "FAILED": "FAILED",
-    "FAILED_SETUP": "FAILED",
-    "FAILED_PRECHECKS": "FAILED",
-    "FAILED_NO_RESOURCE": "FAILED",
-    "FAILED_CONTROLLER": "FAILED",
-}
+STATUS = dict.fromkeys(("PENDING", "DEPRECATED_SUBMITTED", "STARTING"), "PENDING")
+STATUS |= dict.fromkeys(("RUNNING", "RECOVERING", "WINDING_DOWN", "CANCELLING"), "RUNNING")
+STATUS |= {"SUCCEEDED": "SUCCEEDED", "CANCELLED": "STOPPED"}
+STATUS |= dict.fromkeys(
+    ("FAILED", "FAILED_SETUP", "FAILED_PRECHECKS", "FAILED_NO_RESOURCE", "FAILED_CONTROLLER"), "FAILED"
+)
 
 
 def _name(status) -> str:
@@ -137,67 +125,53 @@ def _name(status) -> str:
     return str(getattr(status, "value", status))
 
 
-def managed_jobs(job_ids: list[int]) -> dict[int, dict]:
-    """{job id: {"status", "recoveries", "reason", "ended"}} for these managed jobs; {} when there are none."""
-    if not job_ids:
+@_sdk
+def managed_jobs(sky, job_ids: list[int]) -> dict[int, dict]:
+    """{job id: {"status", "recoveries", "reason", "ended"}} for these managed jobs (at least one)."""
+    try:
+        records = sky.get(sky.jobs.queue_v2(refresh=False, job_ids=job_ids))[0]
+    except sky.exceptions.ClusterNotUpError:  # "No in-progress managed jobs": nothing to show
         return {}
-
-    def query(sky):
-        try:
-            records = sky.get(sky.jobs.queue_v2(refresh=False, job_ids=job_ids))[0]
-        except sky.exceptions.ClusterNotUpError:  # "No in-progress managed jobs": nothing to show
-            return {}
-        out = {}
-        for rec in records:
-            status = _name(rec.get("status"))
-            out[rec.get("job_id")] = {
-                "status": STATUS.get(status, "RUNNING"),
-                "recoveries": rec.get("recovery_count") or 0,
-                "reason": rec.get("failure_reason") or "",
-                "ended": rec.get("end_at"),  # epoch seconds once it has ended
-            }
-        return out
-
-    return _call(query)
+    out = {}
+    for rec in records:
+        status = _name(rec.get("status"))
+        out[rec.get("job_id")] = {
+            "status": STATUS.get(status, "RUNNING"),
+            "recoveries": rec.get("recovery_count") or 0,
+            "reason": rec.get("failure_reason") or "",
+            "ended": rec.get("end_at"),  # epoch seconds once it has ended
+        }
+    return out
 
 
 # A plain cluster's job statuses (sky.skylet.job_lib.JobStatus) onto the job store's.
-CLUSTER_STATUS = {
-    "INIT": "PENDING",
-    "PENDING": "PENDING",
-    "SETTING_UP": "PENDING",
-    "RUNNING": "RUNNING",
-    "SUCCEEDED": "SUCCEEDED",
-    "CANCELLED": "STOPPED",
-}
+CLUSTER_STATUS = dict.fromkeys(("INIT", "PENDING", "SETTING_UP"), "PENDING")
+CLUSTER_STATUS |= {"RUNNING": "RUNNING", "SUCCEEDED": "SUCCEEDED", "CANCELLED": "STOPPED"}
 CLUSTER_GONE = (
     "its cluster is gone (taken down after the job ended, before r1cloud saw how it ended); "
     "its checkpoints are in the bucket"
 )
 
 
-def cluster_job(record: dict, since: float | None = None) -> dict:
+@_sdk
+def cluster_job(sky, record: dict, since: float | None = None) -> dict:
     """{"status", "reason", "ended"} of a job on a plain cluster (`--no-managed`). The cluster goes
     down after its job, so a cluster that is gone means the job has ended (ENDED: outcome unknown);
     "ended" is then when it went down (a cluster bills until then), from SkyPilot's cost report of
     the cluster launched at `since` or later, or None where the report does not say."""
-
-    def query(sky):
-        try:
-            states = sky.get(sky.job_status(record["cluster"], [record["job_id"]]))
-        except (sky.exceptions.ClusterDoesNotExist, sky.exceptions.ClusterNotUpError):
-            return {
-                "status": "ENDED",
-                "reason": CLUSTER_GONE,
-                "ended": _down_at(sky, record["cluster"], since),
-            }
-        status = _name(states.get(record["job_id"]))
+    try:
+        states = sky.get(sky.job_status(record["cluster"], [record["job_id"]]))
+    except (sky.exceptions.ClusterDoesNotExist, sky.exceptions.ClusterNotUpError):
         return {
-            "status": CLUSTER_STATUS.get(status, "FAILED"),
-            "reason": "" if status in CLUSTER_STATUS else status,
+            "status": "ENDED",
+            "reason": CLUSTER_GONE,
+            "ended": _down_at(sky, record["cluster"], since),
         }
-
-    return _call(query)
+    status = _name(states.get(record["job_id"]))
+    return {
+        "status": CLUSTER_STATUS.get(status, "FAILED"),
+        "reason": "" if status in CLUSTER_STATUS else status,
+    }
 
 
 def _down_at(sky, cluster: str, since: float | None) -> float | None:
@@ -223,85 +197,65 @@ def _down_at(sky, cluster: str, since: float | None) -> float | None:
 
 
 # SkyServe service statuses (sky.serve.ServiceStatus) onto the job store's.
-SERVICE_STATUS = {
-    "CONTROLLER_INIT": "PENDING",
-    "REPLICA_INIT": "PENDING",
-    "READY": "RUNNING",
-    "NO_REPLICA": "RUNNING",
-    "SHUTTING_DOWN": "STOPPED",
-}
+SERVICE_STATUS = dict.fromkeys(("CONTROLLER_INIT", "REPLICA_INIT"), "PENDING")
+SERVICE_STATUS |= dict.fromkeys(("READY", "NO_REPLICA"), "RUNNING") | {"SHUTTING_DOWN": "STOPPED"}
 
 
-def services(names: list[str]) -> dict[str, dict]:
+@_sdk
+def services(sky, names: list[str]) -> dict[str, dict]:
     """{service: {"status", "reason"}}; a service SkyServe no longer knows is STOPPED."""
-
-    def query(sky):
-        try:
-            records = sky.get(sky.serve.status(names))
-        except sky.exceptions.ClusterNotUpError:  # no serve controller: no services at all
-            records = []
-        out = {n: {"status": "STOPPED", "reason": "the service is gone (sky serve down)"} for n in names}
-        for rec in records:
-            status = _name(rec.get("status"))
-            reason = "no replica is ready" if status == "NO_REPLICA" else ""
-            if status not in SERVICE_STATUS:
-                reason = f"SkyServe says {status}"
-            out[rec["name"]] = {"status": SERVICE_STATUS.get(status, "FAILED"), "reason": reason}
-        return out
-
-    return _call(query)
+    try:
+        records = sky.get(sky.serve.status(names))
+    except sky.exceptions.ClusterNotUpError:  # no serve controller: no services at all
+        records = []
+    out = {n: {"status": "STOPPED", "reason": "the service is gone (sky serve down)"} for n in names}
+    for rec in records:
+        status = _name(rec.get("status"))
+        reason = "no replica is ready" if status == "NO_REPLICA" else ""
+        if status not in SERVICE_STATUS:
+            reason = f"SkyServe says {status}"
+        out[rec["name"]] = {"status": SERVICE_STATUS.get(status, "FAILED"), "reason": reason}
+    return out
 
 
-def tail_logs(record: dict, follow: bool) -> int | None:
+@_sdk
+def tail_logs(sky, record: dict, follow: bool) -> int | None:
     """Stream the job's output to stdout; the exit code when it ended, None otherwise."""
-
-    def tail(sky):
-        try:
-            if "service" in record:  # a SkyServe service: its first replica's server output
-                return sky.serve.tail_logs(record["service"], target="replica", replica_id=1, follow=follow)
-            if record["managed"]:
-                return sky.jobs.tail_logs(job_id=record["job_id"], follow=follow)
-            return sky.tail_logs(record["cluster"], record["job_id"], follow)
-        except (sky.exceptions.ClusterNotUpError, sky.exceptions.ClusterDoesNotExist) as e:
-            print(f"(no logs: {_plain(str(e))})")
-            return None
-
-    return _call(tail)
+    try:
+        if "service" in record:  # a SkyServe service: its first replica's server output
+            return sky.serve.tail_logs(record["service"], target="replica", replica_id=1, follow=follow)
+        if record["managed"]:
+            return sky.jobs.tail_logs(job_id=record["job_id"], follow=follow)
+        return sky.tail_logs(record["cluster"], record["job_id"], follow)
+    except (sky.exceptions.ClusterNotUpError, sky.exceptions.ClusterDoesNotExist) as e:
+        print(f"(no logs: {_plain(str(e))})")
+        return None
 
 
-def cancel(record: dict) -> str:
+@_sdk
+def cancel(sky, record: dict) -> str:
     """Stop the job: cancel the managed job, or take its cluster down."""
-
-    def go(sky):
-        try:
-            if record["managed"]:
-                sky.get(sky.jobs.cancel(job_ids=[record["job_id"]]))
-            else:
-                sky.get(sky.down(record["cluster"]))
-        except (sky.exceptions.ClusterNotUpError, sky.exceptions.ClusterDoesNotExist):
-            return "already gone"
-        return "cancelled" if record["managed"] else "cluster down"
-
-    return _call(go)
+    try:
+        if record["managed"]:
+            sky.get(sky.jobs.cancel(job_ids=[record["job_id"]]))
+        else:
+            sky.get(sky.down(record["cluster"]))
+    except (sky.exceptions.ClusterNotUpError, sky.exceptions.ClusterDoesNotExist):
+        return "already gone"
+    return "cancelled" if record["managed"] else "cluster down"
 
 
-def serve_up(config: dict, secrets: dict[str, str], service: str) -> str:
+@_sdk
+def serve_up(sky, config: dict, secrets: dict[str, str], service: str) -> str:
     """A SkyServe service; returns its endpoint."""
-    task = make_task(config, secrets)
-
-    def go(sky):
-        _, endpoint = sky.stream_and_get(sky.serve.up(task, service_name=service))
-        return endpoint
-
-    return _call(go)
+    _, endpoint = sky.stream_and_get(sky.serve.up(make_task(config, secrets), service_name=service))
+    return endpoint
 
 
-def serve_down(service: str) -> str:
-    def go(sky):
-        try:
-            sky.get(sky.serve.down(service))
-        except (sky.exceptions.ClusterNotUpError, sky.exceptions.ClusterDoesNotExist):
-            return "already gone"
-        return "service down"
-
-    return _call(go)
+@_sdk
+def serve_down(sky, service: str) -> str:
+    try:
+        sky.get(sky.serve.down(service))
+    except (sky.exceptions.ClusterNotUpError, sky.exceptions.ClusterDoesNotExist):
+        return "already gone"
+    return "service down"

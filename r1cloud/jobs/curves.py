@@ -4,6 +4,7 @@ with matplotlib. Both libraries are imported only when drawing."""
 
 from __future__ import annotations
 
+from r1cloud.checkpoint.store import bucket_errors, filesystem
 from r1cloud.core.records import finite, flatten, loads, whole
 
 Curve = tuple[list[int], list[float]]
@@ -17,8 +18,6 @@ class PlotError(Exception):
 def read_rows(where: str) -> list[dict]:
     """The metric lines under `where` (a folder or a bucket URL): r1cloud's metrics.jsonl, else
     EasyR1's experiment_log.jsonl (nested keys joined with /). A line cut off mid-write is skipped."""
-    from r1cloud.checkpoint.store import bucket_errors, filesystem
-
     fs, root = filesystem(where)
     root = root.rstrip("/")
     for name in ("metrics.jsonl", "experiment_log.jsonl"):

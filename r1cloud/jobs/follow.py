@@ -49,10 +49,7 @@ def follow(
         lines, offset = new_lines(log, offset)
         for line in lines:
             on_line(line)
-        if job.status in TERMINAL:
-            lines, offset = new_lines(log, offset)
-            for line in lines:
-                on_line(line)
+        if job.status in TERMINAL:  # read before the log: all the job wrote is in `lines`
             return job
         time.sleep(poll)
 

@@ -9,6 +9,7 @@ import sys
 import time
 
 from r1cloud.core.jobstore import ACTIVE, DamagedJob, Job, JobExists, JobRunning, JobStore, NoSuchJob, alive
+from r1cloud.spec import dump_spec
 
 
 def submit(
@@ -26,8 +27,6 @@ def submit(
     Returns the job, whether it is new, and where its log stood before (a resumed job's log goes on).
     Raises JobExists(name, status) for a taken name without `resume` or `unique` (which takes the
     first free of NAME-2, NAME-3, …), JobRunning if it runs. `price`: dollars an hour, for a budget."""
-    from r1cloud.spec import dump_spec
-
     accel = str(spec.resources.accelerators or f"{spec.trainer.n_gpus_per_node} slots")
     job = Job(
         spec.name,

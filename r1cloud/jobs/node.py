@@ -13,10 +13,13 @@ take SkyPilot's own Ray down with it.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import yaml
 
 from r1cloud.core import budget
 
@@ -39,8 +42,7 @@ def cluster_env() -> tuple[int, int, list[str], int]:
 
 def ray_command(rank: int, head: str, ip: str, gpus: int, slots: int) -> list[str]:
     cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats"]
-    cmd += [f"--node-ip-address={ip}"]
-    cmd += [f"--dashboard-agent-listen-port={DASHBOARD_AGENT_PORT}"]
+    cmd += [f"--node-ip-address={ip}", f"--dashboard-agent-listen-port={DASHBOARD_AGENT_PORT}"]
     if rank == 0:
         cmd += ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"]
     else:
@@ -52,16 +54,12 @@ def ray_command(rank: int, head: str, ip: str, gpus: int, slots: int) -> list[st
 
 def slots_in_spec(run_dir: str) -> int:
     """Worker slots per node on CPU nodes: the spec's trainer.n_gpus_per_node."""
-    import yaml
-
     spec = yaml.safe_load((Path(run_dir) / "spec.yaml").read_text())
     return int(spec["trainer"]["n_gpus_per_node"])
 
 
 def wait_for_head(head: str) -> bool:
     """Workers start after the head: wait until its Ray port accepts connections."""
-    import socket
-
     deadline = time.monotonic() + JOIN_TIMEOUT
     while time.monotonic() < deadline:
         try:

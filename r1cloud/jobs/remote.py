@@ -14,6 +14,7 @@ from secrets import token_hex
 
 import yaml
 
+from r1cloud.checkpoint.store import BucketError, job_checkpoint_root, last_state
 from r1cloud.core import budget
 from r1cloud.core.jobstore import ACTIVE, Job, JobExists, JobRunning, JobStore, launch_lost
 from r1cloud.jobs import cloud
@@ -128,8 +129,6 @@ def budget_stop(job: Job) -> str:
     checkpoint says so (the trainer's [budget] line, kept in its trainer_state.json) and was saved
     by this launch (its `launched`, the budget's start: a resume that saved nothing leaves the last
     launch's checkpoint). A bucket that cannot be read from here leaves the job as SkyPilot says."""
-    from r1cloud.checkpoint.store import BucketError, job_checkpoint_root, last_state
-
     try:
         state = last_state(job_checkpoint_root(job.dir))
     except BucketError:
@@ -148,7 +147,8 @@ def refresh(store: JobStore, jobs: list[Job]) -> list[Job]:
     active = [j for j in jobs if j.cloud and j.status in ACTIVE]  # a launch in flight has no `cloud` yet
     managed = {j.cloud["job_id"]: j.name for j in active if j.cloud.get("managed")}
     served = [j.cloud["service"] for j in active if "service" in j.cloud]
-    states = {managed[i]: s for i, s in cloud.managed_jobs(list(managed)).items() if i in managed}
+    queue = cloud.managed_jobs(list(managed)) if managed else {}
+    states = {managed[i]: s for i, s in queue.items() if i in managed}
     states.update(cloud.services(served) if served else {})
     for j in active:
         if j.cloud.get("cluster") and not j.cloud.get("managed"):

@@ -18,9 +18,14 @@ managed job resumes from the last complete one.
 
 from __future__ import annotations
 
+import glob
 import os
+import subprocess
 from pathlib import Path
 
+import yaml
+
+from r1cloud import __version__
 from r1cloud.spec import Spec
 from r1cloud.spec.models import accelerator_options
 from r1cloud.validate.files import local_paths
@@ -82,8 +87,6 @@ def _size_up_to(root: Path, limit: int) -> int:
     """The bytes SkyPilot would upload from `root`, counted until they pass `limit` (then a number
     above it). As SkyPilot does: a `.skyignore` there says what is left out; else, in a git work
     tree, what .gitignore ignores."""
-    import subprocess
-
     ignored = _skyignored(root)
     files = None
     if ignored is None:
@@ -116,8 +119,6 @@ def _size_up_to(root: Path, limit: int) -> int:
 def _skyignored(root: Path) -> set[str] | None:
     """The paths `root/.skyignore` leaves out, matched as SkyPilot 0.14 matches them (a pattern
     starting with / from the root, any other at any depth); None without the file."""
-    import glob
-
     try:
         lines = (root / ".skyignore").read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
@@ -189,8 +190,6 @@ def setup_script(source: Path | None, loggers: tuple[str, ...] = ()) -> str:
     """Install r1cloud on the node with the trainer (its `train` extra brings vLLM's CUDA build)
     and the trackers the blueprint logs to, with uv; from a checkout, at the versions its
     requirements/lock-gpu.txt pins (an image built from docker/Dockerfile already holds them)."""
-    from r1cloud import __version__
-
     on_node = SOURCE_ON_NODE.replace("~", "$HOME")  # quoted, so the shell would not expand ~
     extras = ",".join(["train", *(x for x in ("wandb", "swanlab", "mlflow") if x in loggers)])
     package = f'"{on_node}[{extras}]"' if source else f'"r1cloud[{extras}]=={__version__}"'
@@ -252,7 +251,6 @@ def task_config(spec: Spec, root: Path, spec_file: Path, managed: bool = True) -
 
 def to_yaml(config: dict) -> str:
     """The task as YAML, scripts as literal blocks (readable, and what `sky launch` reads)."""
-    import yaml
 
     class Dumper(yaml.SafeDumper):
         pass

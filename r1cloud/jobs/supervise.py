@@ -49,31 +49,17 @@ def main(job_dir: str) -> int:
     store = JobStore(path.parent.parent)
     name = path.name
     with store.locked(name) as job:
-        job.status, job.started_at, job.ended_at, job.exit_code, job.reason = (
-            "RUNNING",
-            time.time(),
-            None,
-            None,
-            "",
-        )
+        job.status, job.reason, job.stop_requested = "RUNNING", "", False
+        job.started_at, job.ended_at, job.exit_code = time.time(), None, None
         job.own()
-        job.stop_requested = False
         job.attempts += 1
         command = job.command or [sys.executable, "-m", "r1cloud.trainer", str(path)]
         what, log_path = ("the trainer" if job.kind == "train" else "the server"), path / job.log.name
-        priced = {
-            budget.PRICE: str(job.price),
-            budget.SPENT: str(job.spent),
-            budget.STARTED: str(job.started_at),
-        }
-        env = {**os.environ, **(priced if job.price else {})}
+        priced = {budget.PRICE: job.price, budget.SPENT: job.spent, budget.STARTED: job.started_at}
+        env = {**os.environ, **({k: str(v) for k, v in priced.items()} if job.price else {})}
     with log_path.open("ab") as log:
         child = subprocess.Popen(
-            command,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
+            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
         )
         signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -88,16 +74,9 @@ def main(job_dir: str) -> int:
         elif code == 0:
             job.status, job.reason = "SUCCEEDED", ""
         else:
-            job.status, job.reason = (
-                "FAILED",
-                last_error(log_path) or f"{what} exited with code {code}",
-            )
-        if job.kind == "train" and job.status in (
-            "SUCCEEDED",
-            "STOPPED",
-            budget.STATUS,
-        ):  # before the status is seen
-            calibrate(store, path, job, log_path)
+            job.status, job.reason = "FAILED", last_error(log_path) or f"{what} exited with code {code}"
+        if job.kind == "train" and job.status in ("SUCCEEDED", "STOPPED", budget.STATUS):
+            calibrate(store, path, job, log_path)  # before the status is seen
     return 0
 
 
