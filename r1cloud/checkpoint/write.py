@@ -166,8 +166,11 @@ class Bucket:
         return f"{self.url}/global_step_{step}"
 
     def put(self, local: Path, url: str) -> None:
-        """A local folder's files into `url` (the merged model and its config, written locally)."""
+        """A local file to `url`, or a folder's files into it (the merged model and its config, and a
+        LoRA run's adapter config, written locally)."""
         base = _key(url)
+        if local.is_file():  # rglob finds nothing under a file
+            return self.fs.put_file(str(local), base)
         for p in sorted(p for p in local.rglob("*") if p.is_file()):
             self.fs.put_file(str(p), f"{base}/{p.relative_to(local).as_posix()}")
 

@@ -320,6 +320,24 @@ def test_bucket_checkpoints_list_and_merge_through_s3(trained, tmp_path):
         s3.close()
 
 
+def test_bucket_put_uploads_a_file_and_a_folder(s3, tmp_path):
+    """A LoRA run's adapter_config.json is one file put beside the shards: it must land (rglob under
+    a file finds nothing, and it was never uploaded), as a folder's files do."""
+    from r1cloud.checkpoint.write import Bucket
+
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    (tmp_path / "adapter_config.json").write_text('{"r": 2}')
+    bucket = Bucket("s3://ckpts/job/checkpoints")
+    bucket.put(
+        tmp_path / "adapter_config.json", "s3://ckpts/job/checkpoints/global_step_1/actor/adapter_config.json"
+    )
+    bucket.put(tmp_path / "hf", "s3://ckpts/job/checkpoints/global_step_1/huggingface")
+    fs = s3.fs()
+    assert json.loads(fs.cat("ckpts/job/checkpoints/global_step_1/actor/adapter_config.json")) == {"r": 2}
+    assert fs.cat("ckpts/job/checkpoints/global_step_1/huggingface/config.json") == b"{}"
+
+
 def test_trainer_saves_to_a_bucket_and_a_new_machine_resumes_from_it(make_run, s3):
     """trainer.save_checkpoint_path as an S3 URL (moto's server): the workers write their shards
     straight to the bucket, trainer_state.json comes last, nothing is kept on the machine, and
