@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from functools import partial
 
 import torch
 
@@ -48,83 +49,50 @@ class ActorUpdate:
             )
 
     def update(self, batch: Batch, minibatches: list[dict], apply: bool = True) -> list[dict]:
-        with self.offloads["actor"].resident(optimizer=True):
-            return self._update(batch, minibatches, apply)
-
-    def _update(self, batch: Batch, minibatches: list[dict], apply: bool) -> list[dict]:
-        """One optimizer step per mini-batch of the shard `batch`. Each mini-batch: {"micro":
-        [rows of the shard, per micro-batch], "total": global token (or sequence) count of the
-        whole mini-batch on all workers}. With `apply=False` the gradients of the first
-        mini-batch are left in place (tests compare them)."""
+        """The policy update on the shard `batch` (`optimizer_steps`)."""
         actor_cfg, a = self.spec.worker.actor, self.spec.algorithm
         clip = alg.ClipConfig(actor_cfg.clip_ratio_low, actor_cfg.clip_ratio_high, actor_cfg.clip_ratio_dual)
+        taus = (actor_cfg.tau_positive, actor_cfg.tau_negative)
         mode = actor_cfg.loss_avg_mode
         norm = self.spec.data.max_response_length  # seq-mean-token-sum-norm's constant length
-        self.actor.train()
-        results = []
-        for mb in minibatches:
-            total = mb["total"]
-            stats = dict.fromkeys((*UPDATE_STATS, "is_weight"), 0.0)
-            with precision.window(self.actor):  # one worker computing in bf16 without FSDP
-                for i, rows in enumerate(mb["micro"]):
-                    sync_gradients(self.actor, self.cuda, last=i == len(mb["micro"]) - 1)
-                    micro = batch.select(rows)
-                    seqs, micro = micro.seqs(), micro.to(self.device)
-                    logps, entropies = packed_log_probs(
-                        self.actor,
-                        seqs,
-                        self._temperature,
-                        self.device,
-                        entropy=True,
-                        entropy_grad=actor_cfg.entropy_coeff > 0,
-                        sp=self.sp["actor"],
-                    )
-                    logp, mask = pad(logps, width=micro.response_ids.shape[1])[0], micro.mask
-                    entropy = pad(entropies, width=mask.shape[1])[0]
-                    old = logp.detach() if micro.old_logp is None else micro.old_logp
-                    if micro.old_logp is None and micro.rollout_logp is not None:  # on-policy
-                        engine_gap(stats, old, micro.rollout_logp, mask)
-                    adv = micro.advantages * mask
-                    loss_mat, m = alg.policy_loss(
-                        actor_cfg.loss_type,
-                        logp,
-                        old,
-                        adv,
-                        mask,
-                        clip,
-                        actor_cfg.tau_positive,
-                        actor_cfg.tau_negative,
-                    )
-                    if actor_cfg.rollout_is:  # the rollout engine's log-probs differ from the trainer's
-                        weights = alg.rollout_is_weights(
-                            old, micro.rollout_logp, mask, actor_cfg.rollout_is, actor_cfg.rollout_is_cap
-                        )
-                        loss_mat = loss_mat * weights
-                        stats["is_weight"] += float((weights * mask).sum())
-                    pg = alg.aggregate(loss_mat, mask, mode, total, norm)
-                    ent = alg.aggregate(entropy, mask, mode, total, norm)
-                    loss = pg - actor_cfg.entropy_coeff * ent if actor_cfg.entropy_coeff else pg
-                    if a.use_kl_loss and not a.disable_kl:
-                        kl = alg.aggregate(
-                            alg.kl_estimate(logp, micro.ref_logp, a.kl_penalty), mask, mode, total, norm
-                        )
-                        loss = loss + a.kl_coef * kl
-                        stats["kl_loss"] += kl.item()
-                    # FSDP averages gradients over workers; each worker's loss is its share of the global mean.
-                    (loss * self.world).backward()
-                    n = mask.sum().item()
-                    stats["pg_loss"] += pg.item()
-                    stats["entropy_loss"] += alg.aggregate(-logp.detach(), mask, mode, total, norm).item()
-                    stats["entropy"] += ent.item()
-                    stats["tokens"] += n
-                    stats["clip_hi"] += float(m.get("pg_clipfrac_higher", 0.0)) * n
-                    stats["clip_lo"] += float(m.get("pg_clipfrac_lower", 0.0)) * n
-                    stats["ppo_kl"] += m["ppo_kl"].item() * n
-            if not apply:
-                return results
-            stats["grad_norm"] = step(self.actor, self.optim, actor_cfg.max_grad_norm)
-            results.append(stats)
-        return after_update(self.schedulers.get("actor"), self.optim, results)
+        t, sp, entropy_grad = self._temperature, self.sp["actor"], actor_cfg.entropy_coeff > 0
+
+        def micro_loss(seqs, micro: Batch, total: float, stats: dict) -> torch.Tensor:
+            logps, entropies = packed_log_probs(
+                self.actor, seqs, t, self.device, entropy=True, entropy_grad=entropy_grad, sp=sp
+            )
+            logp, mask = pad(logps, width=micro.response_ids.shape[1])[0], micro.mask
+            agg = partial(alg.aggregate, mask=mask, mode=mode, total=total, norm=norm)
+            entropy = pad(entropies, width=mask.shape[1])[0]
+            old = logp.detach() if micro.old_logp is None else micro.old_logp
+            if micro.old_logp is None and micro.rollout_logp is not None:  # on-policy
+                engine_gap(stats, old, micro.rollout_logp, mask)
+            adv = micro.advantages * mask
+            loss_mat, m = alg.policy_loss(actor_cfg.loss_type, logp, old, adv, mask, clip, *taus)
+            if actor_cfg.rollout_is:  # the rollout engine's log-probs differ from the trainer's
+                weights = alg.rollout_is_weights(
+                    old, micro.rollout_logp, mask, actor_cfg.rollout_is, actor_cfg.rollout_is_cap
+                )
+                loss_mat = loss_mat * weights
+                stats["is_weight"] += float((weights * mask).sum())
+            pg, ent = agg(loss_mat), agg(entropy)
+            loss = pg - actor_cfg.entropy_coeff * ent if actor_cfg.entropy_coeff else pg
+            if a.use_kl_loss and not a.disable_kl:
+                kl = agg(alg.kl_estimate(logp, micro.ref_logp, a.kl_penalty))
+                loss = loss + a.kl_coef * kl
+                stats["kl_loss"] += kl.item()
+            n = mask.sum().item()
+            stats["pg_loss"] += pg.item()
+            stats["entropy_loss"] += agg(-logp.detach()).item()
+            stats["entropy"] += ent.item()
+            stats["tokens"] += n
+            stats["clip_hi"] += float(m.get("pg_clipfrac_higher", 0.0)) * n
+            stats["clip_lo"] += float(m.get("pg_clipfrac_lower", 0.0)) * n
+            stats["ppo_kl"] += m["ppo_kl"].item() * n
+            return loss
+
+        keys = (*UPDATE_STATS, "is_weight")
+        return optimizer_steps(self, "actor", batch, minibatches, keys, micro_loss, apply)
 
     def full_grads(self) -> dict[str, torch.Tensor]:
         """Full gradients (a collective), for tests against a single process."""
@@ -136,6 +104,39 @@ class ActorUpdate:
         return out
 
 
+def optimizer_steps(
+    worker, role: str, batch: Batch, minibatches: list[dict], keys: tuple, micro_loss, apply: bool = True
+) -> list[dict]:
+    """One optimizer step of `role` (actor or critic) per mini-batch of the shard `batch`. Each
+    mini-batch: {"micro": [rows of the shard, per micro-batch], "total": global token (or sequence)
+    count of the whole mini-batch on all workers}. `micro_loss(seqs, micro, total, stats)`: a
+    micro-batch's loss, its statistics added to the mini-batch's `stats` (`keys` from 0). With
+    `apply=False` the gradients of the first mini-batch are left in place (tests compare them)."""
+    model, optim = worker._role(role)
+    with worker.offloads[role].resident(optimizer=True):
+        model.train()
+        results = []
+        for mb in minibatches:
+            stats = dict.fromkeys(keys, 0.0)
+            with precision.window(model):  # one worker computing in bf16 without FSDP
+                for i, rows in enumerate(mb["micro"]):
+                    sync_gradients(model, worker.cuda, last=i == len(mb["micro"]) - 1)
+                    micro = batch.select(rows)
+                    seqs, micro = micro.seqs(), micro.to(worker.device)
+                    # FSDP averages gradients over workers; each worker's loss is its share of the global mean
+                    (micro_loss(seqs, micro, mb["total"], stats) * worker.world).backward()
+            if not apply:
+                return results
+            stats["grad_norm"] = step(model, optim, getattr(worker.spec.worker, role).max_grad_norm)
+            results.append(stats)
+        lr = optim.param_groups[0]["lr"]  # the learning rate each step used, then the schedule's step
+        if (scheduler := worker.schedulers.get(role)) is not None:
+            scheduler.step()
+        for r in results:
+            r["lr"] = lr
+        return results
+
+
 def sync_gradients(model, cuda: bool, last: bool) -> None:
     """On CPU, gradients are reduced across workers once per mini-batch, after its last
     micro-batch, instead of after every one, and the parameters stay gathered until then: a
@@ -145,16 +146,6 @@ def sync_gradients(model, cuda: bool, last: bool) -> None:
     if not cuda and hasattr(model, "set_requires_gradient_sync"):  # FSDP's (not one plain worker)
         model.set_requires_gradient_sync(last)
         model.set_reshard_after_backward(last)
-
-
-def after_update(scheduler, optim, results: list[dict]) -> list[dict]:
-    """The learning rate each step used, then the schedule's step."""
-    lr = optim.param_groups[0]["lr"]
-    if scheduler is not None:
-        scheduler.step()
-    for r in results:
-        r["lr"] = lr
-    return results
 
 
 def step(model, optim, max_norm: float) -> float:

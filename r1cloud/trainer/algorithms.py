@@ -10,13 +10,9 @@ advantage 0 in GRPO; verl gives it r/(1+ε) and EasyR1 refuses n=1 outright.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
-
-# --------------------------------------------------------------------------- advantages
 
 
 def group_ids(index: list | torch.Tensor) -> torch.Tensor:
@@ -169,7 +165,6 @@ def token_rewards(
     return out
 
 
-# --------------------------------------------------------------------------- one function per estimator
 @dataclass
 class Outcomes:
     """What an estimator may read: the groups, the sequence and token rewards, the response mask,
@@ -183,27 +178,21 @@ class Outcomes:
     baselines: torch.Tensor | None = None
 
 
-# adv_estimator -> (advantages (B, T), the critic's returns or None): the names of core/estimators.py
-ADVANTAGES: dict[str, Callable[[Any, Outcomes], tuple[torch.Tensor, torch.Tensor | None]]] = {
-    "grpo": lambda a, x: (
-        token_level(grpo_advantages(x.rewards, x.uids, norm_by_std=a.norm_adv_by_std_in_grpo), x.mask),
-        None,
+# adv_estimator -> advantages (B, T) (GAE: and the critic's returns): the names of core/estimators.py
+ADVANTAGES = {
+    "grpo": lambda a, x: token_level(
+        grpo_advantages(x.rewards, x.uids, norm_by_std=a.norm_adv_by_std_in_grpo), x.mask
     ),
-    "grpo_passk": lambda a, x: (
-        token_level(grpo_passk_advantages(x.rewards, x.uids, norm_by_std=a.norm_adv_by_std_in_grpo), x.mask),
-        None,
+    "grpo_passk": lambda a, x: token_level(
+        grpo_passk_advantages(x.rewards, x.uids, norm_by_std=a.norm_adv_by_std_in_grpo), x.mask
     ),
-    "rloo": lambda a, x: (token_level(rloo_advantages(x.rewards, x.uids), x.mask), None),
-    "reinforce_plus_plus": lambda a, x: (
-        reinforce_plus_plus_advantages(x.token_rewards, x.mask, a.gamma)[0],
-        None,
-    ),
-    "reinforce_plus_plus_baseline": lambda a, x: (
-        reinforce_plus_plus_baseline_advantages(x.rewards.float(), x.uids, x.mask),
-        None,
+    "rloo": lambda a, x: token_level(rloo_advantages(x.rewards, x.uids), x.mask),
+    "reinforce_plus_plus": lambda a, x: reinforce_plus_plus_advantages(x.token_rewards, x.mask, a.gamma)[0],
+    "reinforce_plus_plus_baseline": lambda a, x: reinforce_plus_plus_baseline_advantages(
+        x.rewards.float(), x.uids, x.mask
     ),
     # the reward still to come, minus the greedy baseline
-    "remax": lambda a, x: (remax_advantages(x.token_rewards, x.baselines, x.mask), None),
+    "remax": lambda a, x: remax_advantages(x.token_rewards, x.baselines, x.mask),
     "gae": lambda a, x: gae_advantages(x.token_rewards, x.values, x.mask, a.gamma, a.lam),
 }
 ADVANTAGES["dapo"] = ADVANTAGES["grpo"]  # DAPO's settings are a preset; its advantages are GRPO's
@@ -213,11 +202,9 @@ def advantages(a, x: Outcomes) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`algorithm.adv_estimator` over the batch as (B, T) fp32, zero past each response: outcome
     estimators from the sequence rewards, spread over the tokens; REINFORCE++ and GAE per token
     (from the token rewards). Also GAE's returns, the critic's targets (None otherwise)."""
-    adv, returns = ADVANTAGES[a.adv_estimator](a, x)
+    out = ADVANTAGES[a.adv_estimator](a, x)
+    adv, returns = out if a.adv_estimator == "gae" else (out, None)
     return adv * x.mask, None if returns is None else returns * x.mask
-
-
-# --------------------------------------------------------------------------- KL
 
 
 def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str) -> torch.Tensor:
@@ -243,9 +230,6 @@ def adaptive_kl_coef(coef: float, current_kl: float, target: float, n_steps: int
     return coef * (1 + error * n_steps / horizon)
 
 
-# --------------------------------------------------------------------------- dynamic sampling
-
-
 def groups_to_keep(uids: list[str], values: list[float], low: float, high: float) -> set[str]:
     """DAPO's dynamic sampling as EasyR1 does it: keep the groups whose mean `filter_key` value is
     strictly between `low` and `high` (all-right and all-wrong groups carry no GRPO signal)."""
@@ -255,26 +239,12 @@ def groups_to_keep(uids: list[str], values: list[float], low: float, high: float
     return {u for u, vs in sums.items() if low < sum(vs) / len(vs) < high}
 
 
-# --------------------------------------------------------------------------- aggregation
-
-
-def masked_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (values * mask).sum()
-
-
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum() / mask.sum().clamp(min=1)
 
 
-# EasyR1's loss_avg_mode names and verl's loss_agg_mode names, onto one set of modes.
-AGG_MODES = {
-    "token": "token-mean",
-    "seq": "seq-mean-token-mean",
-    "token-mean": "token-mean",
-    "seq-mean-token-mean": "seq-mean-token-mean",
-    "seq-mean-token-sum": "seq-mean-token-sum",
-    "seq-mean-token-sum-norm": "seq-mean-token-sum-norm",
-}
+# EasyR1's loss_avg_mode names onto verl's loss_agg_mode names (verl's own pass as they are)
+AGG_MODES = {"token": "token-mean", "seq": "seq-mean-token-mean"}
 
 
 def aggregate(
@@ -292,7 +262,7 @@ def aggregate(
     """
     mode = AGG_MODES.get(mode, mode)
     if mode == "token-mean":
-        return masked_sum(values, mask) / (mask.sum().clamp(min=1) if total is None else total)
+        return (values * mask).sum() / (mask.sum().clamp(min=1) if total is None else total)
     lengths = mask.sum(-1)
     n = (lengths > 0).sum().clamp(min=1) if total is None else total
     if mode == "seq-mean-token-mean":
@@ -324,9 +294,6 @@ def value_loss(
     unclipped_sq, clipped_sq = (vpred - returns).square(), (clipped - returns).square()
     loss = 0.5 * aggregate(torch.maximum(unclipped_sq, clipped_sq), mask, mode, total, norm)
     return loss, masked_mean((clipped_sq > unclipped_sq).float(), mask)
-
-
-# --------------------------------------------------------------------------- policy loss
 
 
 @dataclass(frozen=True)
@@ -409,9 +376,6 @@ def policy_loss(
     with torch.no_grad():
         metrics = {"ppo_kl": masked_mean(-log_ratio, mask)}
     return loss, metrics
-
-
-# --------------------------------------------------------------------------- rollout correction
 
 
 def rollout_is_weights(

@@ -6,7 +6,7 @@ A packed row holds many sequences; the sdpa path would score every token against
 group's prompt is packed once, that prompt and each of its answers. A segment's queries see its
 own earlier tokens and, for an answer, the whole shared prompt. All segments go through one
 batched attention, padded to the longest (sdpa on GPU, grouped matmuls on CPU), so the work is
-Σ queries × keys per segment instead of N². Untested on GPU here (no GPU was lent).
+Σ queries × keys per segment instead of N².
 """
 
 from __future__ import annotations
@@ -53,22 +53,14 @@ class Segments:
         order = torch.empty_like(real)
         order[real] = torch.arange(len(real))
         take = torch.arange(S * Q).view(S, Q)[valid][order]
-        return cls(
-            q_idx.to(device),
-            kv_idx.to(device),
-            allowed[:, None].to(device),
-            order.to(device),
-            torch.tensor(positions, device=device),
-            valid.to(device),
-            take.to(device),
-        )
+        tensors = (q_idx, kv_idx, allowed[:, None], order, torch.tensor(positions), valid, take)
+        return cls(*(x.to(device) for x in tensors))
 
 
 def _pieces(segments: list[tuple[list[int], list[int]]]) -> list[tuple[list[int], list[int]]]:
     """Segments cut into pieces of at most the median segment's queries (32 at least), each piece
-    seeing the keys before it: every segment is padded to the longest, so one long prompt among
-    short answers padded them all to its length (an agent's 500-token prompt over its 128-token
-    episodes: four times their work, and scores held at that size)."""
+    seeing the keys before it: every segment is padded to the longest, and one long prompt among
+    short answers would pad them all to its length (docs/trainer.md)."""
     size = max(sorted(len(q) for q, _ in segments)[len(segments) // 2], 32)
     return [(q[a : a + size], pre + q[:a]) for q, pre in segments for a in range(0, len(q), size)]
 
@@ -116,7 +108,7 @@ def packed_attention(
 
 def _gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """(1, H, N, D) at the row tokens `idx` (S, Q) -> (S, H, Q, D). Whole tokens are picked
-    (index_select: its backward adds rows, about 3× faster on CPU than advanced indexing's)."""
+    (index_select: its backward adds rows, faster on CPU than advanced indexing's)."""
     _, H, _, D = x.shape
     S, Q = idx.shape
     return x[0].transpose(0, 1).index_select(0, idx.flatten()).view(S, Q, H, D).transpose(1, 2)
@@ -124,8 +116,7 @@ def _gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 
 def _grouped_attention(q, k, v, mask, scaling, dropout):
     """Softmax attention by plain matmuls, the query heads that share a key head stacked into one
-    matmul (no repeated keys); fp32 softmax. On CPU, for these short segments, about 3× faster
-    forward + backward than sdpa's flash kernel."""
+    matmul (no repeated keys); fp32 softmax. On CPU, for these short segments, faster than sdpa's."""
     S, H, Q, D = q.shape
     Hk, K = k.shape[1], k.shape[2]
     G = H // Hk  # query heads per key head, in transformers' repeat_kv order

@@ -32,9 +32,8 @@ class Batch:
     returns: torch.Tensor | None = None  # (B, R) fp32: GAE's critic targets
     scores: dict[str, torch.Tensor] = field(default_factory=dict)  # (B,) fp64 per reward key
     episode: dict[str, torch.Tensor] = field(default_factory=dict)  # (B,) multi-turn counts (agents/)
-    image_inputs: list[dict[str, torch.Tensor]] = field(
-        default_factory=list
-    )  # each prompt's processor tensors
+    # each prompt's processor tensors
+    image_inputs: list[dict[str, torch.Tensor]] = field(default_factory=list)
     image_of: torch.Tensor | None = None  # (B,) index into image_inputs, -1 for none
     tool_images: list[dict[str, torch.Tensor]] | None = None  # (B,) each episode's observations' pictures
 
@@ -44,10 +43,8 @@ class Batch:
     @property
     def response_mask(self) -> torch.Tensor:
         """(B, R) float: 1 on every response token."""
-        width = self.response_ids.shape[1]
-        return (
-            torch.arange(width, device=self.response_len.device)[None, :] < self.response_len[:, None]
-        ).float()
+        at = torch.arange(self.response_ids.shape[1], device=self.response_len.device)
+        return (at[None, :] < self.response_len[:, None]).float()
 
     @property
     def mask(self) -> torch.Tensor:
@@ -130,8 +127,9 @@ class Batch:
                 }  # fmt: skip
             elif any(x is None for x in xs):
                 out[f.name] = None
-            elif xs[0].dim() == 2:
-                out[f.name] = pad_cat(xs)
+            elif xs[0].dim() == 2:  # right-padded with zeros to the widest
+                width = max(x.shape[1] for x in xs)
+                out[f.name] = torch.cat([torch.nn.functional.pad(x, (0, width - x.shape[1])) for x in xs])
             else:
                 out[f.name] = torch.cat(xs)
         if any(b.image_of is not None for b in parts):  # a round of text rows has none (mixed data)
@@ -229,8 +227,7 @@ def ragged(rows: list[list], dtype: torch.dtype, width: int | None = None) -> to
     width = max((len(r) for r in rows), default=0) if width is None else width
     out = torch.zeros(len(rows), width, dtype=dtype)
     for i, r in enumerate(rows):
-        if r:
-            out[i, : len(r)] = torch.tensor(r, dtype=dtype)
+        out[i, : len(r)] = torch.tensor(r, dtype=dtype)
     return out
 
 
@@ -242,9 +239,3 @@ def forward_rows(batch: Batch, micro_batches: list[list[int]], forward) -> torch
         for i, x in zip(rows, forward(batch.seqs(rows)), strict=True):
             out[i] = x.float().cpu()  # to the driver: host memory (what Ray's serializer sends)
     return torch.cat(out) if out else torch.zeros(0)
-
-
-def pad_cat(parts: list[torch.Tensor]) -> torch.Tensor:
-    """(Σ rows, widest) of several (rows, width) tensors, right-padded with zeros."""
-    width = max((x.shape[1] for x in parts), default=0)
-    return torch.cat([torch.nn.functional.pad(x, (0, width - x.shape[1])) for x in parts])

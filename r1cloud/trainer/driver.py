@@ -43,35 +43,28 @@ from r1cloud.trainer.metrics import (
 from r1cloud.trainer.placement import Sizes, localize, rank_plan
 from r1cloud.trainer.trackers import TrackerError, Trackers, val_samples
 
-# ---------------------------------------------------------------------------- the trainer
-
 
 class Trainer:
     def __init__(self, run_dir: str | Path, spec: Spec | None = None, launch_first: bool = False):
         self.run_dir = Path(run_dir)
         self.spec = spec or load_resolved(self.run_dir / "spec.yaml")
         s, self.world, self.workers = self.spec, self.spec.world_size, []
+        r = s.worker.rollout
         if launch_first:  # the workers load their models while this process reads the data
             self.launch_workers()
         self.tokenizer, self.processor = load_tokenizer(s.worker.actor.model, s.data)
         sets = {
             "processor": self.processor,
-            "tools": tool_schemas(s.worker.rollout.multi_turn),
-            "environment": bool(s.worker.rollout.multi_turn.environment),
+            "tools": tool_schemas(r.multi_turn),
+            "environment": bool(r.multi_turn.environment),
         }
-        self.train_set = (
-            PromptSet(s.data.train_files, self.tokenizer, s.data, probs=s.data.train_files_probs, **sets)
-            if s.data.train_files
-            else None
-        )
-        self.val_set = (
-            PromptSet(s.data.val_files, self.tokenizer, s.data, **sets) if s.data.val_files else None
-        )
-        if (
-            s.worker.rollout.enable_chunked_prefill
-            and s.worker.rollout.name != "hf"
-            and not torch.cuda.is_available()
-        ):
+
+        def prompt_set(files, **probs) -> PromptSet | None:
+            return PromptSet(files, self.tokenizer, s.data, **probs, **sets) if files else None
+
+        self.train_set = prompt_set(s.data.train_files, probs=s.data.train_files_probs)
+        self.val_set = prompt_set(s.data.val_files)
+        if r.enable_chunked_prefill and r.name != "hf" and not torch.cuda.is_available():
             raise ValueError(
                 "worker.rollout.enable_chunked_prefill: vLLM's CPU build crashes on a chunked prompt of a "
                 "seeded request, so on CPU r1cloud schedules whole prompts; set it to false here"
@@ -83,7 +76,7 @@ class Trainer:
         self.reward = rewards.from_config(s.worker.reward)
         batch = s.data.mini_rollout_batch_size or s.data.rollout_batch_size
         sets = {"train": self.train_set, "val": self.val_set}
-        check_sets(sets, s.data, s.worker.rollout.limit_images, self.reward.wants, batch, self.log)
+        check_sets(sets, s.data, r.limit_images, self.reward.wants, batch, self.log)
         train = self.train_set
         self.loader = Loader(len(train), batch, s.data.seed, s.data.shuffle) if train is not None else None
         per_epoch = self.loader.batches_per_epoch if self.loader else 0
@@ -127,9 +120,6 @@ class Trainer:
         return names[0]
 
     # ------------------------------------------------------------------ rollout
-    def sampling(self, step: int, validation: bool = False, round: int = 0) -> dict:
-        return spec_sampling(self.spec, step, validation, round)
-
     def generate(self, prompt_set: PromptSet, indices: list[int], sampling: dict) -> Batch:
         """n samples of each prompt, from the rollout engine's data-parallel ranks."""
         tp = self.spec.worker.rollout.tensor_parallel_size if self.engine == "vllm" else 1
@@ -203,13 +193,8 @@ class Trainer:
     def experience(self, batch: Batch, method: str, cfg, **kwargs) -> torch.Tensor:
         """A forward-only pass of every worker over its shard (`log_probs` or `values`), in `cfg`'s
         experience micro-batches: (B, R) fp32, zero past each response."""
-        budget = cfg.micro_batch_size_per_device_for_experience * (
-            self.spec.data.max_prompt_length + self.spec.data.max_response_length
-        )
-        plan = rank_plan(
-            Sizes.of(batch), list(range(len(batch))), self.world, cfg.micro_batch_size_per_device_for_experience,
-            budget if cfg.dynamic_batching else None, self.share_prompts, cfg.ulysses_size,
-        )  # fmt: skip
+        per_micro = cfg.micro_batch_size_per_device_for_experience
+        plan = self.plan(Sizes.of(batch), list(range(len(batch))), per_micro, cfg)
         shards = [localize(micros) for micros in plan]
         results = gather(
             [
@@ -221,6 +206,13 @@ class Trainer:
         for (rows, _), res in zip(shards, results, strict=True):
             out[rows] = unpacked(res, batch.response_len[rows], out.shape[1])
         return out
+
+    def plan(self, sizes: Sizes, rows: list[int], per_micro: int, role) -> list[list[list[int]]]:
+        """Each rank's micro-batches of the batch rows `rows`: `per_micro` samples each, or with
+        `role`'s dynamic batching as many tokens as `per_micro` samples of the longest lengths."""
+        d = self.spec.data
+        budget = per_micro * (d.max_prompt_length + d.max_response_length) if role.dynamic_batching else None
+        return rank_plan(sizes, rows, self.world, per_micro, budget, self.share_prompts, role.ulysses_size)
 
     def make_batch(self, step: int) -> tuple[Batch, Batch, int, int]:
         """Generate and score until the step has `rollout_batch_size` groups (more than one round
@@ -239,7 +231,8 @@ class Trainer:
                     "is unlimited), widen the filter, or use data nearer the model's level"
                 )
             rounds += 1
-            batch = self.generate(self.train_set, self.loader.next(), self.sampling(step, round=rounds - 1))
+            indices = self.loader.next()
+            batch = self.generate(self.train_set, indices, spec_sampling(self.spec, step, round=rounds - 1))
             batch, failed = self.score(batch, self.train_set)
             errors += failed
             seen.append(batch)
@@ -256,17 +249,14 @@ class Trainer:
             groups += len(set(batch.uid))
         batch = Batch.cat(kept)
         wanted = set(list(dict.fromkeys(batch.uid))[: s.data.rollout_batch_size])
-        return (
-            batch.select([i for i, u in enumerate(batch.uid) if u in wanted]),
-            Batch.cat(seen),
-            errors,
-            rounds,
-        )
+        batch = batch.select([i for i, u in enumerate(batch.uid) if u in wanted])
+        return batch, Batch.cat(seen), errors, rounds
 
     def greedy_baselines(self, batch: Batch, step: int) -> torch.Tensor:
         """ReMax: each prompt's reward under greedy decoding (temperature 0, one sample)."""
         indices = list(dict.fromkeys(batch.index.tolist()))
-        greedy = self.generate(self.train_set, indices, {**self.sampling(step), "n": 1, "temperature": 0.0})
+        sampling = {**spec_sampling(self.spec, step), "n": 1, "temperature": 0.0}
+        greedy = self.generate(self.train_set, indices, sampling)
         greedy, _ = self.score(greedy, self.train_set)
         by_prompt = dict(zip(greedy.index.tolist(), greedy.scores["overall"].tolist(), strict=True))
         return torch.tensor([by_prompt[i] for i in batch.index.tolist()], dtype=torch.float64)
@@ -321,8 +311,7 @@ class Trainer:
         rewards = scores
         if kl_in_reward:
             kl = alg.kl_estimate(batch.old_logp, batch.ref_logp, a.kl_penalty) * mask
-            lengths = batch.response_len
-            per_token = float((kl.sum(1) / lengths.clamp(min=1)).sum()) / len(batch)
+            per_token = float((kl.sum(1) / batch.response_len.clamp(min=1)).sum()) / len(batch)
             metrics["actor/kl_penalty"] = per_token
             metrics["actor/kl_coef"] = self.kl_coef
             rewards = scores - self.kl_coef * kl.sum(1).double()
@@ -340,17 +329,11 @@ class Trainer:
     def optimizer_steps(self, batch: Batch, n_mini: int, role) -> list[dict]:
         """Each rank's part of every optimizer step: its micro-batches (batch rows) and the
         mini-batch's global token (or non-empty sequence) count that `aggregate` divides by."""
-        budget = role.micro_batch_size_per_device_for_update * (
-            self.spec.data.max_prompt_length + self.spec.data.max_response_length
-        )
         sizes, mask = Sizes.of(batch), batch.mask
         steps = []
         for _ in range(role.ppo_epochs):
             for mini in chunk_evenly(list(range(len(batch))), n_mini):
-                plan = rank_plan(
-                    sizes, mini, self.world, role.micro_batch_size_per_device_for_update,
-                    budget if role.dynamic_batching else None, self.share_prompts, role.ulysses_size,
-                )  # fmt: skip
+                plan = self.plan(sizes, mini, role.micro_batch_size_per_device_for_update, role)
                 steps.append({"total": max(alg.count_for(role.loss_avg_mode, mask[mini]), 1), "plan": plan})
         return steps
 
@@ -393,9 +376,8 @@ class Trainer:
         size = self.spec.data.val_batch_size if self.spec.data.val_batch_size > 0 else len(indices)
         parts = []
         for start in range(0, len(indices), size):
-            batch = self.generate(
-                self.val_set, indices[start : start + size], self.sampling(step, validation=True)
-            )
+            sampling = spec_sampling(self.spec, step, validation=True)
+            batch = self.generate(self.val_set, indices[start : start + size], sampling)
             parts.append(self.score(batch, self.val_set)[0])
         batch = Batch.cat(parts)
         m = {f"val/{k}_reward": float(v.mean()) for k, v in batch.scores.items()}
@@ -415,14 +397,9 @@ class Trainer:
         if self.spec.algorithm.estimator.critic:
             self.call("save", f"{where}/critic", role="critic", model_only=only)
         saver = self.processor or self.tokenizer  # a VLM's processor files carry its tokenizer
+        hf, adapter = last and self.spec.trainer.save_hf, self.adapter and self.adapter["config"]
         write_hf_files(
-            self.checkpoints,
-            where,
-            self.spec.worker.actor.model,
-            saver,
-            self.run_dir,
-            last and self.spec.trainer.save_hf,
-            self.adapter and self.adapter["config"],
+            self.checkpoints, where, self.spec.worker.actor.model, saver, self.run_dir, hf, adapter
         )
         state = {
             "step": step,

@@ -124,13 +124,9 @@ def gather(refs: list) -> list:
 
 def cpu_allocator() -> dict[str, str]:
     """Environment for CPU workers: glibc's malloc serving tensors up to 32 MiB (its maximum) from
-    the heap, and keeping up to 1 GiB of freed heap instead of returning it at once. By default
-    every tensor above a threshold that adapts upward from 128 KiB is a fresh mmap that the kernel
-    zeroes page by page, and FSDP's per-layer gradient buffers and casts are that size every
-    micro-batch. Bounded: larger tensors are still mapped and unmapped. Its memory also asks for
-    transparent huge pages (glibc.malloc.hugetlb=1, glibc 2.35 and later, where the kernel's THP
-    setting is `madvise`; under `always` every process has them): a fresh 2 MiB page is one fault
-    instead of 512. (Figures, and jemalloc's trial: docs/trainer.md, "CPU specifics".)"""
+    the heap, and keeping up to 1 GiB of freed heap, where by default FSDP's per-layer buffers are
+    fresh mmaps the kernel zeroes page by page; and transparent huge pages (glibc 2.35 and later):
+    a fresh 2 MiB page is one fault instead of 512 (docs/trainer.md, "CPU specifics")."""
     tunables = [t for t in os.environ.get("GLIBC_TUNABLES", "").split(":") if t]  # the user's kept
     if not any(t.startswith("glibc.malloc.hugetlb=") for t in tunables):
         tunables.append("glibc.malloc.hugetlb=1")

@@ -1,24 +1,14 @@
 """The LM head's log-probs and entropies without the full-vocabulary logits kept for backward.
 
 The plain way (`lm_head`, then log-softmax and entropy over the logits) keeps several
-(tokens × vocabulary) fp32 tensors alive for the backward pass: logits, their fp32 copy, the
-softmax, the gathered log-probs' scatter. At 49k–152k vocabulary entries these dwarf the model's
-activations, and on CPU each is a fresh allocation that the kernel must zero page by page: in a
-SmolLM2-135M update they took more time than all the matmuls.
-
-`head_log_probs` keeps the logits once, in the compute dtype, works on them in fp32 a chunk of
-rows at a time through torch's fused log-softmax and softmax kernels, keeps one number per token
-(the entropy), and writes the gradient with respect to the logits chunk by chunk in the backward
-pass, from its closed form:
+(tokens × vocabulary) fp32 tensors alive for the backward pass, which dwarf the model's
+activations (and on CPU each is a fresh allocation the kernel zeroes page by page).
+`head_log_probs` keeps the logits once, in the compute dtype (widened to fp32 a chunk of rows at a
+time, as `lm_head` then `.float()`), keeps one number per token (the entropy), and in the backward
+pass writes the gradient over the logits chunk by chunk from its closed form:
 
     z = h·Wᵀ / T,  p = softmax(z),  log p_y = z_y − lse(z),  H = −Σ p·log p
     ∂log p_y/∂z = onehot(y) − p,    ∂H/∂z = −p ⊙ (log p + H)
-
-The logits are computed in the hidden states' dtype and widened to fp32 per chunk, as `lm_head`
-followed by `.float()` does, and the gradient is narrowed back before its two matmuls, as autograd
-does. The memory held for backward is one (tokens × vocabulary) tensor in the compute dtype
-instead of several in fp32, and the backward pass writes the gradient over it instead of into a
-second one.
 """
 
 from __future__ import annotations
@@ -27,10 +17,8 @@ import torch
 
 from r1cloud.rollout.onednn import mm_nt
 
-# One chunk's fp32 logits. On CPU small enough to reuse the same memory each time. On a GPU, where
-# the softmax kernels run one row per thread block, 8 MiB was 16 rows of Qwen's 152k vocabulary:
-# 16 of an H200's 132 multiprocessors busy, 992 chunks and ~8 small kernels each in a 1.5B update
-# of 16k tokens, the softmaxes alone 13% of its GPU time (profile, benchmarks/RESULTS.md `gpu`).
+# One chunk's fp32 logits: on CPU small enough to reuse the same memory each time; on a GPU, where
+# the softmax kernels run one row per thread block, enough rows to fill it (benchmarks/RESULTS.md `gpu`)
 CHUNK_BYTES = {"cpu": 8 << 20}
 GPU_CHUNK_BYTES = 512 << 20
 

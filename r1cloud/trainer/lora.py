@@ -10,8 +10,13 @@ and `adapter_config.json` are what vLLM and `PeftModel.from_pretrained` read bac
 from __future__ import annotations
 
 import contextlib
+import copy
+import json
+import math
 import re
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from r1cloud.checkpoint.folder import ADAPTER, peft_name
@@ -29,9 +34,13 @@ def targets(spec: str | list[str] | None) -> str | list[str] | None:
     return names[0] if names == ["all-linear"] else names
 
 
-def peft_config(lora, exclude_prefixes: list[str] = ()):
-    """peft's LoraConfig for a spec's `lora` block. `exclude_prefixes`: module paths that get no
-    adapter (a frozen vision tower), on top of the user's `exclude_modules`."""
+def add(
+    model: torch.nn.Module, lora, exclude_prefixes: list[str] = (), also_train: tuple[str, ...] = ()
+) -> torch.nn.Module:
+    """Injects the adapters of a spec's `lora` block (B starts at zero: the adapted model equals the
+    base at step 0), none in `exclude_prefixes` (module paths: a frozen vision tower) nor the user's
+    `exclude_modules`, and freezes everything else but the modules named in `also_train` (a critic's
+    new value head)."""
     from peft import LoraConfig
 
     exclude = targets(lora.exclude_modules)
@@ -40,7 +49,7 @@ def peft_config(lora, exclude_prefixes: list[str] = ()):
         exclude = "|".join(
             [rf"(.*\.)?{re.escape(n)}" for n in own] + [rf"{re.escape(p)}(\..*)?" for p in exclude_prefixes]
         )
-    return LoraConfig(
+    config = LoraConfig(
         r=lora.rank,
         lora_alpha=lora.alpha,
         target_modules=targets(lora.target_modules),
@@ -48,14 +57,7 @@ def peft_config(lora, exclude_prefixes: list[str] = ()):
         lora_dropout=0.0,
         bias="none",
     )
-
-
-def add(
-    model: torch.nn.Module, lora, exclude_prefixes: list[str] = (), also_train: tuple[str, ...] = ()
-) -> torch.nn.Module:
-    """Injects the adapters (B starts at zero: the adapted model equals the base at step 0) and
-    freezes everything else but the modules named in `also_train` (a critic's new value head)."""
-    model.add_adapter(peft_config(lora, exclude_prefixes), adapter_name=ADAPTER)
+    model.add_adapter(config, adapter_name=ADAPTER)
     for name, p in model.named_parameters():
         p.requires_grad_(".lora_" in name or name.split(".", 1)[0] in also_train)
     return model
@@ -75,7 +77,6 @@ def adapt(model: torch.nn.Module, m, tower: torch.nn.Module | None, heads: list[
 def share(model: torch.nn.Module, rank: int) -> str:
     """What is trained: rank, trainable parameters and their share (full sizes: a DTensor's numel
     is; a 4-bit weight counts its unpacked size)."""
-    import math
 
     def size(p) -> int:
         state = getattr(p, "quant_state", None)
@@ -152,9 +153,7 @@ def sync_adapters(lora, cuda: bool) -> bool:
     """Whether vLLM gets the adapters only (a LoRA-enabled engine) or the merged weights:
     `lora.merge` when the blueprint says; otherwise adapters on GPUs, merged weights on CPU. A 4-bit
     base always syncs merged (dequantised): vLLM's own base would be the full-precision one."""
-    if lora.load_in_4bit:
-        return False
-    return not lora.merge if lora.merge is not None else cuda
+    return not lora.load_in_4bit and (not lora.merge if lora.merge is not None else cuda)
 
 
 def has_adapters(model: torch.nn.Module) -> bool:
@@ -168,7 +167,7 @@ def disabled(model: torch.nn.Module):
     The layers' own flag is set, not through peft's `disable_adapters()`: that also flips the
     adapters' requires_grad, and under FSDP2 it skips the unsharded (non-leaf) parameters a
     forward pass leaves registered, so the sharded ones stayed frozen afterwards and the next
-    checkpoint held no adapters (found by the CLI test)."""
+    checkpoint held no adapters."""
     from peft.tuners.tuners_utils import BaseTunerLayer
 
     layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
@@ -183,11 +182,6 @@ def disabled(model: torch.nn.Module):
 
 def describe(model: torch.nn.Module, base: str) -> dict:
     """The adapter's `adapter_config.json` (as peft writes it, naming `base`) and its `share` line."""
-    import copy
-    import json
-    import tempfile
-    from pathlib import Path
-
     config = copy.copy(model.peft_config[ADAPTER])
     config.base_model_name_or_path = base
     with tempfile.TemporaryDirectory() as tmp:
@@ -204,12 +198,6 @@ def adapter_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
             full = p.full_tensor() if hasattr(p, "full_tensor") else p
             out[peft_name(name)] = full.detach().contiguous()
     return out
-
-
-def base_name(name: str) -> str:
-    """The base model's name of a parameter of an adapted layer (`….q_proj.base_layer.weight` →
-    `….q_proj.weight`)."""
-    return name.replace(".base_layer.", ".")
 
 
 def merged(
@@ -237,7 +225,7 @@ def merged(
         if name.endswith(".base_layer.weight"):
             pending[name[: -len(".base_layer.weight")]] = tensor
             continue
-        yield base_name(name), tensor
+        yield name.replace(".base_layer.", "."), tensor  # the base model's name (an adapted layer's bias)
     if pending:  # a base weight whose adapter never came: a bug, not a silent un-merged weight
         raise RuntimeError(f"adapter tensors missing for {sorted(pending)[:3]}")
 

@@ -47,9 +47,8 @@ def engine_gap(stats: dict, logp: torch.Tensor, rollout_logp: torch.Tensor, mask
     old log-probs, so this costs no forward."""
     gap = torch.where(mask > 0, (logp - rollout_logp).abs(), 0.0)  # padding left out, whatever it holds
     stats["engine_diff"] = stats.get("engine_diff", 0.0) + float(gap.sum())
-    stats["engine_diff_max"] = max(
-        stats.get("engine_diff_max", 0.0), float(gap.max()) if gap.numel() else 0.0
-    )
+    most = float(gap.max()) if gap.numel() else 0.0
+    stats["engine_diff_max"] = max(stats.get("engine_diff_max", 0.0), most)
 
 
 def critic_metrics(results: list[list[dict]], steps: int, batch: Batch) -> dict[str, float]:
@@ -66,8 +65,7 @@ def critic_metrics(results: list[list[dict]], steps: int, batch: Batch) -> dict[
     metrics["critic/lr"] = results[0][0]["lr"] if results[0] else 0.0
     on = batch.response_mask.bool()
     values, returns = batch.values[on], batch.returns[on]
-    metrics.update(stats("critic/values", values))
-    metrics.update(stats("critic/returns", returns))
+    metrics |= stats("critic/values", values) | stats("critic/returns", returns)
     if len(returns) > 1:
         metrics["critic/vf_explained_var"] = float(1 - (returns - values).var() / (returns.var() + 1e-5))
     return metrics

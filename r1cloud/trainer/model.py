@@ -11,9 +11,7 @@ allows) attends segment by segment instead of through an N×N mask, and its prom
 sequences with the same prompt (a GRPO group) hold one copy of it, each response following it
 with positions continuing from its end and attending to that prompt and to itself only. A causal
 model computes a prompt's states without looking past it, so every log-prob is the one a copy
-per sequence gives, and the backward pass sums the group's gradients through the one copy: a
-group of n answers to a P-token prompt costs P + Σ len(answer) tokens instead of
-n·P + Σ len(answer).
+per sequence gives, and the backward pass sums the group's gradients through the one copy.
 """
 
 from __future__ import annotations
@@ -282,7 +280,7 @@ def apply_fsdp(units: list, shard: dict) -> None:
     """FSDP2 on each unit, the root (the whole model) last. head.py reads the output layer's weight
     after the forward pass, so the root's parameters (embeddings, final norm, output layer) stay
     gathered until the backward pass reshards them: a root resharded after its forward pass (as
-    reshard_after_forward=True asks, on GPUs) hands head.py a DTensor (seen on an H200)."""
+    reshard_after_forward=True asks, on GPUs) hands head.py a DTensor."""
     from torch.distributed.fsdp import fully_shard
 
     for module in units[:-1]:
@@ -381,16 +379,14 @@ def packed_log_probs(
         # read after the forward pass: under FSDP the head's weight is then the gathered one
         logp, ent = head_log_probs(hidden, head.weight, mine.targets, temperature, entropy_grad)
         logp, ent = whole(logp), whole(ent)
-        logp, ent = _fold(list(torch.split(logp, p.lengths)), n), list(torch.split(ent, p.lengths))[:n]
-        return (logp, ent) if entropy else logp
-    out = _forward(model, mine, logits_to_keep=mine.keep)
-    logp = whole(token_log_probs(out.logits[0], mine.targets, temperature))
+    else:
+        out = _forward(model, mine, logits_to_keep=mine.keep)
+        logp = whole(token_log_probs(out.logits[0], mine.targets, temperature))
+        if entropy:
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                ent = whole(entropy_from_logits(out.logits[0], temperature))
     logp = _fold(list(torch.split(logp, p.lengths)), n)
-    if not entropy:
-        return logp
-    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        ent = whole(entropy_from_logits(out.logits[0], temperature))
-    return logp, list(torch.split(ent, p.lengths))[:n]
+    return (logp, list(torch.split(ent, p.lengths))[:n]) if entropy else logp
 
 
 def packed_values(critic, seqs: list[Seq], device="cpu", sp=None) -> list[torch.Tensor]:
@@ -409,11 +405,9 @@ def pad(
     """Ragged rows -> (B, T) values and mask."""
     rows = [r if isinstance(r, torch.Tensor) else torch.tensor(r, dtype=torch.float32) for r in rows]
     width = width or max((len(r) for r in rows), default=0)
-    values = torch.full((len(rows), width), value, dtype=rows[0].dtype if rows else torch.float32)
     mask = torch.zeros(len(rows), width)
-    out = []
     for i, r in enumerate(rows):
         mask[i, : len(r)] = 1
-        out.append(torch.nn.functional.pad(r, (0, width - len(r)), value=value))
-    values = torch.stack(out) if out else values
-    return values, mask
+    if not rows:
+        return torch.full((0, width), value), mask
+    return torch.stack([torch.nn.functional.pad(r, (0, width - len(r)), value=value) for r in rows]), mask

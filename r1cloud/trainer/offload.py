@@ -1,11 +1,9 @@
 """Keeping the device's memory free, with EasyR1's two kinds of offload.
 
-- `fsdp.enable_cpu_offload`: FSDP2's CPUOffloadPolicy. The shards, their gradients and the
-  optimizer step live in host memory; each layer's shard is copied to the device for its all-gather.
-  The smallest footprint, and the slowest.
-- `offload.offload_params` / `offload.offload_optimizer`: the shards (and AdamW's moments) stay on
-  the device while a phase uses them and move to host memory between phases, as EasyR1 does: the
-  actor's weights leave while vLLM generates, the optimizer's moments leave for all but the update.
+- `fsdp.enable_cpu_offload`: FSDP2's CPUOffloadPolicy: shards, gradients and the optimizer step in
+  host memory, each layer's shard copied to the device for its all-gather (smallest, slowest).
+- `offload.offload_params` / `offload.offload_optimizer`: the shards (and AdamW's moments) on the
+  device while a phase uses them, in host memory between phases, as EasyR1 does.
 
 On a CPU run the device is host memory: the policy still runs its code (tests compare its numbers
 with a run without it) and the moves between phases have nowhere to go."""
@@ -15,6 +13,8 @@ from __future__ import annotations
 import contextlib
 
 import torch
+
+from r1cloud.trainer import precision
 
 
 def policy(fsdp_cfg, cuda: bool) -> dict:
@@ -65,7 +65,7 @@ class Offload:
     def away(self) -> None:
         """Move what the config says off the device (after start-up and after each phase)."""
         if self.params:
-            _reshard(self.model)
+            precision.forget(self.model)  # no gathered copy may be left behind on the device
             self.model.to("cpu")
         if self.optimizer:
             move_optimizer(self.optim, "cpu")
@@ -91,11 +91,3 @@ def move_optimizer(optim, device: str) -> None:
         for key, value in state.items():
             if isinstance(value, torch.Tensor) and value.dim() > 0:
                 state[key] = value.to(device)
-
-
-def _reshard(model) -> None:
-    from torch.distributed.fsdp import FSDPModule
-
-    for module in model.modules():  # no gathered copy may be left behind on the device
-        if isinstance(module, FSDPModule):
-            module.reshard()

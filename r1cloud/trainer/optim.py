@@ -1,19 +1,16 @@
 """The optimizer and its learning-rate schedule (`lr_factor`, EasyR1's).
 
 AdamW with its moment estimates in bfloat16 (`optim.strategy: adamw_bf16`): half of AdamW's
-state memory, the update itself computed in fp32.
+state memory, the update itself computed in fp32. The moments are written back with stochastic
+rounding: rounded to nearest, a second moment that moves by less than half a bf16 step per update
+(with beta2 = 0.999 it moves by 0.1%, the step is 0.4-0.8%) could never shrink and would ratchet
+up on every gradient spike; rounded stochastically it follows fp32 AdamW's on average.
 
-The moments are written back to bf16 with stochastic rounding. Rounded to nearest, a second moment
-that moves by less than half a bf16 step per update (with beta2 = 0.999 it moves by 0.1%, the step
-is 0.4-0.8%) could never shrink: it would ratchet up on every gradient spike and never come down.
-Rounded stochastically it follows fp32 AdamW's on average.
-
-Written here because torch's AdamW keeps its states in the parameters' dtype (fp32 for an fp32
-master copy), and the maintained alternatives are something else: torchao's and bitsandbytes'
-low-bit optimizers quantise to 8 or 4 bits with block scales, and neither takes FSDP2's DTensor
-shards on CPU. EasyR1 ships its own for the same reason (AnyPrecisionAdamW). With a 16-bit
-master copy (`fsdp.torch_dtype: bf16`) small updates are still lost in the weights themselves:
-keep the trained weights in fp32."""
+Written here because torch's AdamW keeps its states in the parameters' dtype, and torchao's and
+bitsandbytes' low-bit optimizers quantise to 8 or 4 bits with block scales and take no FSDP2
+DTensor shards on CPU (EasyR1 ships its own, AnyPrecisionAdamW, for the same reason). With a
+16-bit master copy (`fsdp.torch_dtype: bf16`) small updates are still lost in the weights
+themselves: keep the trained weights in fp32."""
 
 from __future__ import annotations
 

@@ -1,14 +1,11 @@
-"""FSDP's mixed precision for one CPU worker, without FSDP.
+"""FSDP's mixed precision for one CPU worker, without FSDP (which would have nothing to shard,
+yet copy every parameter and gradient through its buffers and every op through DTensor).
 
-A lone worker has nothing to shard, yet FSDP2 would still copy every parameter into its flat
-all-gather buffers, route each clip and optimizer op through DTensor, and copy every gradient
-through its reduce-scatter. Here the parameters keep their stored dtype (what the optimizer steps,
-checkpoints save and a resume reads: fp32 by default), and inside a `window` (a forward pass with
-its backward) each parameter's data is swapped for a copy in the compute dtype (`mp_param_dtype`),
-cast again only after the weights change (`forget`). As FSDP does, the modules it would wrap get
-their floating inputs in the compute dtype, and gradients arrive in the compute dtype and are added
-up in the reduce dtype (`mp_reduce_dtype`) as each is accumulated: FSDP2's arithmetic at world 1
-(tests/trainer/test_vision.py compares the two).
+The parameters keep their stored dtype (fp32 by default); inside a `window` (a forward pass with
+its backward) each one's data is swapped for a copy in the compute dtype (`mp_param_dtype`), cast
+again only after the weights change (`forget`). As FSDP does, the modules it would wrap get their
+floating inputs in the compute dtype, and gradients are added up in `mp_reduce_dtype` as each
+arrives: FSDP2's arithmetic at world 1 (tests/trainer/test_vision.py compares the two).
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Where a run's numbers go. metrics.jsonl always (jobs, status, plot and resume read it); then each
 `trainer.logger` entry through the tracker's own client: tensorboard, wandb, swanlab, mlflow. The
 run is named `trainer.experiment_name` as EasyR1 names it (else after the job; `project_name` is the
-project), the resolved config is logged once,
-every step's metrics go out under EasyR1's names, and `val_generations_to_log` samples go out as a
-table where the tracker has one. A tracker's run id is kept in the run folder, so a resumed job
-continues the same tracker run.
+project), the resolved config is logged once, every step's metrics go out under EasyR1's names, and
+`val_generations_to_log` samples go out as a table where the tracker has one. A tracker's run id is
+kept in the run folder, so a resumed job continues the same tracker run.
 
 A tracker that cannot start is a TrackerError before the first step (never hours of silent loss);
 one that fails later is reported once in the log and the run goes on (metrics.jsonl has it all).
@@ -22,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import time
 from pathlib import Path
@@ -79,7 +79,6 @@ def _no_password(text: str) -> str:
     return re.sub(r"([a-z][a-z0-9+.-]*://)[^/@\s]+@", r"\1", text)
 
 
-# ---------------------------------------------------------------------------- the trackers
 class TensorBoard:
     def __init__(self, spec, run_dir: Path, run_id: str | None):
         from torch.utils.tensorboard import SummaryWriter
@@ -222,8 +221,6 @@ COLUMNS = ("step", "prompt", "response", "ground_truth", "score")
 def val_samples(batch, prompt_set, tokenizer, k: int) -> list[dict]:
     """`k` validation samples for the trackers, the same prompts every time (a fixed-seed shuffle,
     as EasyR1's val_generations_to_log)."""
-    import random
-
     index = batch.index.tolist()
     picked = sorted(range(len(index)), key=lambda i: (index[i], i))
     random.Random(42).shuffle(picked)
@@ -259,7 +256,6 @@ def unframed(prompts: list[str], tail: int = 120) -> list[str]:
     return [("…" if head else "") + m + ("…" if end else "") for m in middles]
 
 
-# ---------------------------------------------------------------------------- all of them
 class Trackers:
     def __init__(self, spec, run_dir: Path, log, mirror: str | None = None):
         self.spec, self.run_dir, self.log = spec, Path(run_dir), log

@@ -1,21 +1,13 @@
 """Ulysses sequence parallelism (DeepSpeed-Ulysses; EasyR1's `worker.*.ulysses_size`).
 
-The workers form groups of `ulysses_size` consecutive ranks; a group's workers get the same
-micro-batches (placement.rank_plan) and each holds one slice of the packed row along the sequence:
-embeddings, MLPs, norms and the output layer run on the slice. Attention needs the whole
-sequence, so around it one all-to-all turns the slice's all heads into all tokens' share of the
-heads (heads / size each), the packed attention runs over the whole row's segments, and another
-all-to-all turns it back. Each worker's log-probs (or values) at its slice's response positions
-are summed across the group into the whole row's; that sum's backward pass is the identity, so
-every worker's loss — the same on each, over the whole row — sends the gradient into its own
-slice only, and the group's gradients add up to one worker's on the whole row (FSDP averages
-over all workers, as without sequence parallelism). Key/value heads that do not split evenly
-are repeated to the query heads first.
-
-A vision-language model embeds the whole row on every worker of the group — its vision tower sees
-every picture — and only its language model runs on the slice (`sliced_language_model`): the
-picture tokens' features reach the loss through the slice they fall in, so the tower's gradients
-add up across the group like the other weights'.
+Groups of `ulysses_size` consecutive ranks get the same micro-batches (placement.rank_plan); each
+runs one slice of the packed row. Around attention, which needs the whole sequence, an all-to-all
+trades the slice's heads for all tokens' share of them and a second trades back. Each worker's
+log-probs (or values) at its slice's response positions are summed across the group with an
+identity backward pass, so every worker's loss (the same on each) sends the gradient into its own
+slice only, and the group's gradients add up to one worker's on the whole row. A vision-language
+model embeds the whole row on every worker and runs only its language model on the slice
+(`sliced_language_model`), so the tower's gradients add up like the others' (docs/trainer.md).
 """
 
 from __future__ import annotations

@@ -109,20 +109,13 @@ class HybridWorker(ActorUpdate, Critic, WeightSync):
         return ray.util.get_node_ip_address()
 
     # ------------------------------------------------------------------ setup
-    def _model_dtype(self, fsdp_cfg, train: bool) -> torch.dtype:
-        if fsdp_cfg.torch_dtype:
-            return torch_dtype(fsdp_cfg.torch_dtype)
-        return torch.float32 if train else torch.bfloat16  # EasyR1's default: fp32 actor, bf16 ref
-
     def _mesh(self, fsdp_size: int):
         """All devices in one FSDP group, or with 0 < fsdp_size < world hybrid sharding: FSDP2 over a
         2-D mesh, shards inside groups of fsdp_size devices and replicas across the groups."""
         from torch.distributed.device_mesh import init_device_mesh
 
-        kind, groups = (
-            "cuda" if self.cuda else "cpu",
-            self.world // fsdp_size if 0 < fsdp_size < self.world else 1,
-        )
+        kind = "cuda" if self.cuda else "cpu"
+        groups = self.world // fsdp_size if 0 < fsdp_size < self.world else 1
         if groups == 1:
             return init_device_mesh(kind, (self.world,))
         return init_device_mesh(kind, (groups, fsdp_size), mesh_dim_names=("ddp", "fsdp"))
@@ -144,8 +137,9 @@ class HybridWorker(ActorUpdate, Critic, WeightSync):
             config.num_labels, config.classifier_dropout = 1, 0.0
             load, extra = AutoModelForTokenClassification, {"config": config}
             torch.manual_seed(self.spec.data.seed)  # a new value head starts the same on every worker
+        dtype = torch.float32 if train else torch.bfloat16  # EasyR1's default: fp32 actor, bf16 ref
         kwargs = dict(
-            dtype=self._model_dtype(fsdp_cfg, train),
+            dtype=torch_dtype(fsdp_cfg.torch_dtype) if fsdp_cfg.torch_dtype else dtype,
             trust_remote_code=m.trust_remote_code,
             **extra,
             **m.override_config,
@@ -296,49 +290,43 @@ class HybridWorker(ActorUpdate, Critic, WeightSync):
     def _role(self, role: str):
         return (self.actor, self.optim) if role == "actor" else (self.critic, self.critic_optim)
 
-    def save(self, path: str, role: str = "actor", model_only: bool = False) -> None:
-        with self.offloads[role].resident(optimizer=not model_only):
-            self._save(path, role, model_only)
-
-    def _save(self, path: str, role: str, model_only: bool) -> None:
-        import torch.distributed.checkpoint as dcp
+    def _state(self, role: str, optimizer: bool) -> dict:
+        """What a checkpoint holds of `role`: its trained weights, and its optimizer's state."""
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
         model, optim = self._role(role)
         state = {"model": lora.trained_state(model)}
-        if not model_only:  # trainer.save_model_only: a smaller checkpoint, resumed with a fresh optimizer
+        # not with trainer.save_model_only: a smaller checkpoint, resumed with a fresh optimizer
+        if optimizer:
             state["optim"] = get_optimizer_state_dict(model, optim)
-        dcp.save(state, **storage(path, write=True))
-        dist.barrier()
+        return state
+
+    def save(self, path: str, role: str = "actor", model_only: bool = False) -> None:
+        import torch.distributed.checkpoint as dcp
+
+        with self.offloads[role].resident(optimizer=not model_only):
+            dcp.save(self._state(role, not model_only), **storage(path, write=True))
+            dist.barrier()
 
     def load(
         self, path: str, scheduler_state: dict | None, role: str = "actor", optimizer: bool = True
     ) -> None:
-        with self.offloads[role].resident(optimizer=optimizer):
-            self._load(path, scheduler_state, role, optimizer)
-
-    def _load(self, path: str, scheduler_state: dict | None, role: str, optimizer: bool) -> None:
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import (
-            get_optimizer_state_dict,
-            set_model_state_dict,
-            set_optimizer_state_dict,
-        )
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
         model, optim = self._role(role)
-        precision.forget(model)  # no copy of the old weights (full_weights') may outlive them
-        state = {"model": lora.trained_state(model)}
-        if optimizer:
-            state["optim"] = get_optimizer_state_dict(model, optim)
-        dcp.load(state, **storage(path, write=False))
-        set_model_state_dict(model, state["model"], options=lora.state_options(model))
-        if optimizer:
-            set_optimizer_state_dict(model, optim, state["optim"])
-        if scheduler_state is not None and role in self.schedulers:
-            self.schedulers[role].load_state_dict(scheduler_state)
-            # the groups' lr lives in the optimizer's state; a fresh optimizer takes the schedule's
-            for group, lr in zip(optim.param_groups, self.schedulers[role].get_last_lr(), strict=True):
-                group["lr"] = lr
+        with self.offloads[role].resident(optimizer=optimizer):
+            precision.forget(model)  # no copy of the old weights (full_weights') may outlive them
+            state = self._state(role, optimizer)
+            dcp.load(state, **storage(path, write=False))
+            set_model_state_dict(model, state["model"], options=lora.state_options(model))
+            if optimizer:
+                set_optimizer_state_dict(model, optim, state["optim"])
+            if scheduler_state is not None and role in self.schedulers:
+                self.schedulers[role].load_state_dict(scheduler_state)
+                # the groups' lr lives in the optimizer's state; a fresh optimizer takes the schedule's
+                for group, lr in zip(optim.param_groups, self.schedulers[role].get_last_lr(), strict=True):
+                    group["lr"] = lr
 
     def scheduler_state(self, role: str = "actor") -> dict | None:
         return self.schedulers[role].state_dict() if role in self.schedulers else None
