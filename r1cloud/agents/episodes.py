@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from r1cloud.agents import calls
-from r1cloud.agents.tools import ENV
+from r1cloud.agents.sandbox import Sandbox
+from r1cloud.agents.tools import ENV, check
 from r1cloud.rollout.engine import Request, Sample, Sampling, request_seed
 
 STATS = ("turns", "tool_calls", "tool_errors", "tool_seconds", "cut_mid_call")
@@ -80,9 +81,6 @@ class Agent:
         processor=None,
         pixels: tuple = (None, None),
     ) -> Agent:
-        from r1cloud.agents.sandbox import Sandbox
-        from r1cloud.agents.tools import check
-
         info = check(environment, tools, tool_names)
         sandbox = Sandbox(environment, tools, tool_names, workers, timeout, limit)
         return cls(
@@ -152,11 +150,6 @@ class Episode:
         self.response += ids
         self.mask += [mask] * len(ids)
         self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
-
-    def count(self, failed: bool, seconds: float) -> None:
-        self.stats["tool_calls"] += 1
-        self.stats["tool_errors"] += float(failed)
-        self.stats["tool_seconds"] += seconds
 
 
 def run(engine, prompts: list[Request], s: Sampling, agent: Agent) -> list[Sample]:
@@ -258,18 +251,14 @@ class Play:
             if not found or last:  # the answer (a last turn's calls are not run, as in TRL)
                 e.done, e.finished = True, True
                 return
-            wait["results"] = [self._known(c) for c in found]
+            refused = [calls.refused(c, agent.tool_names) for c in found]  # given here, not run
+            wait["results"] = [None if error is None else (False, error, 0.0) for error in refused]
             ops = [("call", e.key, c) for c, r in zip(found, wait["results"], strict=True) if r is None]
         self.waiting[e.key] = wait
         if not ops:  # nothing to run: every call unreadable or unknown
             return self._observe(e)
         tags = [(e.key, k) for k, r in enumerate(wait["results"]) if r is None]
         agent.sandbox.submit(ops, tags)
-
-    def _known(self, call) -> tuple | None:
-        """An unreadable or unknown call's result, given here; None for one the sandbox runs."""
-        error = calls.refused(call, self.agent.tool_names)
-        return None if error is None else (False, error, 0.0)
 
     def ready(self, block: bool = False, everything: bool = False) -> list[Turn]:
         """The next turns whose observations are in: what has come back, waiting for one batch
@@ -288,7 +277,9 @@ class Play:
     def _observe(self, e: Episode) -> None:
         wait = self.waiting.pop(e.key)
         for ok, _, seconds in wait["results"]:
-            e.count(not ok, seconds)
+            e.stats["tool_calls"] += 1
+            e.stats["tool_errors"] += float(not ok)
+            e.stats["tool_seconds"] += seconds
         if self.agent.shape == "gym":
             ok, value, _ = wait["results"][0]
             observation, reward, done = value if ok else (value, 0.0, False)

@@ -16,9 +16,11 @@ method, or a function of the tools file), `step` (a gym-shaped environment's act
 from __future__ import annotations
 
 import contextlib
+import io
 import multiprocessing
 import time
 from collections import defaultdict, deque
+from multiprocessing.connection import wait as ready
 
 from r1cloud.agents.tools import environment_class, is_gym, load
 from r1cloud.data import no_sklearn
@@ -37,8 +39,6 @@ def _text(value, limit: int) -> str | list[dict]:
 
 
 def _block(block, limit: int) -> dict:
-    import io
-
     if not isinstance(block, dict) or block.get("type") not in ("text", "image"):
         raise TypeError('content blocks are {"type": "text", "text": ...} or {"type": "image", "image": ...}')
     if block["type"] == "text":
@@ -168,8 +168,6 @@ class Sandbox:
 
     def collect(self, wait: bool = False) -> list[tuple[object, tuple[bool, object, float]]]:
         """What has come back; with `wait`, at least one batch's results (if any is out)."""
-        from multiprocessing.connection import wait as ready
-
         out: list = []
         while True:
             for w, queue in enumerate(self.sent):

@@ -26,6 +26,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from r1cloud.rewards.pool import load_module
+
 ENV = "worker.rollout.multi_turn.environment"
 TOOLS = "worker.rollout.multi_turn.tools"
 NOT_TOOLS = {"reset", "get_reward"}  # TRL's: every other public method of the class is a tool
@@ -35,8 +37,6 @@ def load(path: str, names: list[str] | None = None, described: bool = True) -> d
     """The tools of the file `path` (those in `names`, or every public function), by name.
     ValueError of one line for a file, a name or (`described`) a function the schema helper
     cannot describe (the sandbox skips that check: `check` made it, and transformers' import)."""
-    from r1cloud.rewards.pool import load_module
-
     if not Path(path).is_file():
         raise ValueError(f"{TOOLS}: {path} is not a file")
     module = load_module(path)
@@ -74,8 +74,6 @@ def schema(fn: Callable, where: str = "", at: str = TOOLS) -> dict:
 
 def environment_class(where: str) -> type:
     """The class of `file.py:Class`; ValueError of one line if it is not an environment."""
-    from r1cloud.rewards.pool import load_module
-
     path, _, name = where.rpartition(":")
     if not Path(path).is_file():
         raise ValueError(f"{ENV}: {path} is not a file")

@@ -163,9 +163,7 @@ class PromptSet:
         rows = mix(parts, probs, data_cfg.seed)
         if limit is not None:
             rows = rows[:limit]
-        self.template = None
-        if data_cfg.format_prompt:
-            self.template = prompts.load(data_cfg.format_prompt)
+        self.template = prompts.load(data_cfg.format_prompt) if data_cfg.format_prompt else None
         self.template_images = prompts.placeholders(data_cfg.format_prompt)  # `<image>` in the template
         self.tokenizer = tokenizer
         self.max_len = data_cfg.max_prompt_length
@@ -184,15 +182,12 @@ class PromptSet:
                 )
             if self.processor is not None:
                 clips = [self.clip(v, f"{source}: row {i}") for v in videos]
-                enc = self.processor.encode(
-                    self.render(content, imgs is not None or bool(videos)), imgs or [], clips
-                )
+                text = self.render(content, imgs is not None or bool(videos))
+                enc = self.processor.encode(text, imgs or [], clips)
                 ids, raw, imgs = enc.ids, enc.raw_ids, enc.images
             else:
-                ids = self.tokenizer(self.render(content, history=history), add_special_tokens=False)[
-                    "input_ids"
-                ]
-                raw = None
+                text = self.render(content, history=history)
+                ids, raw = self.tokenizer(text, add_special_tokens=False)["input_ids"], None
             media = bool(imgs or videos)
             if len(ids) > self.max_len:
                 if not keep_all:
@@ -415,12 +410,7 @@ def check_sets(sets: dict, data_cfg, limit_images: int, wants, batch: int, log) 
 def chunk_evenly(items: list, parts: int) -> list[list]:
     """Split into `parts` contiguous chunks whose sizes differ by at most one."""
     base, extra = divmod(len(items), parts)
-    out, start = [], 0
-    for i in range(parts):
-        end = start + base + (1 if i < extra else 0)
-        out.append(items[start:end])
-        start = end
-    return out
+    return [items[i * base + min(i, extra) : (i + 1) * base + min(i + 1, extra)] for i in range(parts)]
 
 
 def _frame_list(items: list) -> bool:

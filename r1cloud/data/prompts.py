@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import traceback
 from pathlib import Path
 
 MAX_CHARS = 1_000_000  # a rendered prompt longer than this is a mistake, not a prompt
@@ -51,12 +52,8 @@ def deadline(seconds: float):
 
 def _template_line(error: BaseException) -> str:
     """' (line N)' of the template where rendering failed, from Jinja's rewritten traceback."""
-    tb, line = error.__traceback__, None
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == "<template>":
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return f" (line {line})" if line else ""
+    lines = [n for f, n in traceback.walk_tb(error.__traceback__) if f.f_code.co_filename == "<template>"]
+    return f" (line {lines[-1]})" if lines and lines[-1] else ""
 
 
 def check(path: str | Path, content: str, seconds: float = SECONDS) -> str | None:

@@ -57,10 +57,8 @@ def install() -> None:
 
     from r1cloud.media.video import VideoProcessor
 
-    processing_utils.MODALITY_TO_AUTOPROCESSOR_MAPPING._MAPPING_NAMES["video_processor"] = (
-        "r1cloud.media.video",
-        "VideoProcessor",
-    )
+    names = processing_utils.MODALITY_TO_AUTOPROCESSOR_MAPPING._MAPPING_NAMES
+    names["video_processor"] = (VideoProcessor.__module__, VideoProcessor.__name__)
     check = processing_utils.ProcessorMixin.check_argument_for_proper_class
 
     def check_argument(self, name, argument):

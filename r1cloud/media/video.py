@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -145,12 +145,13 @@ class VideoProcessor(dict):
     model_input_names = ["pixel_values_videos", "video_grid_thw"]
 
     def __init__(self, config: dict | None = None):
+        from transformers.image_utils import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
+
         config = dict(config or {})
         super().__init__(video_processor_type="VideoProcessor")
         self.config = config
-        self.qwen3 = "Qwen3VL" in str(config.get("video_processor_type")) or config.get(
-            "model_type", ""
-        ).startswith("qwen3")
+        model_type = config.get("model_type", "")
+        self.qwen3 = "Qwen3VL" in str(config.get("video_processor_type")) or model_type.startswith("qwen3")
         self.merge_size = config.get("merge_size", 2)
         self.temporal_patch_size = config.get("temporal_patch_size", 2)
         self.patch_size = config.get("patch_size", 16 if self.qwen3 else 14)
@@ -158,28 +159,19 @@ class VideoProcessor(dict):
         self.size = dict(
             config.get("size") or {"shortest_edge": 128 * edge * edge, "longest_edge": 768 * edge * edge}
         )
-        for key, side in (
-            ("min_pixels", "shortest_edge"),
-            ("max_pixels", "longest_edge"),
-        ):  # older files' keys
-            if config.get(key):
+        for key, side in (("min_pixels", "shortest_edge"), ("max_pixels", "longest_edge")):
+            if config.get(key):  # older files' keys
                 self.size[side] = config[key]
-        self.image_mean = config.get(
-            "image_mean", [0.5] * 3 if self.qwen3 else [0.48145466, 0.4578275, 0.40821073]
-        )
-        self.image_std = config.get(
-            "image_std", [0.5] * 3 if self.qwen3 else [0.26862954, 0.26130258, 0.27577711]
-        )
+        mean, std = ([0.5] * 3, [0.5] * 3) if self.qwen3 else (list(OPENAI_CLIP_MEAN), list(OPENAI_CLIP_STD))
+        self.image_mean, self.image_std = config.get("image_mean", mean), config.get("image_std", std)
         self.fps, self.min_frames, self.max_frames = 2, MIN_FRAMES, MAX_FRAMES
         self.do_sample_frames = False
 
     @classmethod
     def from_pretrained(cls, path, **kwargs) -> VideoProcessor:
-        folder, config = Path(str(path)), {}
-        for name in ("video_preprocessor_config.json", "preprocessor_config.json"):
-            if (folder / name).is_file():
-                config = json.loads((folder / name).read_text())
-                break
+        folder = Path(str(path))
+        files = [folder / name for name in ("video_preprocessor_config.json", "preprocessor_config.json")]
+        config = next((json.loads(f.read_text()) for f in files if f.is_file()), {})
         if (folder / "config.json").is_file():  # which family: Qwen3-VL sizes the whole clip
             config.setdefault(
                 "model_type", json.loads((folder / "config.json").read_text()).get("model_type", "")
@@ -234,11 +226,8 @@ class VideoProcessor(dict):
             x = per_frame.reshape(len(frames) // tp, tp, n, c, self.patch_size**2).transpose(0, 2, 3, 1, 4)
             patches.append(x.reshape(len(frames) // tp * n, -1))
             grids.append([len(frames) // tp, h // self.patch_size, w // self.patch_size])
-            meta = (
-                meta
-                if isinstance(meta, VideoMetadata)
-                else VideoMetadata(**{"total_num_frames": len(frames), **_known(meta or {})})
-            )
+            if not isinstance(meta, VideoMetadata):
+                meta = VideoMetadata(**{"total_num_frames": len(frames), **_known(meta or {})})
             if meta.frames_indices is None:
                 meta.frames_indices = list(range(len(frames)))
             metas.append(meta)
@@ -273,9 +262,7 @@ def _pil_frames(video) -> list:
 
 
 def _known(meta: dict) -> dict:
-    import dataclasses
-
     from transformers.video_utils import VideoMetadata
 
-    names = {f.name for f in dataclasses.fields(VideoMetadata)}
+    names = {f.name for f in fields(VideoMetadata)}
     return {k: v for k, v in meta.items() if k in names}

@@ -13,16 +13,24 @@ every image token expanded (what the model sees in training, and what prompt len
 
 from __future__ import annotations
 
+import atexit
+import base64
 import io
+import json
 import math
+import mimetypes
 import os
 import re
+import tempfile
+import urllib.parse
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from r1cloud.media import video
+from r1cloud.core.rows import image_source
+from r1cloud.media import compat, video
 
 PLACEHOLDER = "<image>"
 # the processor's outputs that are per image or video (the rest, input_ids and masks, are per token)
@@ -34,9 +42,7 @@ def is_vision_config(config) -> bool:
 
 
 def load_processor(path: str, trust_remote_code: bool = False):
-    from r1cloud.media import compat as vision_compat
-
-    vision_compat.install()
+    compat.install()
     from transformers import AutoProcessor
 
     return AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
@@ -45,8 +51,6 @@ def load_processor(path: str, trust_remote_code: bool = False):
 def open_image(item: Any, image_dir: str | None = None):
     """One image of a row, in any of EasyR1's forms, as an RGB PIL image."""
     from PIL import Image
-
-    from r1cloud.core.rows import image_source
 
     item = image_source(item, image_dir)  # a datasets Image feature decoded lazily; a path joined
     if isinstance(item, str):
@@ -110,20 +114,13 @@ class ImageProcessor:
         processor (preprocessor_config.json), chat template, and processor_config.json with the
         processor's class and own settings (e.g. Idefics3's image_seq_len). Not the processor's
         own save, which would nest r1cloud's video processor (video.VideoProcessor) into its config."""
-        import json
-        from pathlib import Path
-
         folder = Path(folder)
         self.tokenizer.save_pretrained(folder)
         self.processor.image_processor.save_pretrained(folder)
         if self.processor.chat_template:
             (folder / "chat_template.jinja").write_text(self.processor.chat_template)
-        own = {
-            k: v
-            for k, v in self.processor.to_dict().items()
-            if k
-            not in ("image_processor", "video_processor", "tokenizer", "chat_template", "audio_tokenizer")
-        }
+        parts = ("image_processor", "video_processor", "tokenizer", "chat_template", "audio_tokenizer")
+        own = {k: v for k, v in self.processor.to_dict().items() if k not in parts}
         own["processor_class"] = type(self.processor).__name__
         (folder / "processor_config.json").write_text(json.dumps(own, indent=2, default=str))
 
@@ -179,9 +176,6 @@ def merge(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
 
 def image_from_url(url: str):
     """An OpenAI chat `image_url`: a data URL (base64) or a file:// path, as an RGB PIL image."""
-    import base64
-    import urllib.parse
-
     if url.startswith("data:"):
         head, _, data = url.partition(",")
         if ";base64" not in head:
@@ -194,9 +188,6 @@ def image_from_url(url: str):
 
 def data_url(path: str) -> str:
     """A local image or video file as a data URL, for an OpenAI chat message."""
-    import base64
-    import mimetypes
-
     kind = mimetypes.guess_type(path)[0] or (
         "video/mp4" if path.endswith((".mp4", ".webm", ".avi", ".mov")) else "image/png"
     )
@@ -231,11 +222,6 @@ def split_chat(messages: list[dict]) -> tuple[list[dict], list, list[str]]:
 def video_file(url: str) -> str:
     """An OpenAI chat `video_url` as a file OpenCV reads: a file:// path, or a base64 data URL
     written to a temporary file (removed when the process ends)."""
-    import atexit
-    import base64
-    import tempfile
-    import urllib.parse
-
     if url.startswith("file://"):
         return urllib.parse.unquote(url.removeprefix("file://"))
     head, _, data = url.partition(",")
@@ -329,13 +315,10 @@ def use_qwen2_rope(model) -> None:
                        second_per_grid_ts=None, attention_mask=None, **kwargs):  # fmt: skip
         grids, seconds = _grid_iters(image_grid_thw, video_grid_thw, second_per_grid_ts)
         out = torch.ones(3, *input_ids.shape, dtype=input_ids.dtype, device=input_ids.device)
+        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
         deltas = []
         for b in range(input_ids.shape[0]):  # left padding: the real tokens only
-            keep = (
-                attention_mask[b].bool()
-                if attention_mask is not None
-                else torch.ones_like(input_ids[b], dtype=torch.bool)
-            )
+            keep = mask[b].bool()
             positions, delta = _qwen2_positions(config, mm_token_type_ids[b][keep].tolist(), grids, seconds)
             out[:, b, keep] = positions.to(out)
             deltas.append(delta)

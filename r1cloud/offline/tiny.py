@@ -6,6 +6,8 @@ head_dim is 64 because vLLM's CPU attention rejects smaller heads.
 
 from __future__ import annotations
 
+import itertools
+import json
 from pathlib import Path
 
 CHAT_TEMPLATE = (
@@ -16,25 +18,8 @@ SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
 def _corpus() -> list[str]:
-    words = [
-        "what",
-        "is",
-        "the",
-        "answer",
-        "think",
-        "box",
-        "plus",
-        "minus",
-        "equals",
-        "number",
-        "sum",
-        "of",
-        "and",
-        "then",
-        "so",
-        "final",
-        "result",
-    ]
+    sentence = "what is the answer think box plus minus equals number sum of and then so final result"
+    words = sentence.split()  # the sentence and each of its rotations
     lines = [
         f"What is {a} + {b}? The answer is \\boxed{{{a + b}}}." for a in range(30) for b in range(0, 30, 3)
     ]
@@ -116,11 +101,6 @@ IDEFICS3_SPECIALS = ["<fake_token_around_image>", "<image>", "<end_of_utterance>
 ]
 
 
-def chat_template(image_part: str) -> str:
-    """A chat template that takes image parts, rendering each as `image_part`."""
-    return VL_CHAT_TEMPLATE.replace("<|vision_start|><|image_pad|><|vision_end|>", image_part)
-
-
 def make_tiny_vlm(
     path: str | Path,
     arch: str = "qwen2_vl",
@@ -134,8 +114,6 @@ def make_tiny_vlm(
     layers, head_dim 64 (vLLM's CPU attention), mRoPE for Qwen; vision: 2 blocks, 32 wide. A 56×84
     image is 6 image tokens for Qwen2-VL; any image is 4 for Idefics3 (64 px, 16 px patches,
     scale factor 2). `tie`: the output layer is the embedding (as SmolVLM's, Qwen2.5-VL-3B's)."""
-    import json
-
     if arch == "idefics3":
         return _tiny_idefics3(Path(path), seed, hidden, tie)
 
@@ -155,47 +133,31 @@ def make_tiny_vlm(
         rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [8, 12, 12]},
         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None, tie_word_embeddings=tie,
     )  # fmt: skip
-    if arch == "qwen2_vl":
-        vision = dict(depth=2, embed_dim=32, num_heads=2, mlp_ratio=2, hidden_size=hidden, patch_size=patch)
-        config_cls, model_cls = transformers.Qwen2VLConfig, transformers.Qwen2VLForConditionalGeneration
-    elif arch == "qwen2_5_vl":
-        vision = dict(
-            depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=hidden,
-            window_size=56, fullatt_block_indexes=[1], patch_size=patch,
-        )  # fmt: skip
-        config_cls, model_cls = transformers.Qwen2_5_VLConfig, transformers.Qwen2_5_VLForConditionalGeneration
-    elif arch == "qwen3_vl":
-        text["rope_parameters"]["mrope_interleaved"] = True
-        vision = dict(
-            depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=hidden,
-            patch_size=patch, num_position_embeddings=64, deepstack_visual_indexes=[1],
-        )  # fmt: skip
-        config_cls, model_cls = transformers.Qwen3VLConfig, transformers.Qwen3VLForConditionalGeneration
-    else:
+    family = {"qwen2_vl": "Qwen2VL", "qwen2_5_vl": "Qwen2_5_VL", "qwen3_vl": "Qwen3VL"}.get(arch)
+    if family is None:
         raise ValueError(f"unknown tiny VLM architecture {arch!r}")
-    config = config_cls(
-        text_config=text, vision_config=vision, image_token_id=image, video_token_id=video,
-        vision_start_token_id=start, vision_end_token_id=end, tie_word_embeddings=tie,
+    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=hidden)
+    if arch == "qwen2_vl":
+        vision = dict(depth=2, embed_dim=32, num_heads=2, mlp_ratio=2, hidden_size=hidden)
+    elif arch == "qwen2_5_vl":
+        vision |= dict(window_size=56, fullatt_block_indexes=[1])
+    else:
+        text["rope_parameters"]["mrope_interleaved"] = True
+        vision |= dict(num_position_embeddings=64, deepstack_visual_indexes=[1])
+    config = getattr(transformers, f"{family}Config")(
+        text_config=text, vision_config={**vision, "patch_size": patch}, image_token_id=image,
+        video_token_id=video, vision_start_token_id=start, vision_end_token_id=end, tie_word_embeddings=tie,
     )  # fmt: skip
     torch.manual_seed(seed)
-    model = model_cls(config)
+    model = getattr(transformers, f"{family}ForConditionalGeneration")(config)
     model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    model.save_pretrained(str(path))
-    tok.chat_template = VL_CHAT_TEMPLATE
-    tok.save_pretrained(str(path))
-    Qwen2VLImageProcessorPil(
+    images = Qwen2VLImageProcessorPil(
         min_pixels=28 * 28, max_pixels=max_pixels, patch_size=patch, merge_size=2, temporal_patch_size=2
-    ).save_pretrained(str(path))
-    (path / "chat_template.jinja").write_text(VL_CHAT_TEMPLATE)
-    processor = {"processor_class": {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor",
-                                     "qwen3_vl": "Qwen3VLProcessor"}[arch]}  # fmt: skip
-    (path / "processor_config.json").write_text(json.dumps(processor))
-    return path
+    )
+    return save_vlm(path, model, tok, VL_CHAT_TEMPLATE, images, {"processor_class": f"{family}Processor"})
 
 
 def _tiny_idefics3(path: Path, seed: int, hidden: int, tie: bool) -> Path:
-    import json
-
     import torch
     from transformers import GenerationConfig, Idefics3Config, Idefics3ForConditionalGeneration
     from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
@@ -217,17 +179,22 @@ def _tiny_idefics3(path: Path, seed: int, hidden: int, tie: bool) -> Path:
     torch.manual_seed(seed)
     model = Idefics3ForConditionalGeneration(config)
     model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    size = {"longest_edge": 64}
+    images = Idefics3ImageProcessorPil(do_image_splitting=False, size=size, max_image_size=size)
+    processor = {"processor_class": "Idefics3Processor", "image_seq_len": 4}
+    template = VL_CHAT_TEMPLATE.replace("<|vision_start|><|image_pad|><|vision_end|>", "<image>")
+    return save_vlm(path, model, tok, template, images, processor)
+
+
+def save_vlm(path: Path, model, tok, template: str, image_processor, processor: dict) -> Path:
+    """A vision-language model's folder as model repositories ship it: the weights, the tokenizer
+    with `template`, the image processor, chat_template.jinja and processor_config.json."""
     model.save_pretrained(str(path))
-    template = chat_template("<image>")
     tok.chat_template = template
     tok.save_pretrained(str(path))
-    Idefics3ImageProcessorPil(
-        do_image_splitting=False, size={"longest_edge": 64}, max_image_size={"longest_edge": 64}
-    ).save_pretrained(str(path))
+    image_processor.save_pretrained(str(path))
     (path / "chat_template.jinja").write_text(template)
-    (path / "processor_config.json").write_text(
-        json.dumps({"processor_class": "Idefics3Processor", "image_seq_len": 4})
-    )
+    (path / "processor_config.json").write_text(json.dumps(processor))
     return path
 
 
@@ -283,38 +250,27 @@ def shard(minibatches: list[dict]) -> tuple:
     """One rank's [{"total", "micro": [[sample, ...], ...]}, ...] as (its Batch, the plan in rows)."""
     samples = [s for mb in minibatches for micro in mb["micro"] for s in micro]
     b, _ = batch_of(samples)
-    plan, at = [], 0
-    for mb in minibatches:
-        micros = []
-        for micro in mb["micro"]:
-            micros.append(list(range(at, at + len(micro))))
-            at += len(micro)
-        plan.append({"total": mb["total"], "micro": micros})
+    rows = iter(range(len(samples)))
+    plan = [
+        {"total": mb["total"], "micro": [[next(rows) for _ in m] for m in mb["micro"]]} for mb in minibatches
+    ]
     return b, plan
 
 
 def generated(result: dict) -> list[dict]:
     """A worker's `generate` result as one {"prompt", "response", "logprobs"} per sample."""
-    at, out = 0, []
-    for p, n in zip(result["prompt"].tolist(), result["length"].tolist(), strict=True):
-        out.append(
-            {
-                "prompt": p,
-                "response": result["response"][at : at + n].tolist(),
-                "logprobs": result["logprobs"][at : at + n].tolist(),
-            }
-        )
-        at += n
-    return out
+    lengths = result["length"].tolist()
+    responses, logprobs = (per_sequence(result[k], lengths) for k in ("response", "logprobs"))
+    return [
+        {"prompt": p, "response": r, "logprobs": lp}
+        for p, r, lp in zip(result["prompt"].tolist(), responses, logprobs, strict=True)
+    ]
 
 
 def per_sequence(flat, lengths: list[int]) -> list[list[float]]:
     """A worker's `log_probs` (its rows' tokens end to end) as one list per sequence."""
-    out, at = [], 0
-    for n in lengths:
-        out.append(flat[at : at + n].tolist())
-        at += n
-    return out
+    starts = itertools.accumulate(lengths, initial=0)
+    return [flat[at : at + n].tolist() for at, n in zip(starts, lengths, strict=False)]
 
 
 def write_video(
@@ -340,8 +296,6 @@ def write_clips(root: str | Path) -> Path:
     """A small generated video set in `root`, EasyR1-style: rows {"videos": [file or frame list],
     "problem": "<video>…", "answer": …}, clips of 1 to 3 s and two rows whose video is a list of
     frames; train.jsonl holds all 8 rows, test.jsonl the first 4."""
-    import json
-
     from PIL import Image
 
     root = Path(root)

@@ -15,6 +15,7 @@ against math-verify on every case of the rewards benchmark and of the reward tes
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from fractions import Fraction
@@ -27,16 +28,14 @@ def extract_boxed(text: str) -> str | None:
     starts = [m.end() for m in _BOXED.finditer(text)]
     if not starts:
         return None
-    i = start = starts[-1]
-    depth = 1
-    while i < len(text):
+    start, depth = starts[-1], 1
+    for i in range(start, len(text)):
         if text[i] == "{":
             depth += 1
         elif text[i] == "}":
             depth -= 1
             if depth == 0:
                 return text[start:i]
-        i += 1
     return None
 
 
@@ -71,16 +70,12 @@ def normalize(answer: str) -> str:
 
 def to_number(s: str) -> Fraction | None:
     m = re.fullmatch(r"(-?)\\frac\{(-?\d+)\}\{(-?\d+)\}", s) or re.fullmatch(r"(-?)\\frac(\d)(\d)", s)
-    try:
+    with contextlib.suppress(ValueError, ZeroDivisionError):
         if m:
             value = Fraction(int(m.group(2)), int(m.group(3)))
             return -value if m.group(1) else value
-        if re.fullmatch(r"-?\d+/\d+", s):
+        if re.fullmatch(r"-?\d+/\d+|-?(\d+\.?\d*|\.\d+)(e-?\d+)?", s):
             return Fraction(s)
-        if re.fullmatch(r"-?(\d+\.?\d*|\.\d+)(e-?\d+)?", s):
-            return Fraction(s)
-    except (ValueError, ZeroDivisionError):
-        return None
     return None
 
 

@@ -171,16 +171,11 @@ class RewardFunction(ScoreChecks):
         return scores, errors
 
 
-class EnvironmentOnly:
+class EnvironmentOnly(ScoreChecks):
     """No reward function: an environment's reward is the episode's (agents/)."""
-
-    wants, sends_prompt = (), False
 
     def __call__(self, inputs: list[dict]) -> tuple[list[dict], int]:
         return [{} for _ in inputs], 0
-
-    def close(self) -> None:
-        pass
 
 
 def from_config(r, bounded: bool = False):

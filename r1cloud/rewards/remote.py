@@ -28,10 +28,6 @@ class RemoteReward(ScoreChecks):
         super().__init__()
         self.url, self.kwargs, self.timeout, self.retries = url, kwargs or {}, timeout, retries
         self.name = url
-        self.type = "batch"
-
-    def close(self) -> None:
-        pass
 
     def _post(self, body: dict) -> dict:
         data = json.dumps(body).encode()

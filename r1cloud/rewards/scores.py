@@ -19,6 +19,9 @@ class ScoreChecks:
     def __init__(self):
         self.reasons: set[str] = set()
 
+    def close(self) -> None:
+        pass
+
     @staticmethod
     def _first(out):
         return out[0] if isinstance(out, list) and len(out) == 1 else out
