@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from r1cloud.core.records import loads
+from r1cloud.core.records import cut, loads
 
 ACTIVE = ("PENDING", "RUNNING")
 # ENDED: a cloud job whose outcome is unknown; BUDGET_REACHED: stopped by resources.max_cost
@@ -113,11 +113,6 @@ class JobRunning(Exception):
 
 class NoSuchJob(Exception):
     pass
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:59] + "…"
 
 
 class DamagedJob(NoSuchJob):
@@ -242,7 +237,7 @@ class JobStore:
         if not isinstance(data, dict):
             raise DamagedJob(name, f"job.json holds a JSON {type(data).__name__}, not a job record")
         if data.get("name") != name:  # the folder's name is the job's: any other is not its record
-            said = f"names {_short(data['name'])}, not {name!r}" if "name" in data else "has no name"
+            said = f"names {cut(repr(data['name']), 60)}, not {name!r}" if "name" in data else "has no name"
             raise DamagedJob(name, f"job.json {said}")
         job = Job(**{k: v for k, v in data.items() if k in Job.__dataclass_fields__})
         if bad := _wrong_fields(job):

@@ -43,6 +43,11 @@ def finite(value: Any, limit: float = BIG) -> float | None:
     return value if math.isfinite(value) and abs(value) < limit else None
 
 
+def cut(text: str, most: int = 120) -> str:
+    """`text` as a message shows it: at most `most` characters."""
+    return text if len(text) <= most else f"{text[: most - 1]}…"
+
+
 def whole(value: Any, lo: int = 0, hi: int = 10**9) -> int | None:
     """`value` when it is an int in [lo, hi] (a step, a count), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi else None

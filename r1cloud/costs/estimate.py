@@ -15,11 +15,12 @@ Trained tokens count a group's prompt once where the trainer packs it once (GRPO
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from r1cloud.core.records import load_object
 
 # Dense bf16 peak FLOP/s per device (NVIDIA's datasheets; verl's flops_counter.py uses the same
 # H100/A100/L40 figures). Only for uncalibrated estimates: a calibrated one uses measured FLOP/s.
@@ -97,7 +98,7 @@ def model_size(path: str) -> Model | None:
         config = _hub_cached(path) or config
     if config.is_file():
         try:
-            return model_of(json.loads(config.read_text()), str(config))
+            return model_of(load_object(config), str(config))
         except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError):
             pass  # a config this count does not know: the name may still tell
     name = Path(path).name

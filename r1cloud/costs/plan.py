@@ -18,8 +18,8 @@ from pathlib import Path
 from r1cloud.core.budget import usd
 from r1cloud.costs import estimate as est
 from r1cloud.costs import prices
+from r1cloud.spec import load_resolved
 from r1cloud.spec.models import accelerator_options
-from r1cloud.validate import load_spec
 from r1cloud.validate.summary import step_count
 
 CALIBRATION = "throughput.jsonl"
@@ -76,7 +76,7 @@ def measure(run_dir: Path, spec, device: str, devices: int, wall_s: float, after
 def calibrate(home: Path, run_dir: Path, job: str, wall_s: float) -> dict | None:
     """Append a finished local run's measured speed to the store's calibration file."""
     info = json.loads((run_dir / "trainer.json").read_text())
-    spec = load_spec(run_dir / "spec.yaml", [], check_files=False).spec
+    spec = load_resolved(run_dir / "spec.yaml")
     device = est.device_kind(info.get("device", "cpu"))
     got = measure(run_dir, spec, device, info["workers"], wall_s, info.get("resumed_from", 0))
     if got:
@@ -214,7 +214,7 @@ def one_step(spec, home: Path | None, kind: str, m: est.Model, critic: est.Model
     if speed is None:
         return None
     w = est.work_of(spec, critic, speed.response_fraction, speed.prompt_fraction)
-    return est.step_seconds(m, w, speed, spec.trainer.n_gpus_per_node * spec.trainer.nnodes), speed
+    return est.step_seconds(m, w, speed, spec.world_size), speed
 
 
 def step_seconds(spec, home: Path | None) -> float | None:

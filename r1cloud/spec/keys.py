@@ -143,17 +143,6 @@ def leaves() -> list[tuple[str, ...]]:
     return [k for k in keys if k not in sections]
 
 
-def refused(spec) -> list[tuple[str, str]]:
-    """(path, text) for each REFUSED key whose value differs from its default."""
-    default, current = Spec(name="defaults").model_dump(), spec.model_dump()
-    found = []
-    for key in leaves():
-        kind, text = classify(".".join(key)) or (HONOURED, "")
-        if kind == REFUSED and get_path(current, key) != get_path(default, key):
-            found.append((".".join(key), text))
-    return found
-
-
 # --------------------------------------------------------------------------- the key reference
 def _type(annotation) -> str:
     """A field's type as a reader says it: `str or null`, `one of grpo, gae, …`."""

@@ -21,6 +21,7 @@ from typing import Any, get_args
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from r1cloud.core.records import cut
 from r1cloud.spec.models import Spec, accelerator_options
 from r1cloud.spec.numbers import MAX_DIGITS, long_number, node_of
 from r1cloud.spec.problems import Problem
@@ -96,7 +97,7 @@ def read_yaml(path: Path) -> tuple[dict, Origins, list[Problem]]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError, ValueError) as e:  # a name too long, a NUL in it, unreadable
         reason = getattr(e, "strerror", None) or str(e)
-        return {}, {}, [Problem("", f"cannot read {_cut(shown)}: {reason}")]
+        return {}, {}, [Problem("", f"cannot read {cut(shown)}: {reason}")]
     loader = None
     try:
         loader = yaml.SafeLoader(text)  # its reader refuses NUL and control characters here
@@ -118,7 +119,7 @@ def read_yaml(path: Path) -> tuple[dict, Origins, list[Problem]]:
         if key is not None:
             message = f"a number of more than {MAX_DIGITS:,} digits is no setting's value"
             return {}, {}, [Problem(key, message, f"{shown}:{line}")]
-        return {}, {}, [Problem("", f"not valid YAML: {_cut(str(e).split(';')[0])}", shown)]
+        return {}, {}, [Problem("", f"not valid YAML: {cut(str(e).split(';')[0])}", shown)]
     finally:
         if loader is not None:
             loader.dispose()
@@ -155,11 +156,6 @@ def _drop_non_string_keys(
             _drop_non_string_keys(tree[key], (*prefix, key), origins, problems, seen)
 
 
-def _cut(text: str, most: int = 120) -> str:
-    """A value as shown in a message: at most `most` characters."""
-    return text if len(text) <= most else f"{text[: most - 1]}…"
-
-
 def _walk(node: Any, prefix: Key, shown: str, origins: Origins, problems: list[Problem], walked: set) -> None:
     """Each key's `file:line`, and keys written twice. A mapping reached again through an alias is
     walked once (`walked`): its keys' lines are where the anchor is written."""
@@ -189,7 +185,7 @@ def parse_override(text: str) -> tuple[Key, Any]:
     m = OVERRIDE_RE.match(text.strip())
     if not m:
         raise ValueError(
-            f"{_cut(repr(text), 80)} is not an override: write key.path=value, e.g. worker.rollout.n=8"
+            f"{cut(repr(text), 80)} is not an override: write key.path=value, e.g. worker.rollout.n=8"
         )
     raw = m.group(2)
     try:

@@ -11,9 +11,9 @@ import netrc
 import os
 from collections.abc import Callable
 
-from r1cloud.core.records import finite
-from r1cloud.spec.keys import refused
-from r1cloud.spec.load import CLI, Origins, origin_of
+from r1cloud.core.records import cut, finite
+from r1cloud.spec.keys import REFUSED, classify, leaves
+from r1cloud.spec.load import CLI, Origins, get_path, origin_of
 from r1cloud.spec.models import EXTRA_SAMPLING, SAMPLING_KEYS, Spec
 from r1cloud.spec.problems import Problem
 
@@ -254,8 +254,7 @@ def check_rollout(spec: Spec, problem: Report) -> None:
             hint = f"; did you mean {close[0]!r}?" if close else f"; use {', '.join(known)}"
             problem(at, f"is not a sampling setting{hint}")
         elif not rules[key][0](value):
-            shown = repr(value) if len(repr(value)) <= 60 else f"{repr(value)[:59]}…"
-            problem(at, f"{shown} is not valid: must be {rules[key][1]}")
+            problem(at, f"{cut(repr(value), 60)} is not valid: must be {rules[key][1]}")
 
 
 def _sampling_rules(max_response_length: int) -> dict:
@@ -366,9 +365,12 @@ def _logged_in(name: str, local: bool) -> bool:
 
 
 def check_keys(spec: Spec, problem: Report) -> None:
-    """Keys the trainer does not support (spec/keys.py): one line each when set."""
-    for path, text in refused(spec):
-        problem(path, text)
+    """Keys the trainer does not support (spec/keys.py): one line each when set (not the default)."""
+    default, current = Spec(name="defaults").model_dump(), spec.model_dump()
+    for key in leaves():
+        kind, text = classify(".".join(key)) or (None, "")
+        if kind == REFUSED and get_path(current, key) != get_path(default, key):
+            problem(".".join(key), text)
 
 
 def check_images(spec: Spec, problem: Report) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from r1cloud.agents.tools import ENV, TOOLS
 from r1cloud.agents.tools import check as check_tools
 from r1cloud.core.families import VIDEO_FAMILIES, model_config, model_context, text_config, unsupported
-from r1cloud.core.records import load_object
+from r1cloud.core.records import cut, load_object
 from r1cloud.data import prompts
 from r1cloud.spec.load import Origins, expand, origin_of
 from r1cloud.spec.models import Spec, _is_url
@@ -29,6 +29,7 @@ from r1cloud.validate import data_check, imports
 from r1cloud.validate.summary import batches_per_epoch
 
 DATA_EXTENSIONS = (".json", ".jsonl", ".parquet", ".csv", ".arrow", ".txt", ".tsv")
+LOOP = "{} is a symlink loop (a link that leads back to itself): give the {} itself"
 # the Hub: 96 characters a part at most
 HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
 
@@ -56,9 +57,7 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
         try:
             candidates = [(b / expand(value)).resolve() for b in bases(path)]
         except RuntimeError:  # Python's word for a symlink loop
-            problem(
-                path, f"{value} is a symlink loop (a link that leads back to itself): give the {kind} itself"
-            )
+            problem(path, LOOP.format(value, kind))
             return None
         for c in candidates:
             if c.is_file() if kind == "file" else c.is_dir():
@@ -291,7 +290,7 @@ def bad_url(url: str) -> str | None:
 
 def unusable_path(value: str) -> str | None:
     """Why `value` cannot be a path on this machine (a control character, a part over 255 bytes), or None."""
-    shown = repr(value if len(value) <= 80 else f"{value[:79]}…")
+    shown = repr(cut(value, 80))
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
         return f"{shown} holds a control character: give the path as it is on disk"
     if any(len(part.encode()) > 255 for part in value.split("/")):
@@ -341,9 +340,7 @@ def _resolve_local_or_hub(path: str, value: str, bases: list[Path], problem, kin
         try:
             c = (b / expand(name)).resolve()
         except RuntimeError:  # a symlink loop
-            problem(
-                path, f"{name} is a symlink loop (a link that leads back to itself): give the {kind} itself"
-            )
+            problem(path, LOOP.format(name, kind))
             return value
         if c.exists():
             return f"{c}{at}{split}"

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 from collections.abc import Iterator
 
 from r1cloud.agents.tools import check
+from r1cloud.spec.load import display_path
 from r1cloud.spec.models import Spec, accelerator_options
 from r1cloud.trainer.lora import plan
 from r1cloud.validate.data_check import count_rows
@@ -69,11 +69,7 @@ def _short(path: str | list[str] | None) -> str:
         return " + ".join(_short(p) for p in path)
     if not path or not path.startswith("/"):
         return path or ""
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
+    return display_path(path)
 
 
 def extras(spec: Spec) -> Iterator[tuple[str, str]]:
