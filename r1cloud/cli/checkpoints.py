@@ -21,6 +21,7 @@ from r1cloud.checkpoint.store import (
     select,
 )
 from r1cloud.cli.common import app, err, fail, failing, find_job, out, when
+from r1cloud.spec.load import expand
 
 
 def _checkpoint_source(target: str | None) -> tuple[str, str, int | None]:
@@ -130,8 +131,6 @@ def merge(
 
     try:
         if out_dir is not None:  # one path for the check and the write (`--out=~/x`, `--out .`)
-            from r1cloud.spec.load import expand
-
             out_dir = expand(out_dir).resolve()
             if base is not None and expand(base).resolve() == out_dir:
                 raise MergeError(f"--out {out_dir} is the --base model's folder: give a new folder")

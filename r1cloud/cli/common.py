@@ -20,6 +20,10 @@ from r1cloud.core.jobstore import ACTIVE, DamagedJob, JobStore, NoSuchJob, home
 from r1cloud.costs.plan import check_budget, step_seconds
 from r1cloud.jobs.cloud import CloudError, tail_logs
 from r1cloud.jobs.follow import exit_code
+from r1cloud.jobs.remote import refresh
+from r1cloud.spec import SpecError
+from r1cloud.spec.models import accelerator_options
+from r1cloud.validate import load_spec
 
 app = typer.Typer(
     name="r1cloud",
@@ -90,6 +94,11 @@ def failing(*errors: type[Exception]):
         fail(*e.args)
 
 
+def need_file(flag: str, path: Path, hint: str) -> None:
+    if not path.is_file():
+        fail(f"error: {flag} {path}: no such file", [hint])
+
+
 def parse_secrets(values: list[str]) -> dict[str, str]:
     """`--secret NAME` takes the value from the environment; `--secret NAME=VALUE` from the flag."""
     secrets, problems = {}, []
@@ -116,9 +125,6 @@ def parse_secrets(values: list[str]) -> dict[str, str]:
 
 def load_blueprint(path: Path, overrides: list[str], secrets: dict[str, str], shown: str):
     """The validated spec, its warnings printed; or every problem and exit code 2."""
-    from r1cloud.spec import SpecError
-    from r1cloud.validate import load_spec
-
     shown = shown if len(shown) <= 120 else f"{shown[:119]}…"
     try:
         loaded = load_spec(path, overrides, secrets=secrets)
@@ -176,8 +182,6 @@ def refreshed(store, jobs: list) -> list:
     """Cloud jobs' state from SkyPilot; if it cannot be reached, the last known state and a warning."""
     if not any(j.cloud for j in jobs):
         return jobs
-    from r1cloud.jobs.remote import refresh
-
     try:
         return refresh(store, jobs)
     except CloudError as e:
@@ -212,11 +216,10 @@ def report_end(job) -> int:
     style = {"SUCCEEDED": "green", "STOPPED": "yellow", "ENDED": "yellow", "BUDGET_REACHED": "yellow"}
     style = style.get(job.status, "bold red")
     tail = f": {job.reason}" if job.reason else ""
-    (out if job.status != "FAILED" else err).print(
-        f"{job.name} {job.status}{tail}", style=style, markup=False
-    )
+    console = err if job.status == "FAILED" else out
+    console.print(f"{job.name} {job.status}{tail}", style=style, markup=False)
     for line in next_steps(job):
-        (out if job.status != "FAILED" else err).print(f"  {line}", markup=False)
+        console.print(f"  {line}", markup=False)
     return exit_code(job)
 
 
@@ -275,10 +278,6 @@ def accelerator_overrides(
     """--accels/--gpu set resources.accelerators and trainer.n_gpus_per_node together."""
     if accels is None and gpu is None:
         return []
-    from r1cloud.spec import SpecError
-    from r1cloud.spec.models import accelerator_options
-    from r1cloud.validate import load_spec
-
     current = None
     with contextlib.suppress(SpecError):  # reported by the real load below
         current = load_spec(blueprint, overrides, check_files=False).spec

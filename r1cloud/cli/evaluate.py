@@ -15,8 +15,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from r1cloud.checkpoint.store import parse_ref
-from r1cloud.cli.common import app, err, fail, failing, load_blueprint, out
+from r1cloud.checkpoint.store import NotFound, parse_ref
+from r1cloud.cli.common import app, err, fail, failing, load_blueprint, need_file, out
 from r1cloud.cli.serving import MaxTokensOption, TemperatureOption
 from r1cloud.core.jobstore import JobStore, home
 from r1cloud.evaluation import run as ev
@@ -25,6 +25,10 @@ from r1cloud.jobs.supervise import last_error
 from r1cloud.rewards.pool import RewardDeadline, from_config
 from r1cloud.serving import chat as ch
 from r1cloud.serving import serve as sv
+from r1cloud.spec import Spec
+from r1cloud.spec.load import expand
+from r1cloud.validate.data_check import DataError, local_files, rows
+from r1cloud.validate.files import check_data, reward_function_problems
 
 ENGINES = ("auto", "vllm", "hf")
 
@@ -147,10 +151,6 @@ def eval_(
 
 def _spec(targets, blueprint, data, reward, format_prompt, keys: dict, image_dir: Path | None):
     """The blueprint's spec (or the first job's), with the options set alone on top."""
-    from r1cloud.spec import Spec
-    from r1cloud.spec.load import expand
-    from r1cloud.validate.files import reward_function_problems
-
     if blueprint is not None:
         base = load_blueprint(blueprint, [], {}, str(blueprint))
     else:
@@ -173,11 +173,7 @@ def _spec(targets, blueprint, data, reward, format_prompt, keys: dict, image_dir
             )
         d["image_dir"] = str(image_dir.resolve())
     if format_prompt is not None:
-        if not format_prompt.is_file():
-            fail(
-                f"error: --format-prompt {format_prompt}: no such file",
-                ["give a Jinja template over `content`"],
-            )
+        need_file("--format-prompt", format_prompt, "give a Jinja template over `content`")
         d["format_prompt"] = str(format_prompt.resolve())
     if reward is not None:
         path, _, name = reward.partition(":")
@@ -206,8 +202,6 @@ def _spec(targets, blueprint, data, reward, format_prompt, keys: dict, image_dir
 def _check_before_starting(spec) -> None:
     """What would fail after the model is up, said first (exit 2): the rows and the format prompt
     (as validate reads them), and the reward on one row's own answer."""
-    from r1cloud.validate.files import check_data
-
     if problems := [message for _, message in check_data(spec.data, keys=("val_files",))]:
         fail("error: the data cannot be scored", problems)
     d = spec.data
@@ -231,8 +225,6 @@ def _check_before_starting(spec) -> None:
 
 
 def _first_row(value: str) -> dict | None:
-    from r1cloud.validate.data_check import DataError, local_files, rows
-
     try:
         files = local_files(value) if value else None
         return next((row for _, row in rows(files[0], limit=1)), None) if files else None
@@ -241,17 +233,10 @@ def _first_row(value: str) -> dict | None:
 
 
 def _job_spec(target: str):
-    from r1cloud.spec import load_resolved
-
-    store, name = JobStore(), parse_ref(target)[0]
-    if "://" in target or not store.has(name):
-        return None
-    path = store.path(name) / "spec.yaml"
-    if not path.is_file():
-        return None
     try:
-        return load_resolved(path)
+        return sv.job_spec(target)
     except Exception as e:  # a damaged spec.yaml: one line
+        path = JobStore().path(parse_ref(target)[0]) / "spec.yaml"
         fail(
             f"error: {path} cannot be read ({type(e).__name__})",
             ["give --blueprint BP for the prompts and reward"],
@@ -266,7 +251,7 @@ def _engine(requested: str) -> str:
 
 
 def _resolve(ref: str, api_key: str | None, spec):
-    with failing(sv.ServeError):
+    with failing(sv.ServeError, NotFound):
         if ref.startswith(("http://", "https://")):
             endpoint = ch.remote(ref, api_key)
             return ev.Target(

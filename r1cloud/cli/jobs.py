@@ -18,6 +18,8 @@ from r1cloud.jobs import curves as p
 from r1cloud.jobs import follow as f
 from r1cloud.jobs import local
 from r1cloud.jobs.cloud import CloudError, cancel, serve_down
+from r1cloud.spec import load_resolved
+from r1cloud.validate import summarize
 
 JobArg = Annotated[str | None, typer.Argument(help="Job name (default: the most recent job).")]
 
@@ -140,9 +142,6 @@ def status(
     if job is None:
         jobs()
         return
-    from r1cloud.spec import load_resolved
-    from r1cloud.validate import summarize
-
     store, record = find_job(job)
     record = refreshed(store, [record])[0]
     run = store.path(record.name)
@@ -164,8 +163,8 @@ def status(
         for label, value in summary:
             out.print(f"{label:10} {value}", markup=False)
     m = f.last_train_metrics(run)
+    total = f.planned_steps(run)
     if m:
-        total = f.planned_steps(run)
         keys = (
             "reward/overall",
             "response_length/mean",
@@ -179,7 +178,7 @@ def status(
             markup=False,
         )
         out.print(f"trend      {_trend(run)}  (r1cloud plot {record.name})", markup=False)
-    if (spend := _spend(record, m or {}, f.planned_steps(run))) is not None:
+    if (spend := _spend(record, m or {}, total)) is not None:
         ahead = f", about {usd(spend[1])} in all" if spend[1] is not None and spend[1] != spend[0] else ""
         out.print(f"cost       {usd(spend[0])} spent{ahead}, at {usd(record.price)}/hour", markup=False)
     root = job_checkpoint_root(run)  # honours save_checkpoint_path (a cloud job's bucket)

@@ -11,6 +11,7 @@ import typer
 from r1cloud.checkpoint.store import job_checkpoint_root
 from r1cloud.cli.common import app, fail, find_job, not_nan, out
 from r1cloud.jobs import curves as p
+from r1cloud.spec.load import expand, is_dir
 
 DEFAULT_METRICS = "reward/overall,val/reward_score"
 
@@ -18,8 +19,6 @@ DEFAULT_METRICS = "reward/overall,val/reward_score"
 def metrics_source(target: str | None) -> tuple[str, str]:
     """(label, where its metrics are) for a job name (default: the latest job), a run or
     checkpoint folder, or a bucket URL."""
-    from r1cloud.spec.load import expand, is_dir
-
     if target and ("://" in target or is_dir(expand(target))):
         return target.rstrip("/"), target if "://" in target else str(expand(target))
     store, job = find_job(target)

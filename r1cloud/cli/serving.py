@@ -11,11 +11,13 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from r1cloud.cli.common import app, err, fail, failing, load_blueprint, not_nan, out, report_end
+from r1cloud.checkpoint.store import NotFound
+from r1cloud.cli.common import app, err, fail, failing, load_blueprint, need_file, not_nan, out, report_end
 from r1cloud.core.jobstore import ACTIVE, Job, JobStore, home
 from r1cloud.jobs import follow as f
 from r1cloud.jobs import local
 from r1cloud.jobs.cloud import CloudError, serve_up
+from r1cloud.jobs.sky_task import TaskError, service_config
 from r1cloud.serving import chat as ch
 from r1cloud.serving import serve as sv
 
@@ -135,7 +137,7 @@ def serve(
         return
     if replicas != "1":
         fail(f"error: --replicas {replicas} needs a cloud --infra", ["locally, one server runs"])
-    with failing(sv.ServeError):
+    with failing(sv.ServeError, NotFound):
         chosen_engine = sv.pick_engine(engine)
         sv.check_port(host, port)
         if adapter and chosen_engine != "vllm":
@@ -213,8 +215,6 @@ def serve(
 
 
 def _serve_in_cloud(checkpoint, infra, gpu, replicas, api_key, served_model_name, max_model_len, name, tools):
-    from r1cloud.jobs.sky_task import TaskError, service_config
-
     try:
         if tools == "python":
             raise sv.ServeError(
@@ -238,8 +238,8 @@ def _serve_in_cloud(checkpoint, infra, gpu, replicas, api_key, served_model_name
         )
         err.print(f"starting SkyServe service {service} on {infra} ({replicas} × {gpu})…", markup=False)
         endpoint = serve_up(config, {"R1CLOUD_API_KEY": api_key} if api_key else {}, service)
-    except sv.ServeError as e:
-        fail(e.args[0], e.args[1])
+    except (sv.ServeError, NotFound) as e:
+        fail(*e.args)
     except (TaskError, CloudError) as e:
         fail(f"error: {e}", getattr(e, "hints", []))
     url = f"{endpoint if '://' in endpoint else 'http://' + endpoint}/v1"
@@ -316,11 +316,7 @@ def chat(
     spec = load_blueprint(blueprint, [], {}, str(blueprint)) if blueprint else sv.job_spec(target)
     template = spec.data.format_prompt if spec is not None and not raw else None
     if format_prompt and not raw:
-        if not format_prompt.is_file():
-            fail(
-                f"error: --format-prompt {format_prompt}: no such file",
-                ["give a Jinja template over `content`"],
-            )
+        need_file("--format-prompt", format_prompt, "give a Jinja template over `content`")
         template = str(format_prompt)
     with failing(sv.ServeError):
         box = ch.Toolbox.of(spec) if spec is not None else None
@@ -334,14 +330,13 @@ def chat(
     images, videos = [str(p) for p in image or []], [str(p) for p in video or []]
     for flag, paths, kind in (("--image", images, "a PNG or JPEG file"), ("--video", videos, "an mp4 file")):
         for path in paths:
-            if not Path(path).is_file():
-                fail(f"error: {flag} {path}: no such file", [f"give {kind}"])
+            need_file(flag, Path(path), f"give {kind}")
     if sys.stdin.isatty() or prompt is not None:
         prompts = None
     else:
         prompts = [line.strip() for line in sys.stdin if line.strip()]
     with contextlib.ExitStack() as stack:
-        with failing(sv.ServeError):
+        with failing(sv.ServeError, NotFound):
             sides = [
                 stack.enter_context(
                     ch.open_endpoint(

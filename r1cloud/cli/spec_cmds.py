@@ -27,6 +27,7 @@ from r1cloud.cli.common import (
 from r1cloud.core.jobstore import home
 from r1cloud.costs.estimate import hours
 from r1cloud.costs.plan import plan
+from r1cloud.validate import preflight, summarize
 
 OverridesArg = Annotated[list[str] | None, typer.Argument(help="key.path=value overrides, as for validate.")]
 
@@ -63,8 +64,6 @@ def validate(
     """Check a blueprint without running anything: unknown keys, types, ranges, batch arithmetic,
     files, secrets. Every problem is listed at once; exit code 2 when there is any. Then what the
     run will take: time per step and in all, and dollars where SkyPilot's catalog has prices."""
-    from r1cloud.validate import summarize
-
     overrides = list(overrides or []) + accelerator_overrides(blueprint, overrides or [], accels, gpu)
     spec = load_blueprint(blueprint, overrides, parse_secrets(secret or []), str(blueprint))
     budget_price(spec)
@@ -178,11 +177,9 @@ def _transcripts(played: list[dict]) -> None:
 
 
 def _score(spec, n: int, as_json: bool, played: list[dict]) -> None:
-    from r1cloud.validate.preflight import run
-
     try:
         with err.status("preparing…") as status:
-            rows, summary = run(spec, n, lambda msg: status.update(msg + "…"))
+            rows, summary = preflight.run(spec, n, lambda msg: status.update(msg + "…"))
     except ValueError as e:
         fail(f"error: {e}", ["`r1cloud validate` checks the rest of the blueprint"])
     if summary["errors"] and summary["errors"] >= summary["samples"]:

@@ -32,8 +32,10 @@ from r1cloud.core.budget import usd
 from r1cloud.core.jobstore import ACTIVE, JobExists, JobRunning, JobStore, home
 from r1cloud.costs.prices import hourly_price
 from r1cloud.jobs import follow as f
-from r1cloud.jobs import local
+from r1cloud.jobs import local, remote
 from r1cloud.jobs.cloud import CloudError
+from r1cloud.jobs.sky_task import TaskError, to_yaml
+from r1cloud.validate import summarize
 
 
 @app.command()
@@ -105,8 +107,6 @@ def train(
 ) -> None:
     """Validate a blueprint, start it as a job, and follow its progress (Ctrl-C detaches; the
     job keeps running)."""
-    from r1cloud.validate import summarize
-
     store = JobStore()
     source = Path(target)
     try:
@@ -249,27 +249,20 @@ def _train_in_cloud(
     price,
     resume: bool,
 ):
-    from r1cloud.jobs.sky_task import TaskError
-
     kind = "a managed job" if managed else "a cluster (autostop, down at the end)"
     try:
         if dry_run:
-            from r1cloud.jobs.remote import prepare
-            from r1cloud.jobs.sky_task import to_yaml
-
             folder = home() / "dry-run" / spec.name
             folder.mkdir(parents=True, exist_ok=True)
-            config, _ = prepare(spec, blueprint, folder, managed, price)
+            config, _ = remote.prepare(spec, blueprint, folder, managed, price)
             err.print(f"# {spec.name} as {kind}; the nodes read {folder / 'node-spec.yaml'}", markup=False)
             print(to_yaml(config), end="")
             print_estimate(spec, err)  # on stderr: stdout stays the YAML `sky launch` takes
             return
-        from r1cloud.jobs.remote import submit
-
         err.print(f"launching {spec.name} on {spec.resources.infra} as {kind}…", markup=False)
         if price is None:  # no budget: the price still shows the spend in `jobs` and `status`
             price = hourly_price(spec)[0]
-        job = submit(store, spec, secrets, blueprint, managed, unique and not resume, price, resume)
+        job = remote.submit(store, spec, secrets, blueprint, managed, unique and not resume, price, resume)
         if job.name != spec.name:
             err.print(f"a job named {spec.name} exists; this one is {job.name}", markup=False)
     except (TaskError, CloudError) as e:

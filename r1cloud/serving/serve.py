@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from r1cloud.agents.tools import tool_schemas
-from r1cloud.checkpoint.store import NotFound, base_model, job_checkpoint_root, locate, parse_ref, select
+from r1cloud.checkpoint.store import base_model, job_checkpoint_root, locate, parse_ref, select
 from r1cloud.core.families import VIDEO_FAMILIES, kv_bytes_per_token, model_config, text_config
 from r1cloud.core.jobstore import JobStore
 from r1cloud.core.records import load_object
@@ -40,7 +40,8 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
 
 
 class ServeError(Exception):
-    """A problem the user can fix; args: (title, [hint lines])."""
+    """A problem the user can fix; args: (title, [hint lines]), as checkpoint.store's NotFound,
+    which resolving a checkpoint raises too."""
 
 
 @dataclass
@@ -64,10 +65,7 @@ def _lookup(target: str):
     if step is None and is_dir(path) and is_hf_folder(path):
         return Model(str(path.resolve()), path.resolve().name, f"the model folder {path}")
     store = JobStore()
-    try:
-        found = locate(ref, step)
-    except NotFound as e:
-        raise ServeError(*e.args) from None
+    found = locate(ref, step)
     if found:
         root, label, step = found
         name_base = Path(root).parent.name if Path(root).name == "checkpoints" else Path(root).name
@@ -86,10 +84,7 @@ def _lookup(target: str):
             f"error: {target!r} is not a job, a folder or a Hub model id",
             ["give a job (`r1cloud jobs`), JOB:step-N, a checkpoint or model folder, or org/name"],
         )
-    try:
-        chosen = select(root, label, step)
-    except NotFound as e:
-        raise ServeError(*e.args) from None
+    chosen = select(root, label, step)
     return chosen, f"{name_base}-step-{chosen.step}"
 
 
@@ -141,8 +136,6 @@ def resolve_adapter(target: str, adapter_fn: Callable) -> Model:
         adapter_fn(chosen)
     try:
         base = base_model(load_object(folder / "adapter_config.json"))
-    except NotFound as e:
-        raise ServeError(*e.args) from None
     except (OSError, ValueError, AttributeError) as e:  # damaged by hand: merge --adapter-only writes it anew
         raise ServeError(
             f"error: {folder}/adapter_config.json cannot be read ({str(e)[:80]})",
