@@ -95,10 +95,9 @@ class Observations:
         self.text(["\x02"])  # a template that cannot append a tool turn fails now, not mid-run
 
     def _render(self, messages: list[dict], generation: bool) -> str:
-        source = self.processor.processor if self.processor is not None else self.tokenizer
-        if not getattr(source, "chat_template", None):
-            source = self.tokenizer
-        return source.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation)
+        if self.processor is not None:
+            return self.processor.apply_template(messages, generation)
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation)
 
     def text(self, contents: list) -> str:
         """What the template adds after an assistant turn's end: the tool turns, the next header."""

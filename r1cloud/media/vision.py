@@ -127,11 +127,11 @@ class ImageProcessor:
     def render(self, text: str, with_images: bool) -> str:
         return self.apply_template(messages(text, with_images))
 
-    def apply_template(self, msgs: list[dict]) -> str:
+    def apply_template(self, msgs: list[dict], generation: bool = True) -> str:
         """Chat messages (image parts as `{"type": "image"}`) through the processor's chat
         template, or the tokenizer's where the processor has none."""
         source = self.processor if getattr(self.processor, "chat_template", None) else self.tokenizer
-        return source.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        return source.apply_chat_template(msgs, add_generation_prompt=generation, tokenize=False)
 
     @property
     def video_factor(self) -> int:

@@ -17,6 +17,7 @@ from r1cloud.checkpoint.dcp import storage
 from r1cloud.core.dtypes import torch_dtype
 from r1cloud.core.families import unsupported
 from r1cloud.data import no_sklearn
+from r1cloud.data.loader import load_tokenizer
 from r1cloud.media import vision
 from r1cloud.rollout import onednn
 from r1cloud.rollout.engine import Request, Sampling, eos_ids, vllm_max_rank
@@ -232,17 +233,12 @@ class HybridWorker(ActorUpdate, Critic, WeightSync):
     def start_engine(self, engine: str, videos: int = 0, sequences: int = 0) -> str:
         """The rollout engine; `videos`: the most videos a prompt holds (vLLM makes room for them);
         `sequences`: the most one rollout call gives it (vLLM's KV cache is sized to them on CPU)."""
-        from transformers import AutoTokenizer
-
         m, r = self.spec.worker.actor.model, self.spec.worker.rollout
-        tok = AutoTokenizer.from_pretrained(m.tokenizer_path)
+        tok, processor = load_tokenizer(m, self.spec.data)
         eos = eos_ids(m.model_path, tok)
         if r.multi_turn.enable:  # observations in the prompts' own template (override included)
-            from r1cloud.agents.episodes import Agent
-            from r1cloud.data.loader import load_tokenizer
-
             workers = self.spec.worker.reward.num_cpus
-            self.agent = Agent.of(r.multi_turn, self.spec.data, *load_tokenizer(m, self.spec.data), workers)
+            self.agent = episodes.Agent.of(r.multi_turn, self.spec.data, tok, processor, workers)
         if engine == "vllm":
             from r1cloud.rollout.vllm import VLLMEngine
 
@@ -255,8 +251,7 @@ class HybridWorker(ActorUpdate, Critic, WeightSync):
         else:
             from r1cloud.rollout.hf import HFEngine
 
-            pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-            self.engine = HFEngine(m.model_path, eos, pad_id, torch_dtype(r.dtype), self.device)
+            self.engine = HFEngine(m.model_path, eos, tok.pad_token_id, torch_dtype(r.dtype), self.device)
         return self.engine.name
 
     def generate(self, prompts: list[Request], sampling: dict) -> dict[str, torch.Tensor]:
