@@ -29,7 +29,7 @@ def _gradients(w, mb, sp) -> tuple[list, dict]:
     b, rows = batch_of(seqs)
     w.sp["actor"] = sp
     lp = per_sequence(w.log_probs(b, [rows], temperature=1.0), [len(s[1]) for s in seqs])
-    w._update(*shard(mb), apply=False)
+    w.update(*shard(mb), apply=False)
     w.sp["actor"] = None
     return lp, {k: v.cpu() for k, v in w.full_grads().items()}
 

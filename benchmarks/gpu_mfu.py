@@ -98,7 +98,7 @@ def measure(w, shape: str, tokens: int, cuda: bool, prompt: int, iters: int) -> 
         for i in range(iters + 1):  # one warm-up
             _sync(cuda)
             t0 = time.perf_counter()
-            w._update(*shard(mb), apply=False)  # forward and backward only: the gradients stay
+            w.update(*shard(mb), apply=False)  # forward and backward only: the gradients stay
             _sync(cuda)
             w.optim.zero_grad(set_to_none=True)
             if i:
@@ -136,10 +136,10 @@ def profile(w, tokens: int, prompt: int) -> list[str]:
     from r1cloud.offline.tiny import shard
 
     mb = batch(w.actor.config.vocab_size, (tokens - prompt) // ANSWERS, prompt)
-    w._update(*shard(mb), apply=False)
+    w.update(*shard(mb), apply=False)
     w.optim.zero_grad(set_to_none=True)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        w._update(*shard(mb), apply=False)
+        w.update(*shard(mb), apply=False)
         torch.cuda.synchronize()
     w.optim.zero_grad(set_to_none=True)
     table = prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=15, max_name_column_width=60)
