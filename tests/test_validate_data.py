@@ -258,3 +258,34 @@ def test_any_rows_end_in_0_or_2_and_what_passes_loads(tmp_path_factory, rows):
     loaded = load_rows(spec.data.train_files)  # the trainer's reader takes what validate passed
     assert len(loaded) >= 1 and all(isinstance(p, str) for p in loaded["problem"])
     assert all(a is not None for a in loaded["answer"])
+
+
+def test_a_video_given_as_its_decoded_frames_is_one_video(cli, tmp_path):
+    """A parquet row's video as a list of frames (image structs, not paths) is one video for the
+    loader (data/loader.py, core/rows.row_videos); validate counted each frame as a video and refused
+    the row ("1 <video> in its prompt and 3 videos")."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from r1cloud.core.rows import row_videos
+
+    png = _png(tmp_path / "red.png").read_bytes()
+    frames = [{"bytes": png, "path": None}] * 3
+    assert row_videos(frames) == [frames] and row_videos(["a.mp4", "b.mp4"]) == ["a.mp4", "b.mp4"]
+    assert row_videos(None) == [] and row_videos("a.mp4") == ["a.mp4"]
+    rows = [{"problem": f"<video>How many frames? {i}", "answer": "3", "videos": frames} for i in range(8)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
+    (tmp_path / "vlm").mkdir()
+    config = {
+        "architectures": ["Qwen2VLForConditionalGeneration"],
+        "model_type": "qwen2_vl",
+        "vision_config": {},
+    }
+    (tmp_path / "vlm" / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 2048}))
+    r = cli(
+        "validate",
+        _blueprint(tmp_path),
+        f"data.train_files={tmp_path / 'train.parquet'}",
+        f"worker.actor.model.model_path={tmp_path / 'vlm'}",
+    )
+    assert "videos in 'videos'" not in r.stderr and "data.train_files" not in r.stderr, r.stderr

@@ -38,3 +38,12 @@ def placeholder_mismatch(where: str, row: int, wanted: int, images: int, d) -> s
         f"{where}: row {row} has {wanted} <image> placeholder(s) in {d.prompt_key!r} and {images} "
         f"image(s) in {d.image_key!r}; put one <image> in the prompt where each image goes"
     )
+
+
+def row_videos(value) -> list:
+    """A row's videos as written: a file, a list of them, or one video given as its decoded frames
+    (a list of images that are not paths: one video, not several)."""
+    items = value or []
+    if isinstance(items, list) and not (items and not isinstance(items[0], str | list | tuple)):
+        return items
+    return [items]

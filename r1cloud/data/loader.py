@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from r1cloud.core.rows import conversation, placeholder_mismatch
+from r1cloud.core.rows import conversation, placeholder_mismatch, row_videos
 from r1cloud.data import prompts
 from r1cloud.media import video, vision
 
@@ -256,8 +256,7 @@ class PromptSet:
         """The row's videos as written (files or frame lists, decoded when used: `clip`); one
         `<video>` in the prompt for each."""
         d = self.cfg
-        items = row.get(d.video_key) or []
-        items = items if isinstance(items, list) and not _frame_list(items) else [items]
+        items = row_videos(row.get(d.video_key))
         if content.count(video.PLACEHOLDER) != len(items):
             raise ValueError(
                 f"{source}: row {i} has {content.count(video.PLACEHOLDER)} <video> in its prompt and "
@@ -411,8 +410,3 @@ def chunk_evenly(items: list, parts: int) -> list[list]:
     """Split into `parts` contiguous chunks whose sizes differ by at most one."""
     base, extra = divmod(len(items), parts)
     return [items[i * base + min(i, extra) : (i + 1) * base + min(i + 1, extra)] for i in range(parts)]
-
-
-def _frame_list(items: list) -> bool:
-    """Whether a row's video column holds one video as its frames rather than a list of videos."""
-    return bool(items) and not isinstance(items[0], str | list | tuple)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
 
-from r1cloud.core.rows import conversation, image_source, placeholder_mismatch
+from r1cloud.core.rows import conversation, image_source, placeholder_mismatch, row_videos
 
 EXTENSIONS = (".jsonl", ".json", ".parquet", ".csv", ".arrow", ".txt")  # data/loader.py's builders
 ROWS = 1000  # rows read from each file
@@ -252,7 +252,7 @@ def check_file(
 
 def _video_problem(row: dict, d, at: str, text_model: bool, no_videos: str | None) -> str | None:
     """A row's videos against its `<video>` placeholders, the run and their files (data/loader.py reads them)."""
-    videos = _items(row.get(d.video_key) or None)
+    videos = row_videos(row.get(d.video_key))
     wanted = str(row.get(d.prompt_key, "")).count("<video>")
     if wanted != len(videos):
         return f"{at} has {wanted} <video> in its prompt and {len(videos)} videos in {d.video_key!r}: put one <video> where each video goes"
