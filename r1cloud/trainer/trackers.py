@@ -193,18 +193,16 @@ class MLflow:
             exp = client.get_experiment_by_name(project)
             exp_id = exp.experiment_id if exp else client.create_experiment(project)
             run_id = client.create_run(exp_id, run_name=run_name(spec)).info.run_id
+            # (the client splits a batch into its server's limits per request)
             params = [Param(k, str(v)[:6000]) for k, v in flatten(run_config(spec), sep=".").items()]
-            for i in range(0, len(params), 100):  # MLflow's limit per batch
-                client.log_batch(run_id, params=params[i : i + 100])
+            client.log_batch(run_id, params=params)
         self.id, self.where = run_id, f"run {run_id} at {_no_password(uri)}"
 
     def log(self, step: int, metrics: dict) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
-        for i in range(0, len(items), 1000):
-            self.client.log_batch(self.id, metrics=items[i : i + 1000])
+        self.client.log_batch(self.id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()])
 
     def table(self, step: int, rows: list[dict]) -> None:
         data = {k: [r[k] for r in rows] for k in COLUMNS}
