@@ -326,20 +326,17 @@ class Trainer:
             metrics |= stats("critic/baseline", baselines)
         return metrics | stats("critic/rewards", rewards)
 
-    def optimizer_steps(self, batch: Batch, n_mini: int, role) -> list[dict]:
-        """Each rank's part of every optimizer step: its micro-batches (batch rows) and the
-        mini-batch's global token (or non-empty sequence) count that `aggregate` divides by."""
+    def train(self, method: str, batch: Batch, role, n_mini: int, keep: tuple[str, ...]) -> tuple[list, int]:
+        """`update` or `update_critic` on every worker, one optimizer step per mini-batch of each of
+        `role`'s epochs: its rows of the batch once, with `keep`'s per-token fields, and per step its
+        micro-batches as positions in those rows and the mini-batch's global token (or non-empty
+        sequence) count that `aggregate` divides by. Each rank's statistics, and the step count."""
         sizes, mask = Sizes.of(batch), batch.mask
         steps = []
         for _ in range(role.ppo_epochs):
             for mini in chunk_evenly(list(range(len(batch))), n_mini):
                 plan = self.plan(sizes, mini, role.micro_batch_size_per_device_for_update, role)
                 steps.append({"total": max(alg.count_for(role.loss_avg_mode, mask[mini]), 1), "plan": plan})
-        return steps
-
-    def train(self, method: str, batch: Batch, steps: list[dict], keep: tuple[str, ...]) -> list[list[dict]]:
-        """`update` or `update_critic` on every worker: its rows of the batch once, with `keep`'s
-        per-token fields, and per optimizer step its micro-batches as positions in those rows."""
         calls = []
         for rank, w in enumerate(self.workers):
             rows, micros = localize([m for st in steps for m in st["plan"][rank]])
@@ -349,25 +346,20 @@ class Trainer:
                 per_step.append({"total": st["total"], "micro": micros[at : at + k]})
                 at += k
             calls.append(getattr(w, method).remote(batch.select(rows, keep=keep), per_step))
-        role = self.spec.worker.critic if method == "update_critic" else self.spec.worker.actor
-        return gather(calls)[:: role.ulysses_size]  # a Ulysses group's workers report the same
+        return gather(calls)[:: role.ulysses_size], len(steps)  # a Ulysses group's workers report the same
 
     def update_critic(self, batch: Batch) -> dict[str, float]:
         c = self.spec.worker.critic
-        steps = self.optimizer_steps(
-            batch, max(1, self.spec.data.rollout_batch_size // c.global_batch_size), c
-        )
-        results = self.train("update_critic", batch, steps, keep=("values", "returns"))
-        return critic_metrics(results, len(steps), batch)
+        n_mini = max(1, self.spec.data.rollout_batch_size // c.global_batch_size)
+        return critic_metrics(*self.train("update_critic", batch, c, n_mini, ("values", "returns")), batch)
 
     def update(self, batch: Batch, n_mini: int, keep_old: bool) -> dict[str, float]:
         s = self.spec
-        tis = s.worker.actor.rollout_is
-        steps = self.optimizer_steps(batch, n_mini, s.worker.actor)
         # the engine's log-probs: TIS weighs by them; on-policy the update measures the engine against them
         keep = ("advantages", "ref_logp", "rollout_logp") + (("old_logp",) if keep_old else ())
-        results = self.train("update", batch, steps, keep)
-        return actor_metrics(results, len(steps), tis, s.algorithm.use_kl_loss and not s.algorithm.disable_kl)
+        results, steps = self.train("update", batch, s.worker.actor, n_mini, keep)
+        kl_loss = s.algorithm.use_kl_loss and not s.algorithm.disable_kl
+        return actor_metrics(results, steps, s.worker.actor.rollout_is, kl_loss)
 
     # ------------------------------------------------------------------ validation
     def validate(self, step: int) -> dict[str, float]:
@@ -393,9 +385,8 @@ class Trainer:
         tick = time.perf_counter()
         where = self.checkpoints.begin(step)
         only = self.spec.trainer.save_model_only
-        self.call("save", f"{where}/actor", model_only=only)
-        if self.spec.algorithm.estimator.critic:
-            self.call("save", f"{where}/critic", role="critic", model_only=only)
+        for role in self.spec.roles:
+            self.call("save", f"{where}/{role}", role=role, model_only=only)
         saver = self.processor or self.tokenizer  # a VLM's processor files carry its tokenizer
         hf, adapter = last and self.spec.trainer.save_hf, self.adapter and self.adapter["config"]
         write_hf_files(
