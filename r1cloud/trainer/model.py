@@ -20,6 +20,7 @@ import copy
 import dataclasses
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
@@ -221,22 +222,19 @@ def load_weights(load, path: str, config, kwargs: dict, empty: bool):
     """The model at `path` through `load` (an Auto class), with packed-segment attention where the
     model's attention is pluggable; with `empty`, the same model on the meta device, weightless,
     for rank 0 to fill (receive_from_rank0)."""
-    attention = attention_for(config)
+    make = partial(load.from_pretrained, path, **kwargs)
     if empty:
         config = copy.deepcopy(kwargs.get("config", config))
         for key, value in kwargs.items():  # what from_pretrained would set on the config
             if key not in ("dtype", "trust_remote_code", "config"):
                 setattr(config, key, value)
-        made = dict(dtype=kwargs["dtype"], trust_remote_code=kwargs.get("trust_remote_code", False))
-        with torch.device("meta"):
-            try:
-                return load.from_config(config, attn_implementation=attention, **made)
-            except (ValueError, NotImplementedError):
-                return load.from_config(config, **made)
-    try:
-        return load.from_pretrained(path, attn_implementation=attention, **kwargs)
-    except (ValueError, NotImplementedError):
-        return load.from_pretrained(path, **kwargs)
+        trust = kwargs.get("trust_remote_code", False)
+        make = partial(load.from_config, config, dtype=kwargs["dtype"], trust_remote_code=trust)
+    with torch.device("meta") if empty else nullcontext():
+        try:
+            return make(attn_implementation=attention_for(config))
+        except (ValueError, NotImplementedError):
+            return make()
 
 
 def receive_from_rank0(model, full: dict, empty: bool, device: str) -> None:
