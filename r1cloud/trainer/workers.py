@@ -214,11 +214,9 @@ class HybridWorker(ActorUpdate, Critic, WeightSync):
         return torch.optim.AdamW(params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay, fused=True)
 
     def set_schedule(self, total_steps: int) -> None:
-        roles = [("actor", self.optim, self.spec.worker.actor.optim)]
-        if self.critic is not None:
-            roles.append(("critic", self.critic_optim, self.spec.worker.critic.optim))
-        for role, optim, o in roles:
-            self.schedulers[role] = torch.optim.lr_scheduler.LambdaLR(optim, lr_factor(o, total_steps))
+        for role in self.spec.roles:
+            factor = lr_factor(getattr(self.spec.worker, role).optim, total_steps)
+            self.schedulers[role] = torch.optim.lr_scheduler.LambdaLR(self._role(role)[1], factor)
 
     def adapter(self) -> dict | None:
         """LoRA: the adapter's config and what it trains (lora.describe); None for full training."""
