@@ -410,16 +410,15 @@ class Trainer:
 
     def resume(self) -> int:
         s = self.spec.trainer
-        found = None
         if s.load_checkpoint_path:
             path = s.load_checkpoint_path.rstrip("/")
-            found = (read_state(path)["step"], path)
-        elif s.find_last_checkpoint:
-            found = self.checkpoints.latest()
-        if not found:
+            state = read_state(path)
+            step = state["step"]
+        elif s.find_last_checkpoint and (found := self.checkpoints.latest()):
+            step, path = found
+            state = read_state(path)
+        else:
             return 0
-        step, path = found
-        state = read_state(path)
         optimizer = not state.get("model_only")
         self.call("load", f"{path}/actor", state.get("scheduler"), optimizer=optimizer)
         if self.spec.algorithm.estimator.critic and state.get("critic_scheduler") is not None:
