@@ -42,14 +42,10 @@ def launch(spec, world: int) -> tuple[list, object]:
         )
     zero_copy_tensors()
     per_node, nnodes = spec.trainer.n_gpus_per_node, spec.trainer.nnodes
-    spread = nnodes > 1 and bool(os.environ.get("RAY_ADDRESS"))
-    if spread:  # a multi-node cluster (jobs/node.py): one bundle per node, holding its devices
-        bundle = {"GPU": per_node, "CPU": per_node} if cuda else {"CPU": per_node}
-        pg = placement_group([bundle] * nnodes, strategy="STRICT_SPREAD")
-    else:
-        bundle = {"GPU": 1, "CPU": 1} if cuda else {"CPU": 1}
-        pg = placement_group([bundle] * world, strategy="PACK")
-    slot = (lambda rank: rank // per_node) if spread else (lambda rank: rank)
+    spread = nnodes > 1 and bool(cluster)
+    size = per_node if spread else 1  # a multi-node cluster (jobs/node.py): a bundle per node, its devices
+    bundle = {"GPU": size, "CPU": size} if cuda else {"CPU": size}
+    pg = placement_group([bundle] * (world // size), strategy="STRICT_SPREAD" if spread else "PACK")
     try:
         ray.get(pg.ready(), timeout=float(os.environ.get("R1CLOUD_PLACEMENT_TIMEOUT", "600")))
     except ray.exceptions.GetTimeoutError:
@@ -65,7 +61,7 @@ def launch(spec, world: int) -> tuple[list, object]:
     config = spec.model_dump(mode="json")
     return [
         actor.options(
-            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=slot(r)),
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=r // size),
             runtime_env={"env_vars": {**env, **cpu_allocator()}} if not cuda else None,
         ).remote(config, r, world, master, threads)
         for r in range(world)
