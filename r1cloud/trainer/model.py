@@ -28,6 +28,7 @@ from r1cloud.media import vision
 from r1cloud.media.vision import uses_mrope
 from r1cloud.trainer import ulysses
 from r1cloud.trainer.attention import NAME, Segments, register
+from r1cloud.trainer.batch import unpacked
 from r1cloud.trainer.head import head_log_probs, scaled
 
 # model types whose logits are exactly the last hidden states times the output weight (no
@@ -398,14 +399,11 @@ def packed_values(critic, seqs: list[Seq], device="cpu", sp=None) -> list[torch.
 
 
 def pad(
-    rows: list[torch.Tensor | list[float]], width: int | None = None, value: float = 0.0
+    rows: list[torch.Tensor | list[float]], width: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Ragged rows -> (B, T) values and mask."""
+    """Ragged rows -> (B, T) values (zero past each row's end) and mask."""
     rows = [r if isinstance(r, torch.Tensor) else torch.tensor(r, dtype=torch.float32) for r in rows]
-    width = width or max((len(r) for r in rows), default=0)
-    mask = torch.zeros(len(rows), width)
-    for i, r in enumerate(rows):
-        mask[i, : len(r)] = 1
-    if not rows:
-        return torch.full((0, width), value), mask
-    return torch.stack([torch.nn.functional.pad(r, (0, width - len(r)), value=value) for r in rows]), mask
+    lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
+    width = width or max(lengths.tolist(), default=0)
+    mask = (torch.arange(width)[None, :] < lengths[:, None]).float()
+    return unpacked(torch.cat(rows) if rows else torch.zeros(0), lengths, width), mask
