@@ -224,11 +224,9 @@ def tool_images(results: list[dict]) -> list[dict] | None:
 
 def ragged(rows: list[list], dtype: torch.dtype, width: int | None = None) -> torch.Tensor:
     """Right-padded (len(rows), width) tensor of lists."""
-    width = max((len(r) for r in rows), default=0) if width is None else width
-    out = torch.zeros(len(rows), width, dtype=dtype)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = torch.tensor(r, dtype=dtype)
-    return out
+    lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
+    width = max(lengths.tolist(), default=0) if width is None else width
+    return unpacked(torch.tensor([x for r in rows for x in r], dtype=dtype), lengths, width)
 
 
 def forward_rows(batch: Batch, micro_batches: list[list[int]], forward) -> torch.Tensor:
