@@ -43,14 +43,12 @@ def note(spec, cuda: bool) -> str | None:
         for name, role in roles.items()
         if role.fsdp.enable_cpu_offload
     ]
-    if not between and not fsdp:
-        return None
     if cuda:
-        return "[offload] " + ", ".join(fsdp + between)
-    said = "FSDP's CPU offload runs, but on a CPU run host memory is the device" if fsdp else ""
-    if between:
-        said += ("; " if said else "") + f"{', '.join(between)}: nothing to move on a CPU run"
-    return f"[offload] {said}"
+        said = [", ".join(fsdp + between)] if fsdp or between else []
+    else:
+        said = ["FSDP's CPU offload runs, but on a CPU run host memory is the device"] if fsdp else []
+        said += [f"{', '.join(between)}: nothing to move on a CPU run"] if between else []
+    return "[offload] " + "; ".join(said) if said else None
 
 
 class Offload:
