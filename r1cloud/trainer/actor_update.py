@@ -33,19 +33,14 @@ class ActorUpdate:
         end to end, computed micro-batch by micro-batch (rows of the shard)."""
         base = role == "ref" and self.lora  # LoRA's reference: the actor's base weights
         model = self.actor if role == "actor" or base else self.ref
-        model.eval()
         t = self._temperature if temperature is None else temperature
-        resident = self.offloads["actor" if model is self.actor else "ref"].resident()
-        with (
-            resident,
-            lora.disabled(model) if base else contextlib.nullcontext(),
-            precision.window(model),
-            resharded(model, self.cuda),
-        ):
-            return forward_rows(
-                batch,
-                micro_batches,
-                lambda seqs: packed_log_probs(model, seqs, t, self.device, sp=self.sp["actor"]),
+
+        def forward(seqs):
+            return packed_log_probs(model, seqs, t, self.device, sp=self.sp["actor"])
+
+        with lora.disabled(model) if base else contextlib.nullcontext():
+            return forward_only(
+                self, "actor" if model is self.actor else "ref", batch, micro_batches, forward
             )
 
     def update(self, batch: Batch, minibatches: list[dict], apply: bool = True) -> list[dict]:
@@ -102,6 +97,15 @@ class ActorUpdate:
                 out[name] = (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().clone()
         self.optim.zero_grad(set_to_none=True)
         return out
+
+
+def forward_only(worker, role: str, batch: Batch, micro_batches: list[list[int]], forward) -> torch.Tensor:
+    """`forward(seqs)` over the micro-batches (forward_rows) with `role`'s model (actor, ref or
+    critic) on the device, in eval mode and its compute dtype, its root resharded after."""
+    model = worker.offloads[role].model
+    model.eval()
+    with worker.offloads[role].resident(), precision.window(model), resharded(model, worker.cuda):
+        return forward_rows(batch, micro_batches, forward)
 
 
 def optimizer_steps(

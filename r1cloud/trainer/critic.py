@@ -6,26 +6,20 @@ from __future__ import annotations
 import torch
 
 from r1cloud.trainer import algorithms as alg
-from r1cloud.trainer import precision
-from r1cloud.trainer.actor_update import optimizer_steps
-from r1cloud.trainer.batch import Batch, forward_rows
-from r1cloud.trainer.model import packed_values, pad, resharded
+from r1cloud.trainer.actor_update import forward_only, optimizer_steps
+from r1cloud.trainer.batch import Batch
+from r1cloud.trainer.model import packed_values, pad
 
 
 class Critic:
     @torch.no_grad()
     def values(self, batch: Batch, micro_batches: list[list[int]]) -> torch.Tensor:
         """The critic's values at the response tokens, as `log_probs`."""
-        self.critic.eval()
-        sp = self.sp["critic"]
-        with (
-            self.offloads["critic"].resident(),
-            precision.window(self.critic),
-            resharded(self.critic, self.cuda),
-        ):
-            return forward_rows(
-                batch, micro_batches, lambda seqs: packed_values(self.critic, seqs, self.device, sp)
-            )
+
+        def forward(seqs):
+            return packed_values(self.critic, seqs, self.device, self.sp["critic"])
+
+        return forward_only(self, "critic", batch, micro_batches, forward)
 
     def update_critic(self, batch: Batch, minibatches: list[dict]) -> list[dict]:
         """The value update on the shard `batch` (`optimizer_steps`, as the actor's)."""
