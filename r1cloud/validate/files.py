@@ -122,9 +122,8 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
     extras = ("train", *(x for x in ("wandb", "swanlab", "mlflow") if x in t.logger))
 
     def importable(file) -> str | None:  # the job folder once the agent's files are found too
-        return imports.problem(
-            file, None if spec.resources.infra == "local" else job_folder(spec, source), extras
-        )
+        folder = None if spec.resources.infra == "local" else job_folder(spec.model_dump(mode="json"), source)
+        return imports.problem(file, folder, extras)
 
     if w.rollout.multi_turn.enable:
         check_agent(spec, find, problem, importable)
@@ -192,12 +191,10 @@ def local_paths(value) -> list[str]:
     return [value] if isinstance(value, str) and value.startswith("/") and os.path.exists(value) else []
 
 
-def job_folder(spec: Spec, blueprint: Path) -> Path:
+def job_folder(spec_data: dict, blueprint: Path) -> Path:
     """The folder a cloud job uploads (its workdir): the blueprint's, widened to hold every local
-    file it names (sky_task.workdir_for also refuses one too wide)."""
-    return Path(
-        os.path.commonpath([str(blueprint.resolve().parent), *local_paths(spec.model_dump(mode="json"))])
-    )
+    file the spec (as a dict) names (sky_task.workdir_for also refuses one too wide)."""
+    return Path(os.path.commonpath([str(blueprint.resolve().parent), *local_paths(spec_data)]))
 
 
 def vocabulary(folder: str | None) -> dict | None:
