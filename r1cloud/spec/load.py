@@ -386,16 +386,12 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def fill_empty_sections(tree: dict, model: type[BaseModel] = Spec) -> None:
+def fill_empty_sections(tree: dict) -> None:
     """`worker:` with everything under it commented out is an empty section, not null."""
-    for name, f in model.model_fields.items():
-        sub = _nested_model(f.annotation)
-        if sub is None or name not in tree:
-            continue
-        if tree[name] is None:
-            tree[name] = {}
-        if isinstance(tree[name], dict):
-            fill_empty_sections(tree[name], sub)
+    for key in all_keys():  # a section before its keys
+        parent = get_path(tree, key[:-1])
+        if isinstance(parent, dict) and key[-1] in parent and parent[key[-1]] is None and _model_at(key):
+            parent[key[-1]] = {}
 
 
 def validate_tree(raw: dict, origins: Origins) -> tuple[Spec | None, list[Problem], set[Key]]:
