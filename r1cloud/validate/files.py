@@ -47,8 +47,8 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
             return list(dict.fromkeys([Path(m.group(1)).parent.resolve(), cwd]))
         return list(dict.fromkeys([cwd, source.parent.resolve()]))
 
-    def problem(path: str, message: str) -> None:
-        problems.append(Problem(path, message, where(path)))
+    def problem(path: str, message: str, warning: bool = False) -> None:
+        problems.append(Problem(path, message, where(path), warning=warning))
 
     def find(path: str, value: str, kind: str, why: str = "") -> Path | None:
         if reason := unusable_path(value):
@@ -79,10 +79,9 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
         return found
 
     d, w, t = spec.data, spec.worker, spec.trainer
-    if d.format_prompt and (
-        found := resolve(d, "data.format_prompt", "file", "; EasyR1 would silently train without the prompt")
-    ):
-        problems += _check_template(found, where("data.format_prompt"))
+    at, why = "data.format_prompt", "; EasyR1 would silently train without the prompt"
+    if d.format_prompt and (found := resolve(d, at, "file", why)) and (unused := _template_unused(found)):
+        problem(at, unused, warning=True)
     if d.override_chat_template:
         resolve(d, "data.override_chat_template", "file")
     if d.image_dir:
@@ -342,8 +341,8 @@ def _resolve_local_or_hub(path: str, value: str, bases: list[Path], problem, kin
     return value
 
 
-def _check_template(path: Path, origin: str | None) -> list[Problem]:
-    """A template that never uses `content` (a warning); whether it renders is check_data's."""
+def _template_unused(path: Path) -> str | None:
+    """A template that never uses `content` (said as a warning); whether it renders is check_data's."""
     import jinja2
     import jinja2.meta
 
@@ -351,17 +350,10 @@ def _check_template(path: Path, origin: str | None) -> list[Problem]:
         parsed = jinja2.Environment().parse(path.read_text(encoding="utf-8", errors="replace").strip())
         used = jinja2.meta.find_undeclared_variables(parsed)
     except (OSError, jinja2.TemplateError):
-        return []
+        return None
     if "content" not in used:
-        return [
-            Problem(
-                "data.format_prompt",
-                f"{path} never uses {{{{ content }}}}: every prompt would be the same text",
-                origin,
-                warning=True,
-            )
-        ]
-    return []
+        return f"{path} never uses {{{{ content }}}}: every prompt would be the same text"
+    return None
 
 
 def check_data(
