@@ -87,14 +87,10 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
     if d.image_dir:
         resolve(d, "data.image_dir", "folder")
     rf, reward_file = w.reward.reward_function, None
+    at, why = "worker.reward.reward_function", "; EasyR1 would silently train with no reward"
     if rf and _is_url(rf) and (reason := bad_url(rf)):
-        problem("worker.reward.reward_function", reason)
-    at = "worker.reward.reward_function"
-    if (
-        rf
-        and not _is_url(rf)
-        and (found := resolve(w.reward, at, "file", "; EasyR1 would silently train with no reward"))
-    ):
+        problem(at, reason)
+    elif rf and not _is_url(rf) and (found := resolve(w.reward, at, "file", why)):
         bad = reward_function_problems(
             found, w.reward.reward_function_name or "main", w.reward.reward_function_kwargs
         )
