@@ -25,7 +25,7 @@ from r1cloud.spec.load import (
 from r1cloud.spec.models import normalise_name
 from r1cloud.spec.numbers import drop_path, huge_numbers
 from r1cloud.spec.problems import Problem, SpecError
-from r1cloud.validate.checks import check_spec, missing_secrets
+from r1cloud.validate.checks import check_spec
 from r1cloud.validate.files import resolve_files
 from r1cloud.validate.script import is_script, read_script
 
@@ -107,14 +107,15 @@ def load_spec(
     problems += schema_problems
     if spec is not None:
         later = check_spec(spec, merged_origins)
-        if secrets is not None:
+        if secrets is not None:  # the names neither `--secret` nor the environment supplies
             later += [
                 Problem(
                     f"secrets.{m}",
                     f"is not set: export {m}=… or pass --secret {m}=VALUE",
                     merged_origins.get(("secrets",)),
                 )
-                for m in missing_secrets(spec, secrets)
+                for m in spec.secrets
+                if m not in secrets and not os.environ.get(m)
             ]
         if check_files:
             later = resolve_files(spec, merged_origins, source) + later
