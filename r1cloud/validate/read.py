@@ -15,6 +15,7 @@ from r1cloud.spec.load import (
     display_path,
     expand,
     fill_empty_sections,
+    get_path,
     origin_of,
     parse_override,
     read_yaml,
@@ -91,14 +92,12 @@ def load_spec(
     if problems and not raw:
         raise SpecError(problems)
     if "name" not in raw:
-        trainer = raw.get("trainer")
-        experiment = trainer.get("experiment_name") if isinstance(trainer, dict) else None
-        if isinstance(experiment, str) and experiment.strip():  # EasyR1 configs name their run here
-            raw["name"] = normalise_name(experiment)
-            merged_origins[("name",)] = "from trainer.experiment_name"
-        else:
-            raw["name"] = normalise_name(source.stem)
-            merged_origins[("name",)] = f"from the file name {source.name}"
+        experiment = get_path(raw, ("trainer", "experiment_name"))
+        named = isinstance(experiment, str) and experiment.strip()  # EasyR1 configs name their run here
+        raw["name"] = normalise_name(experiment if named else source.stem)
+        merged_origins[("name",)] = (
+            "from trainer.experiment_name" if named else f"from the file name {source.name}"
+        )
 
     fill_empty_sections(raw)
     warnings += apply_legacy(raw, merged_origins)
