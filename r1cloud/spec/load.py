@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from r1cloud.core.records import cut
 from r1cloud.spec.models import Spec, accelerator_options
-from r1cloud.spec.numbers import MAX_DIGITS, long_number, node_of
+from r1cloud.spec.numbers import MAX_DIGITS, long_number
 from r1cloud.spec.problems import Problem
 
 Key = tuple[str, ...]
@@ -98,11 +98,10 @@ def read_yaml(path: Path) -> tuple[dict, Origins, list[Problem]]:
     except (OSError, UnicodeDecodeError, ValueError) as e:  # a name too long, a NUL in it, unreadable
         reason = getattr(e, "strerror", None) or str(e)
         return {}, {}, [Problem("", f"cannot read {cut(shown)}: {reason}")]
-    loader = None
-    try:
-        loader = yaml.SafeLoader(text)  # its reader refuses NUL and control characters here
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else {}
+    node = None
+    try:  # the reader refuses NUL and control characters; the node tree gives each key's line
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
         origins: Origins = {}
         problems: list[Problem] = []
         _walk(node, (), shown, origins, problems, set())
@@ -115,14 +114,11 @@ def read_yaml(path: Path) -> tuple[dict, Origins, list[Problem]]:
         deep = "nested too deeply to read (hundreds of levels): a blueprint is a few levels deep"
         return {}, {}, [Problem("", deep, shown)]
     except ValueError as e:  # a number of thousands of digits (Python's int conversion limit), …
-        key, line = long_number(node_of(text))
+        key, line = long_number(node)  # the tree composed: the number is read when constructed
         if key is not None:
             message = f"a number of more than {MAX_DIGITS:,} digits is no setting's value"
             return {}, {}, [Problem(key, message, f"{shown}:{line}")]
         return {}, {}, [Problem("", f"not valid YAML: {cut(str(e).split(';')[0])}", shown)]
-    finally:
-        if loader is not None:
-            loader.dispose()
     if data is None:
         data = {}
     if not isinstance(data, dict):
