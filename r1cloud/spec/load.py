@@ -256,11 +256,9 @@ def apply_legacy(raw: dict, origins: Origins) -> list[Problem]:
 def sync_resources(raw: dict, origins: Origins) -> list[Problem]:
     """Setting the accelerator count or node count sets the trainer's, and the other way round."""
     problems = []
-    res, tr = raw.get("resources"), raw.get("trainer")
-    if res is not None and not isinstance(res, dict) or tr is not None and not isinstance(tr, dict):
+    res, tr = raw.setdefault("resources", {}), raw.setdefault("trainer", {})
+    if not isinstance(res, dict) or not isinstance(tr, dict):
         return problems  # the schema reports the wrong type
-    res = raw.setdefault("resources", {})
-    tr = raw.setdefault("trainer", {})
     pairs = [(("resources", "num_nodes"), ("trainer", "nnodes"), res.get("num_nodes"))]
     accels = res.get("accelerators")
     if accels is not None:
