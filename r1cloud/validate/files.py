@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import itertools
 import os
 import re
 import urllib.parse
@@ -99,20 +100,16 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
         reward_file = None if bad else found  # imported below, once every file is found
     if t.load_checkpoint_path and not _is_url(t.load_checkpoint_path):
         resolve(t, "trainer.load_checkpoint_path", "folder")
-    for key in ("train_files", "val_files"):
-        value = getattr(d, key)
-        at = f"data.{key}"
+    hub = [(d, f"data.{key}", "data") for key in ("train_files", "val_files")]
+    for role, key in itertools.product(("actor", "critic"), ("model_path", "tokenizer_path")):
+        hub.append((getattr(w, role).model, f"worker.{role}.model.{key}", "model"))
+    for owner, at, kind in hub:  # a data mixture: each of its sets
+        key = at.rpartition(".")[2]
+        value = getattr(owner, key)
         if isinstance(value, list):
-            setattr(d, key, [_resolve_local_or_hub(at, v, bases(at), problem, "data") for v in value])
+            setattr(owner, key, [_resolve_local_or_hub(at, v, bases(at), problem, kind) for v in value])
         elif value:
-            setattr(d, key, _resolve_local_or_hub(at, value, bases(at), problem, "data"))
-    for role in ("actor", "critic"):
-        model = getattr(w, role).model
-        for key in ("model_path", "tokenizer_path"):
-            value = getattr(model, key)
-            if value:
-                at = f"worker.{role}.model.{key}"
-                setattr(model, key, _resolve_local_or_hub(at, value, bases(at), problem, "model"))
+            setattr(owner, key, _resolve_local_or_hub(at, value, bases(at), problem, kind))
     # the user's Python files imported in a child process, as the job's machines would import them
     extras = ("train", *(x for x in ("wandb", "swanlab", "mlflow") if x in t.logger))
 
