@@ -28,7 +28,7 @@ import yaml
 from r1cloud import __version__
 from r1cloud.spec import Spec
 from r1cloud.spec.models import accelerator_options
-from r1cloud.validate.files import local_paths
+from r1cloud.validate.files import job_folder
 
 SPEC_ON_NODE = "~/.r1cloud/spec.yaml"
 SOURCE_ON_NODE = "~/.r1cloud/src"
@@ -44,7 +44,7 @@ class TaskError(ValueError):
 
 def workdir_for(spec_data: dict, blueprint: Path) -> Path:
     """The folder to upload: the blueprint's folder, widened to hold every local file it names."""
-    root = Path(os.path.commonpath([str(blueprint.resolve().parent), *local_paths(spec_data)]))
+    root = job_folder(spec_data, blueprint)
     if (
         Path.home().is_relative_to(root)
         or root == Path("/")

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from r1cloud.core.records import cut
 from r1cloud.spec.models import Spec, accelerator_options
-from r1cloud.spec.numbers import MAX_DIGITS, long_number, node_of
+from r1cloud.spec.numbers import MAX_DIGITS, long_number
 from r1cloud.spec.problems import Problem
 
 Key = tuple[str, ...]
@@ -98,11 +98,10 @@ def read_yaml(path: Path) -> tuple[dict, Origins, list[Problem]]:
     except (OSError, UnicodeDecodeError, ValueError) as e:  # a name too long, a NUL in it, unreadable
         reason = getattr(e, "strerror", None) or str(e)
         return {}, {}, [Problem("", f"cannot read {cut(shown)}: {reason}")]
-    loader = None
-    try:
-        loader = yaml.SafeLoader(text)  # its reader refuses NUL and control characters here
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else {}
+    node = None
+    try:  # the reader refuses NUL and control characters; the node tree gives each key's line
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
         origins: Origins = {}
         problems: list[Problem] = []
         _walk(node, (), shown, origins, problems, set())
@@ -115,14 +114,11 @@ def read_yaml(path: Path) -> tuple[dict, Origins, list[Problem]]:
         deep = "nested too deeply to read (hundreds of levels): a blueprint is a few levels deep"
         return {}, {}, [Problem("", deep, shown)]
     except ValueError as e:  # a number of thousands of digits (Python's int conversion limit), …
-        key, line = long_number(node_of(text))
+        key, line = long_number(node)  # the tree composed: the number is read when constructed
         if key is not None:
             message = f"a number of more than {MAX_DIGITS:,} digits is no setting's value"
             return {}, {}, [Problem(key, message, f"{shown}:{line}")]
         return {}, {}, [Problem("", f"not valid YAML: {cut(str(e).split(';')[0])}", shown)]
-    finally:
-        if loader is not None:
-            loader.dispose()
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -260,11 +256,9 @@ def apply_legacy(raw: dict, origins: Origins) -> list[Problem]:
 def sync_resources(raw: dict, origins: Origins) -> list[Problem]:
     """Setting the accelerator count or node count sets the trainer's, and the other way round."""
     problems = []
-    res, tr = raw.get("resources"), raw.get("trainer")
-    if res is not None and not isinstance(res, dict) or tr is not None and not isinstance(tr, dict):
+    res, tr = raw.setdefault("resources", {}), raw.setdefault("trainer", {})
+    if not isinstance(res, dict) or not isinstance(tr, dict):
         return problems  # the schema reports the wrong type
-    res = raw.setdefault("resources", {})
-    tr = raw.setdefault("trainer", {})
     pairs = [(("resources", "num_nodes"), ("trainer", "nnodes"), res.get("num_nodes"))]
     accels = res.get("accelerators")
     if accels is not None:
@@ -386,16 +380,12 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def fill_empty_sections(tree: dict, model: type[BaseModel] = Spec) -> None:
+def fill_empty_sections(tree: dict) -> None:
     """`worker:` with everything under it commented out is an empty section, not null."""
-    for name, f in model.model_fields.items():
-        sub = _nested_model(f.annotation)
-        if sub is None or name not in tree:
-            continue
-        if tree[name] is None:
-            tree[name] = {}
-        if isinstance(tree[name], dict):
-            fill_empty_sections(tree[name], sub)
+    for key in all_keys():  # a section before its keys
+        parent = get_path(tree, key[:-1])
+        if isinstance(parent, dict) and key[-1] in parent and parent[key[-1]] is None and _model_at(key):
+            parent[key[-1]] = {}
 
 
 def validate_tree(raw: dict, origins: Origins) -> tuple[Spec | None, list[Problem], set[Key]]:

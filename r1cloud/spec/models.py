@@ -79,6 +79,7 @@ def _plain_values(section: dict) -> dict:
 
 
 FreeForm = Annotated[dict[str, Any], AfterValidator(_plain_values)]
+Stripped = Annotated[str, AfterValidator(str.strip)]
 
 
 class Model(BaseModel):
@@ -195,9 +196,9 @@ class LoraConfig(Model):
     """LoRA's rank; 0: no LoRA (the whole model trains)."""
     alpha: int = Field(64, ge=1)
     """LoRA's scaling factor (the adapters' update is scaled by alpha / rank)."""
-    target_modules: str = "all-linear"
+    target_modules: Stripped = "all-linear"
     """Modules that get adapters: all-linear, or module names separated by commas (q_proj,v_proj)."""
-    exclude_modules: str | None = None
+    exclude_modules: Stripped | None = None
     """Regular expression of modules that get none (.*visual.* keeps a VLM's vision tower out)."""
     merge: bool | None = None
     """verl's `lora.merge`: true syncs merged weights into vLLM, false the adapters only (a
@@ -205,11 +206,6 @@ class LoraConfig(Model):
     load_in_4bit: bool = False
     """QLoRA (TRL's and OpenRLHF's `load_in_4bit`): the frozen base loaded in 4-bit NF4 through
     bitsandbytes; the adapters train in full precision."""
-
-    @field_validator("target_modules", "exclude_modules")
-    @classmethod
-    def _strip(cls, v: str | None) -> str | None:
-        return v.strip() if isinstance(v, str) else v
 
 
 class ModelConfig(Model):

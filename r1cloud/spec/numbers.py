@@ -16,14 +16,6 @@ MAX_DIGITS = 4300  # Python's limit on converting a string of digits to an int
 INT_LIMIT = 2**63 - 1  # a setting's whole number beyond a 64-bit integer fits nothing downstream
 
 
-def node_of(text: str):
-    """The YAML node tree of `text` (scalars not yet converted), or None."""
-    try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
-    except (yaml.YAMLError, RecursionError):
-        return None
-
-
 def long_number(node, path: tuple = ()) -> tuple[str | None, int]:
     """The dotted key and line of the first integer too long for Python to read, or (None, 0)."""
     if isinstance(node, yaml.ScalarNode):

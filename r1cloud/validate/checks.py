@@ -488,12 +488,3 @@ CHECKS = [
     check_keys,
     check_images,
 ]
-
-
-def missing_secrets(
-    spec: Spec, provided: dict[str, str] | None = None, environ: dict[str, str] | None = None
-) -> list[str]:
-    """Secret names the spec needs that neither `--secret` nor the environment supplies."""
-    provided = provided or {}
-    environ = os.environ if environ is None else environ
-    return [s for s in spec.secrets if s not in provided and not environ.get(s)]

@@ -55,8 +55,9 @@ def rows(path: Path, limit: int = ROWS) -> Iterator[tuple[str, dict]]:
     DataError for a file or row the loader cannot read."""
     kind = path.suffix.lower()
     read = {".parquet": _parquet, ".arrow": _arrow, ".csv": _text, ".txt": _text}.get(kind, _json)
-    try:
-        yield from read(path, limit)
+    try:  # each reader yields (the row's line in the file, or None; the row)
+        for i, (line, row) in enumerate(islice(read(path, limit), limit)):
+            yield f"row {i}" + (f" (line {line})" if line else ""), row
     except DataError:
         raise
     except UnicodeDecodeError as e:
@@ -66,7 +67,7 @@ def rows(path: Path, limit: int = ROWS) -> Iterator[tuple[str, dict]]:
         raise DataError(f"{path.name} is not {what} ({type(e).__name__}: {str(e)[:120]})") from None
 
 
-def _json(path: Path, limit: int) -> Iterator[tuple[str, dict]]:
+def _json(path: Path, limit: int) -> Iterator[tuple[int | None, dict]]:
     with open(path, encoding="utf-8") as f:
         head = f.read(4096).lstrip()
         f.seek(0)
@@ -75,14 +76,11 @@ def _json(path: Path, limit: int) -> Iterator[tuple[str, dict]]:
             if not isinstance(data, list):
                 raise DataError(f"{path.name} is not a JSON array of rows")
             for i, row in enumerate(data[:limit]):
-                yield f"row {i}", _row(row, f"row {i}", path)
+                yield None, _row(row, f"row {i}", path)
             return
-        lines = ((number, line) for number, line in enumerate(f, 1) if line.strip())
-        for seen, (number, line) in enumerate(islice(lines, limit)):
-            yield (
-                f"row {seen} (line {number})",
-                _row(_loads(line, f"{path.name}: line {number}"), f"line {number}", path),
-            )
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                yield number, _row(_loads(line, f"{path.name}: line {number}"), f"line {number}", path)
 
 
 def _loads(text: str, where: str):
@@ -102,16 +100,14 @@ def _row(row, where: str, path: Path) -> dict:
     return row
 
 
-def _parquet(path: Path, limit: int) -> Iterator[tuple[str, dict]]:
+def _parquet(path: Path, limit: int) -> Iterator[tuple[None, dict]]:
     import pyarrow.parquet as pq
 
-    batches = pq.ParquetFile(path).iter_batches(batch_size=min(limit, 256))
-    found = (row for batch in batches for row in batch.to_pylist())
-    for i, row in enumerate(islice(found, limit)):
-        yield f"row {i}", row
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=min(limit, 256)):
+        yield from ((None, row) for row in batch.to_pylist())
 
 
-def _arrow(path: Path, limit: int) -> Iterator[tuple[str, dict]]:
+def _arrow(path: Path, limit: int) -> Iterator[tuple[None, dict]]:
     import pyarrow as pa
 
     with pa.memory_map(str(path)) as source:
@@ -120,18 +116,15 @@ def _arrow(path: Path, limit: int) -> Iterator[tuple[str, dict]]:
         except pa.ArrowInvalid:
             reader = pa.ipc.open_file(source)
         table = reader.read_all().slice(0, limit)
-    for i, row in enumerate(table.to_pylist()):
-        yield f"row {i}", row
+    yield from ((None, row) for row in table.to_pylist())
 
 
-def _text(path: Path, limit: int) -> Iterator[tuple[str, dict]]:
+def _text(path: Path, limit: int) -> Iterator[tuple[int | None, dict]]:
     with open(path, encoding="utf-8", newline="") as f:
         if path.suffix.lower() == ".txt":  # datasets' text builder: one row per line, in a column named text
-            for i, line in enumerate(islice(f, limit)):
-                yield f"row {i}", {"text": line.rstrip("\n")}
+            yield from ((None, {"text": line.rstrip("\n")}) for line in f)
             return
-        for i, row in enumerate(islice(csv.DictReader(f), limit)):
-            yield f"row {i} (line {i + 2})", row
+        yield from ((i + 2, row) for i, row in enumerate(csv.DictReader(f)))
 
 
 def count(path: Path) -> int | None:

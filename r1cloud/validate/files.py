@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import itertools
 import os
 import re
 import urllib.parse
@@ -47,8 +48,8 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
             return list(dict.fromkeys([Path(m.group(1)).parent.resolve(), cwd]))
         return list(dict.fromkeys([cwd, source.parent.resolve()]))
 
-    def problem(path: str, message: str) -> None:
-        problems.append(Problem(path, message, where(path)))
+    def problem(path: str, message: str, warning: bool = False) -> None:
+        problems.append(Problem(path, message, where(path), warning=warning))
 
     def find(path: str, value: str, kind: str, why: str = "") -> Path | None:
         if reason := unusable_path(value):
@@ -79,23 +80,18 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
         return found
 
     d, w, t = spec.data, spec.worker, spec.trainer
-    if d.format_prompt and (
-        found := resolve(d, "data.format_prompt", "file", "; EasyR1 would silently train without the prompt")
-    ):
-        problems += _check_template(found, where("data.format_prompt"))
+    at, why = "data.format_prompt", "; EasyR1 would silently train without the prompt"
+    if d.format_prompt and (found := resolve(d, at, "file", why)) and (unused := _template_unused(found)):
+        problem(at, unused, warning=True)
     if d.override_chat_template:
         resolve(d, "data.override_chat_template", "file")
     if d.image_dir:
         resolve(d, "data.image_dir", "folder")
     rf, reward_file = w.reward.reward_function, None
+    at, why = "worker.reward.reward_function", "; EasyR1 would silently train with no reward"
     if rf and _is_url(rf) and (reason := bad_url(rf)):
-        problem("worker.reward.reward_function", reason)
-    at = "worker.reward.reward_function"
-    if (
-        rf
-        and not _is_url(rf)
-        and (found := resolve(w.reward, at, "file", "; EasyR1 would silently train with no reward"))
-    ):
+        problem(at, reason)
+    elif rf and not _is_url(rf) and (found := resolve(w.reward, at, "file", why)):
         bad = reward_function_problems(
             found, w.reward.reward_function_name or "main", w.reward.reward_function_kwargs
         )
@@ -104,27 +100,22 @@ def resolve_files(spec: Spec, origins: Origins, source: Path) -> list[Problem]:
         reward_file = None if bad else found  # imported below, once every file is found
     if t.load_checkpoint_path and not _is_url(t.load_checkpoint_path):
         resolve(t, "trainer.load_checkpoint_path", "folder")
-    for key in ("train_files", "val_files"):
-        value = getattr(d, key)
-        at = f"data.{key}"
+    hub = [(d, f"data.{key}", "data") for key in ("train_files", "val_files")]
+    for role, key in itertools.product(("actor", "critic"), ("model_path", "tokenizer_path")):
+        hub.append((getattr(w, role).model, f"worker.{role}.model.{key}", "model"))
+    for owner, at, kind in hub:  # a data mixture: each of its sets
+        key = at.rpartition(".")[2]
+        value = getattr(owner, key)
         if isinstance(value, list):
-            setattr(d, key, [_resolve_local_or_hub(at, v, bases(at), problem, "data") for v in value])
+            setattr(owner, key, [_resolve_local_or_hub(at, v, bases(at), problem, kind) for v in value])
         elif value:
-            setattr(d, key, _resolve_local_or_hub(at, value, bases(at), problem, "data"))
-    for role in ("actor", "critic"):
-        model = getattr(w, role).model
-        for key in ("model_path", "tokenizer_path"):
-            value = getattr(model, key)
-            if value:
-                at = f"worker.{role}.model.{key}"
-                setattr(model, key, _resolve_local_or_hub(at, value, bases(at), problem, "model"))
+            setattr(owner, key, _resolve_local_or_hub(at, value, bases(at), problem, kind))
     # the user's Python files imported in a child process, as the job's machines would import them
     extras = ("train", *(x for x in ("wandb", "swanlab", "mlflow") if x in t.logger))
 
     def importable(file) -> str | None:  # the job folder once the agent's files are found too
-        return imports.problem(
-            file, None if spec.resources.infra == "local" else job_folder(spec, source), extras
-        )
+        folder = None if spec.resources.infra == "local" else job_folder(spec.model_dump(mode="json"), source)
+        return imports.problem(file, folder, extras)
 
     if w.rollout.multi_turn.enable:
         check_agent(spec, find, problem, importable)
@@ -192,12 +183,10 @@ def local_paths(value) -> list[str]:
     return [value] if isinstance(value, str) and value.startswith("/") and os.path.exists(value) else []
 
 
-def job_folder(spec: Spec, blueprint: Path) -> Path:
+def job_folder(spec_data: dict, blueprint: Path) -> Path:
     """The folder a cloud job uploads (its workdir): the blueprint's, widened to hold every local
-    file it names (sky_task.workdir_for also refuses one too wide)."""
-    return Path(
-        os.path.commonpath([str(blueprint.resolve().parent), *local_paths(spec.model_dump(mode="json"))])
-    )
+    file the spec (as a dict) names (sky_task.workdir_for also refuses one too wide)."""
+    return Path(os.path.commonpath([str(blueprint.resolve().parent), *local_paths(spec_data)]))
 
 
 def vocabulary(folder: str | None) -> dict | None:
@@ -223,18 +212,11 @@ def check_model(spec: Spec, config: dict | None) -> Iterator[tuple[str, str]]:
     if not path or unusable_path(path) or not Path(path).exists():
         return  # a Hub id, or said already
     if config is None:  # the folder's config.json, read by model_config
-        if not Path(path).is_dir():
-            yield at, f"{path} is a file: give the model's folder (the one holding config.json)"
-        elif not (Path(path) / "config.json").exists():
-            yield (
-                at,
-                f"{path} has no config.json: give a Hugging Face model folder (as save_pretrained writes)",
-            )
-        else:
-            yield (
-                at,
-                f"{path}/config.json cannot be read as a JSON object: restore it from the model's source",
-            )
+        why = (" is a file: give the model's folder (the one holding config.json)" if not Path(path).is_dir()
+               else " has no config.json: give a Hugging Face model folder (as save_pretrained writes)"
+               if not (Path(path) / "config.json").exists()
+               else "/config.json cannot be read as a JSON object: restore it from the model's source")  # fmt: skip
+        yield at, f"{path}{why}"
         return
     if reason := unsupported(config):
         yield at, f"{path}: {reason}; train a model of a supported family"
@@ -352,8 +334,8 @@ def _resolve_local_or_hub(path: str, value: str, bases: list[Path], problem, kin
     return value
 
 
-def _check_template(path: Path, origin: str | None) -> list[Problem]:
-    """A template that never uses `content` (a warning); whether it renders is check_data's."""
+def _template_unused(path: Path) -> str | None:
+    """A template that never uses `content` (said as a warning); whether it renders is check_data's."""
     import jinja2
     import jinja2.meta
 
@@ -361,17 +343,10 @@ def _check_template(path: Path, origin: str | None) -> list[Problem]:
         parsed = jinja2.Environment().parse(path.read_text(encoding="utf-8", errors="replace").strip())
         used = jinja2.meta.find_undeclared_variables(parsed)
     except (OSError, jinja2.TemplateError):
-        return []
+        return None
     if "content" not in used:
-        return [
-            Problem(
-                "data.format_prompt",
-                f"{path} never uses {{{{ content }}}}: every prompt would be the same text",
-                origin,
-                warning=True,
-            )
-        ]
-    return []
+        return f"{path} never uses {{{{ content }}}}: every prompt would be the same text"
+    return None
 
 
 def check_data(

@@ -15,6 +15,7 @@ from r1cloud.spec.load import (
     display_path,
     expand,
     fill_empty_sections,
+    get_path,
     origin_of,
     parse_override,
     read_yaml,
@@ -25,7 +26,7 @@ from r1cloud.spec.load import (
 from r1cloud.spec.models import normalise_name
 from r1cloud.spec.numbers import drop_path, huge_numbers
 from r1cloud.spec.problems import Problem, SpecError
-from r1cloud.validate.checks import check_spec, missing_secrets
+from r1cloud.validate.checks import check_spec
 from r1cloud.validate.files import resolve_files
 from r1cloud.validate.script import is_script, read_script
 
@@ -91,14 +92,12 @@ def load_spec(
     if problems and not raw:
         raise SpecError(problems)
     if "name" not in raw:
-        trainer = raw.get("trainer")
-        experiment = trainer.get("experiment_name") if isinstance(trainer, dict) else None
-        if isinstance(experiment, str) and experiment.strip():  # EasyR1 configs name their run here
-            raw["name"] = normalise_name(experiment)
-            merged_origins[("name",)] = "from trainer.experiment_name"
-        else:
-            raw["name"] = normalise_name(source.stem)
-            merged_origins[("name",)] = f"from the file name {source.name}"
+        experiment = get_path(raw, ("trainer", "experiment_name"))
+        named = isinstance(experiment, str) and experiment.strip()  # EasyR1 configs name their run here
+        raw["name"] = normalise_name(experiment if named else source.stem)
+        merged_origins[("name",)] = (
+            "from trainer.experiment_name" if named else f"from the file name {source.name}"
+        )
 
     fill_empty_sections(raw)
     warnings += apply_legacy(raw, merged_origins)
@@ -107,14 +106,15 @@ def load_spec(
     problems += schema_problems
     if spec is not None:
         later = check_spec(spec, merged_origins)
-        if secrets is not None:
+        if secrets is not None:  # the names neither `--secret` nor the environment supplies
             later += [
                 Problem(
                     f"secrets.{m}",
                     f"is not set: export {m}=… or pass --secret {m}=VALUE",
                     merged_origins.get(("secrets",)),
                 )
-                for m in missing_secrets(spec, secrets)
+                for m in spec.secrets
+                if m not in secrets and not os.environ.get(m)
             ]
         if check_files:
             later = resolve_files(spec, merged_origins, source) + later
