@@ -17,7 +17,7 @@ from r1cloud.core.records import finite, whole
 from r1cloud.jobs import curves as p
 from r1cloud.jobs import follow as f
 from r1cloud.jobs import local
-from r1cloud.jobs.cloud import CloudError, cancel, serve_down
+from r1cloud.jobs.cloud import CloudError, cancel
 from r1cloud.spec import load_resolved
 from r1cloud.validate import summarize
 
@@ -234,7 +234,7 @@ def stop(
         fail(f"error: {record.name} is being launched", ["stop it once `r1cloud jobs` shows it started"])
     if record.remote:
         try:
-            how = serve_down(record.cloud["service"]) if record.kind == "serve" else cancel(record.cloud)
+            how = cancel(record.cloud)
         except CloudError as e:
             fail(f"error: {e}", e.hints)
         with store.locked(record.name) as j:
