@@ -232,6 +232,7 @@ def stop(
         return
     if record.launching:  # SkyPilot has not answered yet: nothing to cancel (or, on a resume, the old launch)
         fail(f"error: {record.name} is being launched", ["stop it once `r1cloud jobs` shows it started"])
+    serving = record.kind == "serve"
     if record.remote:
         try:
             how = cancel(record.cloud)
@@ -240,14 +241,9 @@ def stop(
         with store.locked(record.name) as j:
             j.status, j.stop_requested = "STOPPED", True
             j.settle(time.time())
-        kept = (
-            ""
-            if record.kind == "serve"
-            else f"; its checkpoints stay in the bucket: r1cloud checkpoints {record.name}"
-        )
+        kept = "" if serving else f"; its checkpoints stay in the bucket: r1cloud checkpoints {record.name}"
         out.print(f"{record.name} STOPPED ({how}){kept}", markup=False)
         return
-    serving = record.kind == "serve"
     saving = "" if serving else f" (saving a checkpoint first; up to {grace:.0f}s)"
     out.print(f"stopping {record.name}{saving}…", markup=False)
     how = local.stop(store, record.name, grace)
