@@ -180,8 +180,6 @@ def find_job(name: str | None):
 
 def refreshed(store, jobs: list) -> list:
     """Cloud jobs' state from SkyPilot; if it cannot be reached, the last known state and a warning."""
-    if not any(j.cloud for j in jobs):
-        return jobs
     try:
         return refresh(store, jobs)
     except CloudError as e:

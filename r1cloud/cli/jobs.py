@@ -17,7 +17,7 @@ from r1cloud.core.records import finite, whole
 from r1cloud.jobs import curves as p
 from r1cloud.jobs import follow as f
 from r1cloud.jobs import local
-from r1cloud.jobs.cloud import CloudError, cancel, serve_down
+from r1cloud.jobs.cloud import CloudError, cancel
 from r1cloud.spec import load_resolved
 from r1cloud.validate import summarize
 
@@ -232,22 +232,18 @@ def stop(
         return
     if record.launching:  # SkyPilot has not answered yet: nothing to cancel (or, on a resume, the old launch)
         fail(f"error: {record.name} is being launched", ["stop it once `r1cloud jobs` shows it started"])
+    serving = record.kind == "serve"
     if record.remote:
         try:
-            how = serve_down(record.cloud["service"]) if record.kind == "serve" else cancel(record.cloud)
+            how = cancel(record.cloud)
         except CloudError as e:
             fail(f"error: {e}", e.hints)
         with store.locked(record.name) as j:
             j.status, j.stop_requested = "STOPPED", True
             j.settle(time.time())
-        kept = (
-            ""
-            if record.kind == "serve"
-            else f"; its checkpoints stay in the bucket: r1cloud checkpoints {record.name}"
-        )
+        kept = "" if serving else f"; its checkpoints stay in the bucket: r1cloud checkpoints {record.name}"
         out.print(f"{record.name} STOPPED ({how}){kept}", markup=False)
         return
-    serving = record.kind == "serve"
     saving = "" if serving else f" (saving a checkpoint first; up to {grace:.0f}s)"
     out.print(f"stopping {record.name}{saving}…", markup=False)
     how = local.stop(store, record.name, grace)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from r1cloud.core.budget import usd
 from r1cloud.core.jobstore import home
+from r1cloud.jobs.follow import record
 from r1cloud.spec.models import accelerator_options
 
 TIME_LIMIT = 30  # seconds for the child (AWS's lookup also asks its account's zones)
@@ -94,15 +95,12 @@ def offers(wanted: list[tuple[str, int]], clouds: list[str] | None = None) -> tu
         )
     except subprocess.TimeoutExpired:
         return [], f"prices: SkyPilot's catalog did not answer in {TIME_LIMIT} s"
-    lines = []
-    for x in r.stdout.splitlines():
-        if x.startswith("{"):
-            with contextlib.suppress(ValueError):  # SkyPilot's own output may start with a brace too
-                lines.append(json.loads(x))
-    if r.returncode or not lines or not isinstance(lines[-1], dict) or "rows" not in lines[-1]:
+    # the child's JSON objects (SkyPilot's own output may start with a brace too)
+    lines = [m for x in r.stdout.splitlines() if x.startswith("{") and (m := record(x)) is not None]
+    if r.returncode or not lines or "rows" not in lines[-1]:
         tail = (r.stderr.strip().splitlines() or ["no output"])[-1][:200]
         return [], f"prices: SkyPilot's catalog could not be read ({tail})"
-    errors = "; ".join(str(x["error"]) for x in lines if isinstance(x, dict) and "error" in x)
+    errors = "; ".join(str(x["error"]) for x in lines if "error" in x)
     found = [Offer(**row) for row in lines[-1]["rows"]]
     if not errors:
         _remember(key, lines[-1]["rows"])

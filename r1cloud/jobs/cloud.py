@@ -234,14 +234,18 @@ def tail_logs(sky, record: dict, follow: bool) -> int | None:
 
 @_sdk
 def cancel(sky, record: dict) -> str:
-    """Stop the job: cancel the managed job, or take its cluster down."""
+    """Stop the job: take a SkyServe service down, cancel the managed job, or take its cluster down."""
     try:
-        if record["managed"]:
+        if "service" in record:
+            sky.get(sky.serve.down(record["service"]))
+        elif record["managed"]:
             sky.get(sky.jobs.cancel(job_ids=[record["job_id"]]))
         else:
             sky.get(sky.down(record["cluster"]))
     except (sky.exceptions.ClusterNotUpError, sky.exceptions.ClusterDoesNotExist):
         return "already gone"
+    if "service" in record:
+        return "service down"
     return "cancelled" if record["managed"] else "cluster down"
 
 
@@ -250,12 +254,3 @@ def serve_up(sky, config: dict, secrets: dict[str, str], service: str) -> str:
     """A SkyServe service; returns its endpoint."""
     _, endpoint = sky.stream_and_get(sky.serve.up(make_task(config, secrets), service_name=service))
     return endpoint
-
-
-@_sdk
-def serve_down(sky, service: str) -> str:
-    try:
-        sky.get(sky.serve.down(service))
-    except (sky.exceptions.ClusterNotUpError, sky.exceptions.ClusterDoesNotExist):
-        return "already gone"
-    return "service down"

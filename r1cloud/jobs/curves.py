@@ -5,7 +5,8 @@ with matplotlib. Both libraries are imported only when drawing."""
 from __future__ import annotations
 
 from r1cloud.checkpoint.store import bucket_errors, filesystem
-from r1cloud.core.records import finite, flatten, loads, whole
+from r1cloud.core.records import finite, flatten, whole
+from r1cloud.jobs.follow import record
 
 Curve = tuple[list[int], list[float]]
 BLOCKS = "▁▂▃▄▅▆▇█"
@@ -26,15 +27,8 @@ def read_rows(where: str) -> list[dict]:
                 text = fs.cat_file(f"{root}/{name}").decode(errors="replace")
         except FileNotFoundError:
             continue
-        rows = []
-        for line in text.splitlines():
-            try:
-                row = loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict) and whole(row.get("step")) is not None:
-                rows.append(flatten(row))
-        return rows
+        rows = [record(line) for line in text.splitlines()]
+        return [flatten(r) for r in rows if r is not None and whole(r.get("step")) is not None]
     raise PlotError(f"{where} has no metrics.jsonl (nor EasyR1's experiment_log.jsonl)")
 
 

@@ -54,7 +54,7 @@ def follow(
         time.sleep(poll)
 
 
-def _record(line: str) -> dict | None:
+def record(line: str) -> dict | None:
     """One metrics line, or None for a line cut by a kill mid-write (or otherwise not a record)."""
     try:
         m = loads(line)
@@ -66,7 +66,7 @@ def _record(line: str) -> dict | None:
 def last_train_metrics(run_dir: Path) -> dict | None:
     """The newest training step's metrics (validation-only lines, such as step 0, are skipped)."""
     for line in reversed(tail_lines(run_dir / "metrics.jsonl", 50)):
-        m = _record(line)
+        m = record(line)
         if m is not None and finite(m.get("reward/overall")) is not None and whole(m.get("step")) is not None:
             return m
     return None

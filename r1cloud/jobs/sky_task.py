@@ -228,7 +228,6 @@ def check_cloud(spec: Spec, managed: bool) -> None:
 def task_config(spec: Spec, root: Path, spec_file: Path, managed: bool = True) -> dict:
     """The SkyPilot task for `spec`, uploading `root` (`node_spec`'s workdir). `spec_file` is where
     the node spec was written on this machine; it is mounted on every node."""
-    check_cloud(spec, managed)
     source = source_checkout()
     mounts = {SPEC_ON_NODE: str(spec_file)}
     if source:
