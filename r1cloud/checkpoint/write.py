@@ -61,21 +61,6 @@ def next_tracker(tracker: dict, step: int, final: str | Path, val_score: float |
     }
 
 
-def beyond_limit(steps: list[int], best: int | None, limit: int | None) -> list[int]:
-    """The steps `save_limit` drops: all but the newest, the best, and the newest others up to
-    `limit` in all. (A limit of 0 or less keeps everything.)"""
-    if limit is None or limit <= 0:
-        return []
-    keep = {steps[-1]} if steps else set()
-    if best in steps:
-        keep.add(best)
-    for s in reversed(steps):
-        if len(keep) >= limit:
-            break
-        keep.add(s)
-    return [s for s in steps if s not in keep]
-
-
 class Bucket:
     """Checkpoints in a bucket (any fsspec URL: s3://, gs://, …), for jobs whose machines can
     vanish (spot, managed jobs) or that span several machines: every worker writes its own shards
@@ -129,9 +114,19 @@ class Bucket:
         self.fs.pipe_file(f"{self.root}/{TRACKER}", json.dumps(tracker, indent=2).encode())
         return where
 
-    def prune(self, limit: int) -> list[int]:
-        """Keep at most `limit` complete checkpoints, never deleting the newest or the best."""
-        removed = beyond_limit(self.complete_steps(), self.tracker().get("best_global_step"), limit)
+    def prune(self, limit: int | None) -> list[int]:
+        """Keep at most `limit` complete checkpoints (a limit of 0 or less keeps them all): the
+        newest, the best, and the newest others up to `limit` in all."""
+        steps = self.complete_steps()
+        if limit is None or limit <= 0 or not steps:
+            return []
+        best = self.tracker().get("best_global_step")
+        keep = {steps[-1], *([best] if best in steps else [])}
+        for s in reversed(steps):
+            if len(keep) >= limit:
+                break
+            keep.add(s)
+        removed = [s for s in steps if s not in keep]
         for s in removed:
             self.remove_path(f"{self.root}/global_step_{s}")
         return removed
