@@ -181,7 +181,7 @@ def read_state(checkpoint: str) -> dict:
     where = f"{checkpoint.rstrip('/')}/{STATE}"
     fix = "resume from another checkpoint (trainer.load_checkpoint_path), or remove this one"
     try:
-        state = loads(fs.cat_file(f"{path.rstrip('/')}/{STATE}"))
+        state = loads(fs.cat_file(f"{path}/{STATE}"))
     except FileNotFoundError:
         raise DamagedCheckpoint(f"{where} is missing: not a complete checkpoint; {fix}") from None
     except (ValueError, UnicodeDecodeError) as e:
