@@ -297,14 +297,10 @@ def failure_cause(lines: list[str]) -> str | None:
 
 def _passed_length(extra: list[str]) -> int | None:
     """A `--max-model-len` passed through to vLLM after `--` (the last one wins, as in vLLM)."""
-    found = None
-    for i, a in enumerate(extra):
-        value = a.partition("=")[2] if a.startswith("--max-model-len=") else None
-        if a == "--max-model-len" and i + 1 < len(extra):
-            value = extra[i + 1]
-        if value is not None and value.isdigit():
-            found = int(value)
-    return found
+    flag = "--max-model-len"
+    pairs = zip(extra, [*extra[1:], ""], strict=False)  # each argument and the one after it
+    values = [v if a == flag else a.removeprefix(f"{flag}=") for a, v in pairs if a.startswith(flag)]
+    return next((int(v) for v in reversed(values) if v.isdigit()), None)
 
 
 def kv_cache_env(model_path: str, max_model_len: int | None, extra: list[str]) -> dict[str, str]:
