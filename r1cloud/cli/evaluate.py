@@ -327,10 +327,7 @@ def _table(summary: dict) -> None:
     for source in sorted({s for t in targets for s in t.get("by_source", {})}):
         sections.append((f"[{source}] ", [t.get("by_source", {}).get(source, {}) for t in targets]))
     for prefix, columns in sections:
-        names = []
-        for figures in columns:
-            names += [k for k in figures if k not in names and k != "n"]
-        for name in names:
+        for name in dict.fromkeys(k for figures in columns for k in figures if k != "n"):
             table.add_row(prefix + name, *(_cell(f.get(name)) for f in columns))
     out.print(table)
     out.print("± is a 95% interval over prompts (1.96 standard errors)", style="dim")
