@@ -63,7 +63,7 @@ def _check_files(dcp_dir: str, meta, names: set[str]) -> None:
             needed[info.relative_path] = max(needed.get(info.relative_path, 0), end)
     fs, root = filesystem(dcp_dir)
     for name, end in sorted(needed.items()):
-        path = f"{root.rstrip('/')}/{name}"
+        path = f"{root}/{name}"
         try:
             size = fs.size(path)
         except FileNotFoundError:
@@ -158,7 +158,7 @@ def adapter_config(dcp_dir: str) -> dict:
     fs, path = filesystem(dcp_dir)
     where = f"{dcp_dir}/{ADAPTER_CONFIG}"
     try:
-        adapter = loads(fs.cat_file(f"{path.rstrip('/')}/{ADAPTER_CONFIG}"))
+        adapter = loads(fs.cat_file(f"{path}/{ADAPTER_CONFIG}"))
     except FileNotFoundError:
         raise MergeError(f"{dcp_dir} holds LoRA adapters but no {ADAPTER_CONFIG}") from None
     except (ValueError, UnicodeDecodeError) as e:

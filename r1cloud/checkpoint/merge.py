@@ -152,7 +152,6 @@ def merge(
 def _download(checkpoint, into: Path):
     """The files a merge reads (weights, config, tokenizer — not optimizer states), copied locally."""
     fs, base = filesystem(checkpoint.path)
-    base = base.rstrip("/")
     local = into / Path(base).name
     hf = "huggingface/" if checkpoint.format == "r1cloud" else "actor/huggingface/"
     for path in fs.find(base):
@@ -171,7 +170,6 @@ def _download(checkpoint, into: Path):
 
 def _upload(folder: Path, url: str) -> None:
     fs, base = filesystem(url)
-    base = base.rstrip("/")
     if fs.exists(f"{base}/config.json"):
         fs.rm(f"{base}/config.json")  # no longer INFERENCE READY while the weights are replaced
     for f in sorted(folder.iterdir(), key=lambda f: f.name == "config.json"):

@@ -49,14 +49,14 @@ PACKAGES = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": 
 
 
 def filesystem(url: str):
-    """(filesystem, path) for a path or URL. A fresh filesystem each time: fsspec caches them by
+    """(filesystem, path without a trailing slash) for a path or URL. A fresh filesystem each time: fsspec caches them by
     their arguments, and a cached S3 client keeps the endpoint and credentials it was made with
     even after the environment that chose them has changed."""
     import fsspec
 
     proto = url.split("://", 1)[0] if "://" in url else "file"
     try:
-        return fsspec.core.url_to_fs(url, skip_instance_cache=True)
+        fs, path = fsspec.core.url_to_fs(url, skip_instance_cache=True)
     except ImportError:
         package = PACKAGES.get(proto, f"the fsspec package for {proto}://")
         raise BucketError(f"{url}: reading {proto}:// needs {package}", [f"pip install {package}"]) from None
@@ -66,6 +66,7 @@ def filesystem(url: str):
         raise BucketError(
             f"{url}: unknown protocol {proto}://", ["give s3://, gs://, az:// or a local path"]
         ) from None
+    return fs, path.rstrip("/")
 
 
 @contextlib.contextmanager
@@ -158,7 +159,6 @@ def last_state(root: str) -> dict:
     (In a bucket the tracker is written after the state, so it names a complete checkpoint.)"""
     with bucket_errors(root):
         fs, base = filesystem(root)
-        base = base.rstrip("/")
         step = whole((_read_json(fs, f"{base}/checkpoint_tracker.json") or {}).get("last_global_step"))
         if step is None:
             return {}
@@ -169,54 +169,49 @@ def list_checkpoints(root: str, label: str | None = None) -> list[Checkpoint]:
     """Complete checkpoints under `root`, oldest first. Half-written ones never appear: r1cloud's
     need their trainer_state.json (written last, before the atomic rename), EasyR1's their shards."""
     with bucket_errors(root):
-        return _list_checkpoints(root, label)
-
-
-def _list_checkpoints(root: str, label: str | None) -> list[Checkpoint]:
-    fs, base = filesystem(root)
-    base = base.rstrip("/")
-    proto = root.split("://", 1)[0] + "://" if "://" in root else ""
-    try:
-        entries = fs.ls(base, detail=True)
-    except FileNotFoundError:
-        return []
-    except OSError as e:  # a symlink loop, no permission: local folders (a bucket's errors are said above)
-        raise BucketError(f"cannot read {root}: {e.strerror or e}", ["check the folder"]) from None
-    label = label or root
-    easyr1_rows = None
-    found = []
-    for entry in entries:
-        m = STEP_RE.search(entry["name"].rstrip("/"))
-        if not m or entry.get("type") != "directory":
-            continue
-        step, path = int(m.group(1)), entry["name"].rstrip("/")
-        state = _read_json(fs, f"{path}/trainer_state.json")
-        if state is not None:
-            fmt, metrics = "r1cloud", _section(state, "metrics")
-            train, val = finite(metrics.get("reward/overall")), finite(metrics.get("val/reward_score"))
-            when = _mtime(fs.info(f"{path}/trainer_state.json"))
-        else:
-            try:
-                shards = [p for p in fs.ls(f"{path}/actor", detail=False) if SHARD_RE.search(p)]
-            except FileNotFoundError:
-                shards = []
-            world = {int(SHARD_RE.search(p).group(1)) for p in shards}
-            if not shards or len(world) != 1 or len(shards) != world.pop():
-                continue  # not a checkpoint, or not all of its shards
-            if easyr1_rows is None:
-                easyr1_rows = _easyr1_metrics(fs, base)
-            row = easyr1_rows.get(step, {})
-            fmt, train = "easyr1", finite(_section(row, "reward").get("overall"))
-            val = finite(_section(row, "val").get("reward_score"))
-            when = _mtime(fs.info(shards[0]))
-        ck = Checkpoint(
-            step, proto + path, fmt, when, train, val, int(fs.du(path)), False, f"{label}:step-{step}"
-        )
-        ck.inference_ready = inference_ready(fs, ck.hf_dir.removeprefix(proto))
-        if fmt == "r1cloud" and (adapter := _read_json(fs, f"{path}/actor/adapter_config.json")):
-            ck.lora_rank = whole(adapter.get("r"), 1, 2**16)
-        found.append(ck)
-    return sorted(found, key=lambda c: c.step)
+        fs, base = filesystem(root)
+        proto = root.split("://", 1)[0] + "://" if "://" in root else ""
+        try:
+            entries = fs.ls(base, detail=True)
+        except FileNotFoundError:
+            return []
+        except OSError as e:  # a local folder's symlink loop, no permission (a bucket's: bucket_errors)
+            raise BucketError(f"cannot read {root}: {e.strerror or e}", ["check the folder"]) from None
+        label = label or root
+        easyr1_rows = None
+        found = []
+        for entry in entries:
+            m = STEP_RE.search(entry["name"].rstrip("/"))
+            if not m or entry.get("type") != "directory":
+                continue
+            step, path = int(m.group(1)), entry["name"].rstrip("/")
+            state = _read_json(fs, f"{path}/trainer_state.json")
+            if state is not None:
+                fmt, metrics = "r1cloud", _section(state, "metrics")
+                train, val = finite(metrics.get("reward/overall")), finite(metrics.get("val/reward_score"))
+                when = _mtime(fs.info(f"{path}/trainer_state.json"))
+            else:
+                try:
+                    shards = [p for p in fs.ls(f"{path}/actor", detail=False) if SHARD_RE.search(p)]
+                except FileNotFoundError:
+                    shards = []
+                world = {int(SHARD_RE.search(p).group(1)) for p in shards}
+                if not shards or len(world) != 1 or len(shards) != world.pop():
+                    continue  # not a checkpoint, or not all of its shards
+                if easyr1_rows is None:
+                    easyr1_rows = _easyr1_metrics(fs, base)
+                row = easyr1_rows.get(step, {})
+                fmt, train = "easyr1", finite(_section(row, "reward").get("overall"))
+                val = finite(_section(row, "val").get("reward_score"))
+                when = _mtime(fs.info(shards[0]))
+            ck = Checkpoint(
+                step, proto + path, fmt, when, train, val, int(fs.du(path)), False, f"{label}:step-{step}"
+            )
+            ck.inference_ready = inference_ready(fs, ck.hf_dir.removeprefix(proto))
+            if fmt == "r1cloud" and (adapter := _read_json(fs, f"{path}/actor/adapter_config.json")):
+                ck.lora_rank = whole(adapter.get("r"), 1, 2**16)
+            found.append(ck)
+        return sorted(found, key=lambda c: c.step)
 
 
 def base_model(adapter: dict) -> Path:

@@ -48,59 +48,6 @@ def write_json_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-class Checkpoints:
-    """Checkpoints in a local folder: each written under a temporary name, renamed into place."""
-
-    def __init__(self, root: str | Path):
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
-
-    def tracker(self) -> dict:
-        try:
-            return json.loads((self.root / TRACKER).read_text())
-        except (OSError, ValueError):
-            return {}
-
-    def complete_steps(self) -> list[int]:
-        steps = []
-        for p in self.root.iterdir():
-            m = STEP_RE.match(p.name)
-            if m and (p / STATE).is_file():
-                steps.append(int(m.group(1)))
-        return sorted(steps)
-
-    def latest(self) -> tuple[int, str] | None:
-        """The checkpoint to resume from: the newest complete one. A complete checkpoint is one
-        that was renamed into place; the tracker, written after the rename, may lag it by one."""
-        steps = self.complete_steps()
-        return (steps[-1], str(self.root / f"global_step_{steps[-1]}")) if steps else None
-
-    def begin(self, step: int) -> str:
-        """A fresh temporary folder for step `step` (leftovers of a crashed save are removed)."""
-        for p in [*self.root.glob(f".global_step_{step}.tmp*"), *self.root.glob(".global_step_*.deleting-*")]:
-            shutil.rmtree(p, ignore_errors=True)  # leftovers of a crashed save or deletion
-        path = self.root / f".global_step_{step}.tmp"
-        path.mkdir()
-        return str(path)
-
-    def publish(self, staging: str, step: int, state: dict, val_score: float | None) -> str:
-        write_json_atomic(Path(staging) / STATE, state)
-        final = self.root / f"global_step_{step}"
-        if final.exists():
-            remove(final)
-        os.replace(staging, final)
-        tracker = next_tracker(self.tracker(), step, final, val_score)
-        write_json_atomic(self.root / TRACKER, tracker)
-        return str(final)
-
-    def prune(self, limit: int) -> list[int]:
-        """Keep at most `limit` complete checkpoints, never deleting the newest or the best."""
-        removed = beyond_limit(self.complete_steps(), self.tracker().get("best_global_step"), limit)
-        for s in removed:
-            remove(self.root / f"global_step_{s}")
-        return removed
-
-
 def next_tracker(tracker: dict, step: int, final: str | Path, val_score: float | None) -> dict:
     """EasyR1's tracker after publishing `step`: the last step, and the best by validation reward."""
     best_step, best = tracker.get("best_global_step"), tracker.get("best_val_reward_score")
@@ -112,21 +59,6 @@ def next_tracker(tracker: dict, step: int, final: str | Path, val_score: float |
         "best_global_step": best_step,
         "best_val_reward_score": best,
     }
-
-
-def beyond_limit(steps: list[int], best: int | None, limit: int | None) -> list[int]:
-    """The steps `save_limit` drops: all but the newest, the best, and the newest others up to
-    `limit` in all. (A limit of 0 or less keeps everything.)"""
-    if limit is None or limit <= 0:
-        return []
-    keep = {steps[-1]} if steps else set()
-    if best in steps:
-        keep.add(best)
-    for s in reversed(steps):
-        if len(keep) >= limit:
-            break
-        keep.add(s)
-    return [s for s in steps if s not in keep]
 
 
 class Bucket:
@@ -146,9 +78,11 @@ class Bucket:
         except FileNotFoundError:
             return []
         steps = [int(m.group(1)) for n in names if (m := STEP_RE.match(n))]
-        return sorted(s for s in steps if self.fs.exists(f"{self.root}/global_step_{s}/{STATE}"))
+        return sorted(s for s in steps if self.fs.isfile(f"{self.root}/global_step_{s}/{STATE}"))
 
     def latest(self) -> tuple[int, str] | None:
+        """The checkpoint to resume from: the newest complete one (the tracker, written after it
+        is complete, may lag it by one)."""
         steps = self.complete_steps()
         return (steps[-1], f"{self.url}/global_step_{steps[-1]}") if steps else None
 
@@ -180,9 +114,19 @@ class Bucket:
         self.fs.pipe_file(f"{self.root}/{TRACKER}", json.dumps(tracker, indent=2).encode())
         return where
 
-    def prune(self, limit: int) -> list[int]:
-        """Keep at most `limit` complete checkpoints, never deleting the newest or the best."""
-        removed = beyond_limit(self.complete_steps(), self.tracker().get("best_global_step"), limit)
+    def prune(self, limit: int | None) -> list[int]:
+        """Keep at most `limit` complete checkpoints (a limit of 0 or less keeps them all): the
+        newest, the best, and the newest others up to `limit` in all."""
+        steps = self.complete_steps()
+        if limit is None or limit <= 0 or not steps:
+            return []
+        best = self.tracker().get("best_global_step")
+        keep = {steps[-1], *([best] if best in steps else [])}
+        for s in reversed(steps):
+            if len(keep) >= limit:
+                break
+            keep.add(s)
+        removed = [s for s in steps if s not in keep]
         for s in removed:
             self.remove_path(f"{self.root}/global_step_{s}")
         return removed
@@ -191,6 +135,38 @@ class Bucket:
         if self.fs.exists(f"{path}/{STATE}"):
             self.fs.rm_file(f"{path}/{STATE}")  # no longer complete before anything else goes
         self.fs.rm(path, recursive=True)
+
+
+class Checkpoints(Bucket):
+    """Checkpoints in a local folder, found and pruned as in a bucket (through fsspec's local
+    filesystem), but each written under a temporary name and renamed into place when complete."""
+
+    def __init__(self, root: str | Path):
+        self.folder = Path(root)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        super().__init__(str(self.folder))
+
+    def begin(self, step: int) -> str:
+        """A fresh temporary folder for step `step` (leftovers of a crashed save are removed)."""
+        for pattern in (f".global_step_{step}.tmp*", ".global_step_*.deleting-*"):  # a crashed save's
+            for p in self.folder.glob(pattern):  # or deletion's leftovers
+                shutil.rmtree(p, ignore_errors=True)
+        path = self.folder / f".global_step_{step}.tmp"
+        path.mkdir()
+        return str(path)
+
+    def publish(self, staging: str, step: int, state: dict, val_score: float | None) -> str:
+        write_json_atomic(Path(staging) / STATE, state)
+        final = self.folder / f"global_step_{step}"
+        if final.exists():
+            remove(final)
+        os.replace(staging, final)
+        tracker = next_tracker(self.tracker(), step, final, val_score)
+        write_json_atomic(self.folder / TRACKER, tracker)
+        return str(final)
+
+    def remove_path(self, path: str) -> None:
+        remove(Path(path))
 
 
 def _key(url: str) -> str:
@@ -205,7 +181,7 @@ def read_state(checkpoint: str) -> dict:
     where = f"{checkpoint.rstrip('/')}/{STATE}"
     fix = "resume from another checkpoint (trainer.load_checkpoint_path), or remove this one"
     try:
-        state = loads(fs.cat_file(f"{path.rstrip('/')}/{STATE}"))
+        state = loads(fs.cat_file(f"{path}/{STATE}"))
     except FileNotFoundError:
         raise DamagedCheckpoint(f"{where} is missing: not a complete checkpoint; {fix}") from None
     except (ValueError, UnicodeDecodeError) as e:
@@ -238,7 +214,7 @@ def write_hf_files(
     from r1cloud.checkpoint.from_dcp import merge_dcp
 
     path = model_cfg.model_path
-    bucket = isinstance(checkpoints, Bucket)
+    bucket = "://" in where
     local = (
         tempfile.TemporaryDirectory(prefix=".hf-", dir=scratch) if bucket else contextlib.nullcontext(where)
     )

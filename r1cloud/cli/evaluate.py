@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -17,7 +17,7 @@ from rich.table import Table
 
 from r1cloud.checkpoint.store import NotFound, parse_ref
 from r1cloud.cli.common import app, err, fail, failing, load_blueprint, need_file, out
-from r1cloud.cli.serving import MaxTokensOption, TemperatureOption
+from r1cloud.cli.serving import MaxTokensOption, TemperatureOption, merging
 from r1cloud.core.jobstore import JobStore, home
 from r1cloud.evaluation import run as ev
 from r1cloud.evaluation.metrics import summarize
@@ -115,7 +115,8 @@ def eval_(
             f"error: --out {folder} is not an empty folder",
             ["give a new folder: nothing there is overwritten"],
         )
-    chosen = _engine(engine)
+    with failing(sv.ServeError):
+        chosen = sv.pick_engine(engine, "hf")
     resolved = [_resolve(t, api_key, spec) for t in targets]
     for i, target in enumerate(resolved, 1):
         target.folder = folder / f"{i}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', target.ref).strip('_')[:60]}"
@@ -243,13 +244,6 @@ def _job_spec(target: str):
         )
 
 
-def _engine(requested: str) -> str:
-    has_vllm = importlib.util.find_spec("vllm") is not None
-    if requested == "vllm" and not has_vllm:
-        fail("error: vLLM is not installed here", ["install it (scripts/install does), or use --engine hf"])
-    return "vllm" if requested == "auto" and has_vllm else "hf" if requested == "auto" else requested
-
-
 def _resolve(ref: str, api_key: str | None, spec):
     with failing(sv.ServeError, NotFound):
         if ref.startswith(("http://", "https://")):
@@ -257,23 +251,12 @@ def _resolve(ref: str, api_key: str | None, spec):
             return ev.Target(
                 ref, url=endpoint.url, served=endpoint.model, origin=f"{endpoint.url} ({endpoint.model})"
             )
-        model = sv.resolve(ref, _merger(spec.worker.rollout.dtype), home() / "models")
+        # merged at the engine's dtype, so fp32 training is scored on fp32 weights
+        merge = partial(
+            merging, note=": merging its weights for the engine…", dtype=spec.worker.rollout.dtype
+        )
+        model = sv.resolve(ref, merge)
     return ev.Target(ref, model=model.path, origin=model.origin)
-
-
-def _merger(dtype: str):
-    """Merge a checkpoint at the engine's dtype, so fp32 training is scored on fp32 weights."""
-
-    def merge(checkpoint, out_dir) -> None:
-        from r1cloud.checkpoint.merge import MergeError, merge
-
-        err.print(f"{checkpoint.id}: merging its weights for the engine…", markup=False)
-        try:
-            merge(checkpoint, out_dir, dtype)
-        except MergeError as e:
-            fail("error: cannot merge", [str(e)])
-
-    return merge
 
 
 def _run(target) -> int:
@@ -344,10 +327,7 @@ def _table(summary: dict) -> None:
     for source in sorted({s for t in targets for s in t.get("by_source", {})}):
         sections.append((f"[{source}] ", [t.get("by_source", {}).get(source, {}) for t in targets]))
     for prefix, columns in sections:
-        names = []
-        for figures in columns:
-            names += [k for k in figures if k not in names and k != "n"]
-        for name in names:
+        for name in dict.fromkeys(k for figures in columns for k in figures if k != "n"):
             table.add_row(prefix + name, *(_cell(f.get(name)) for f in columns))
     out.print(table)
     out.print("± is a 95% interval over prompts (1.96 standard errors)", style="dim")

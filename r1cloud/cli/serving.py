@@ -13,7 +13,7 @@ from rich.text import Text
 
 from r1cloud.checkpoint.store import NotFound
 from r1cloud.cli.common import app, err, fail, failing, load_blueprint, need_file, not_nan, out, report_end
-from r1cloud.core.jobstore import ACTIVE, Job, JobStore, home
+from r1cloud.core.jobstore import ACTIVE, Job, JobStore
 from r1cloud.jobs import follow as f
 from r1cloud.jobs import local
 from r1cloud.jobs.cloud import CloudError, serve_up
@@ -26,27 +26,22 @@ MaxTokensOption = typer.Option("--max-tokens", min=1, max=10_000_000, help="Toke
 TemperatureOption = typer.Option("--temperature", min=0.0, max=100.0, callback=not_nan, help="0 is greedy.")
 
 
+def merging(checkpoint, out_dir, note: str, dtype: str = "bf16", adapter_only: bool = False) -> None:
+    """Merge `checkpoint` for an engine here (serve, chat, eval), saying so first: `note` follows its ID."""
+    from r1cloud.checkpoint.merge import MergeError, merge
+
+    err.print(f"{checkpoint.id}{note}", markup=False)
+    try:
+        merge(checkpoint, out_dir, dtype, adapter_only=adapter_only)
+    except MergeError as e:
+        fail("error: cannot write the adapter" if adapter_only else "error: cannot merge", [str(e)])
+
+
 def _merge_for_serving(checkpoint, out_dir) -> None:
-    from r1cloud.checkpoint.merge import MergeError, merge
-
     if checkpoint.inference_ready:  # a bucket's merged model, fetched by merging its weights here
-        err.print(f"{checkpoint.id}: fetching the model from the bucket into {out_dir}…", markup=False)
+        merging(checkpoint, out_dir, f": fetching the model from the bucket into {out_dir}…")
     else:
-        err.print(f"{checkpoint.id} is not INFERENCE READY: merging it first…", markup=False)
-    try:
-        merge(checkpoint, out_dir, "bf16")
-    except MergeError as e:
-        fail("error: cannot merge", [str(e)])
-
-
-def _write_adapter(checkpoint) -> None:
-    from r1cloud.checkpoint.merge import MergeError, merge
-
-    err.print(f"{checkpoint.id}: writing its adapter folder first…", markup=False)
-    try:
-        merge(checkpoint, None, adapter_only=True)
-    except MergeError as e:
-        fail("error: cannot write the adapter", [str(e)])
+        merging(checkpoint, out_dir, " is not INFERENCE READY: merging it first…")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -143,9 +138,12 @@ def serve(
         if adapter and chosen_engine != "vllm":
             fail("error: --adapter needs vLLM", ["use --engine vllm, or serve the merged model"])
         if adapter:
-            model = sv.resolve_adapter(checkpoint, _write_adapter)
+            model = sv.resolve_adapter(
+                checkpoint,
+                lambda c: merging(c, None, ": writing its adapter folder first…", adapter_only=True),
+            )
         else:
-            model = sv.resolve(checkpoint, _merge_for_serving, home() / "models")
+            model = sv.resolve(checkpoint, _merge_for_serving)
     served = served_model_name or model.name
     extra = list(ctx.args)
     if tools and chosen_engine != "vllm":
@@ -180,9 +178,7 @@ def serve(
             "warning: listening on every interface with no --api-key: anyone who can reach it can use it"
         )
     with err.status(f"starting {chosen_engine} (log: {job.log})…"):
-        ready = sv.wait_ready(
-            url, api_key, lambda: store.get(job.name).status in ACTIVE, ready_timeout, lambda: None
-        )
+        ready = sv.wait_ready(url, api_key, lambda: store.get(job.name).status in ACTIVE, ready_timeout)
     if not ready:
         record = store.get(job.name)
         if record.status in ACTIVE:
@@ -338,11 +334,7 @@ def chat(
     with contextlib.ExitStack() as stack:
         with failing(sv.ServeError, NotFound):
             sides = [
-                stack.enter_context(
-                    ch.open_endpoint(
-                        t, api_key, engine, _merge_for_serving, home() / "models", box and box.fmt
-                    )
-                )
+                stack.enter_context(ch.open_endpoint(t, api_key, engine, _merge_for_serving, box and box.fmt))
                 for t in ([compare, target] if compare else [target])
             ]
         if compare:

@@ -76,8 +76,13 @@ def _figures(samples: list[dict]) -> dict:
     n = max(len(g) for g in groups)  # a prompt cut short by an interruption holds fewer: left out
     groups = [g for g in groups if len(g) == n]
     keys = sorted({k for g in groups for s in g for k in s["scores"]})
+
+    def per_prompt(value) -> tuple[float, float]:
+        """A sample's `value` averaged over each prompt's samples, then over prompts."""
+        return mean_se([sum(float(value(s)) for s in g) / len(g) for g in groups])
+
     figures: dict = {"prompts": len(groups), "samples": sum(len(g) for g in groups), "n": n}
-    figures["accuracy"] = mean_se([_mean(float(correct(s["scores"])) for s in g) for g in groups])
+    figures["accuracy"] = per_prompt(lambda s: correct(s["scores"]))
     for k in ks_for(n):
         figures[f"pass@{k}"] = mean_se(
             [pass_at_k(n, sum(correct(s["scores"]) for s in g), k) for g in groups]
@@ -85,15 +90,13 @@ def _figures(samples: list[dict]) -> dict:
     if n > 1:
         figures[f"mean@{n}"] = figures["accuracy"]
     for key in keys:
-        figures[f"reward/{key}"] = mean_se(
-            [_mean(float(s["scores"].get(key, 0.0)) for s in g) for g in groups]
-        )
+        figures[f"reward/{key}"] = per_prompt(lambda s, key=key: s["scores"].get(key, 0.0))
     if all("episode" in s for g in groups for s in g):  # multi-turn: per episode, then per prompt
         for key in ("turns", "tool_calls"):
-            figures[key] = mean_se([_mean(float(s["episode"][key]) for s in g) for g in groups])
+            figures[key] = per_prompt(lambda s, key=key: s["episode"][key])
         figures["tool_error_rate"] = mean_se([_ratio(g, "tool_errors", "tool_calls") for g in groups])
-    figures["response_length"] = mean_se([_mean(float(s["length"]) for s in g) for g in groups])
-    figures["truncated"] = mean_se([_mean(float(not s["finished"]) for s in g) for g in groups])
+    figures["response_length"] = per_prompt(lambda s: s["length"])
+    figures["truncated"] = per_prompt(lambda s: not s["finished"])
     return figures
 
 
@@ -101,8 +104,3 @@ def _ratio(group: list[dict], part: str, whole: str) -> float:
     """Σ part / Σ whole over a prompt's episodes (0 when none called a tool)."""
     calls = sum(s["episode"][whole] for s in group)
     return sum(s["episode"][part] for s in group) / calls if calls else 0.0
-
-
-def _mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values)

@@ -20,7 +20,6 @@ def read_rows(where: str) -> list[dict]:
     """The metric lines under `where` (a folder or a bucket URL): r1cloud's metrics.jsonl, else
     EasyR1's experiment_log.jsonl (nested keys joined with /). A line cut off mid-write is skipped."""
     fs, root = filesystem(where)
-    root = root.rstrip("/")
     for name in ("metrics.jsonl", "experiment_log.jsonl"):
         try:
             with bucket_errors(where):

@@ -75,14 +75,14 @@ def remote(url: str, api_key: str | None) -> Endpoint:
 
 @contextlib.contextmanager
 def open_endpoint(
-    target: str, api_key: str | None, engine: str, merge_fn, cache: Path, tools: str | None = None
+    target: str, api_key: str | None, engine: str, merge_fn, tools: str | None = None
 ) -> Iterator[Endpoint]:
     """An endpoint for `target`: a URL as it is, anything else served privately for the duration
     (reading `tools`-format tool calls when the engine is vLLM)."""
     if target.startswith(("http://", "https://")):
         yield remote(target, api_key)
         return
-    model = sv.resolve(target, merge_fn, cache)
+    model = sv.resolve(target, merge_fn)
     key, port = secrets.token_hex(16), sv.free_port()
     engine = sv.pick_engine(engine)
     flags = sv.tool_flags(tools) if engine == "vllm" else []
@@ -97,7 +97,7 @@ def open_endpoint(
         )
         try:
             url = sv.base_url("127.0.0.1", port)
-            if not sv.wait_ready(url, key, lambda: proc.poll() is None, 900, lambda: None):
+            if not sv.wait_ready(url, key, lambda: proc.poll() is None, 900):
                 log.seek(0)
                 tail = log.read().decode(errors="replace").splitlines()[-12:]
                 raise sv.ServeError(f"error: the server for {target} did not start", tail)

@@ -29,7 +29,7 @@ from pathlib import Path
 from r1cloud.agents.tools import tool_schemas
 from r1cloud.checkpoint.store import base_model, job_checkpoint_root, locate, parse_ref, select
 from r1cloud.core.families import VIDEO_FAMILIES, kv_bytes_per_token, model_config, text_config
-from r1cloud.core.jobstore import JobStore
+from r1cloud.core.jobstore import JobStore, home
 from r1cloud.core.records import load_object
 from r1cloud.rollout.engine import vllm_max_rank
 from r1cloud.spec import load_resolved
@@ -97,15 +97,16 @@ def _cached(repo: str) -> bool:
         return False
 
 
-def resolve(target: str, merge_fn: Callable, cache: Path) -> Model:
+def resolve(target: str, merge_fn: Callable) -> Model:
     """`target` -> a model an engine here can load. `merge_fn(checkpoint, out)` merges a checkpoint
-    that is not INFERENCE READY (into its own huggingface/ folder when `out` is None)."""
+    that is not INFERENCE READY (into its own huggingface/ folder when `out` is None; a bucket's
+    into R1CLOUD_HOME/models)."""
     found = _lookup(target)
     if isinstance(found, Model):
         return found
     chosen, name = found
     if "://" in chosen.path:  # engines load local folders: merge (or copy) the bucket's model here
-        out = cache / re.sub(r"[^\w.-]+", "_", chosen.path.split("://", 1)[1])
+        out = home() / "models" / re.sub(r"[^\w.-]+", "_", chosen.path.split("://", 1)[1])
         if not is_hf_folder(out):
             merge_fn(chosen, out)
         return Model(str(out), name, f"{chosen.id} (merged from the bucket into {out})")
@@ -170,17 +171,19 @@ def resolve_for_cloud(target: str) -> Model:
     return Model(chosen.hf_dir, name, f"{chosen.id} ({chosen.hf_dir})")
 
 
-def pick_engine(requested: str) -> str:
-    if requested not in ("auto", "vllm", "transformers"):
-        raise ServeError("error: bad --engine", [f"{requested!r}: use auto, vllm or transformers"])
+def pick_engine(requested: str, fallback: str = "transformers") -> str:
+    """The engine `--engine` names; `auto`: vLLM when it is installed, else `fallback` (serve's
+    transformers server, eval's hf engine)."""
+    if requested not in ("auto", "vllm", fallback):
+        raise ServeError("error: bad --engine", [f"{requested!r}: use auto, vllm or {fallback}"])
     has_vllm = importlib.util.find_spec("vllm") is not None
     if requested == "vllm" and not has_vllm:
         raise ServeError(
             "error: vLLM is not installed here",
-            ["install it (scripts/install does), or use --engine transformers"],
+            [f"install it (scripts/install does), or use --engine {fallback}"],
         )
     if requested == "auto":
-        return "vllm" if has_vllm else "transformers"
+        return "vllm" if has_vllm else fallback
     return requested
 
 
@@ -294,14 +297,10 @@ def failure_cause(lines: list[str]) -> str | None:
 
 def _passed_length(extra: list[str]) -> int | None:
     """A `--max-model-len` passed through to vLLM after `--` (the last one wins, as in vLLM)."""
-    found = None
-    for i, a in enumerate(extra):
-        value = a.partition("=")[2] if a.startswith("--max-model-len=") else None
-        if a == "--max-model-len" and i + 1 < len(extra):
-            value = extra[i + 1]
-        if value is not None and value.isdigit():
-            found = int(value)
-    return found
+    flag = "--max-model-len"
+    pairs = zip(extra, [*extra[1:], ""], strict=False)  # each argument and the one after it
+    values = [v if a == flag else a.removeprefix(f"{flag}=") for a, v in pairs if a.startswith(flag)]
+    return next((int(v) for v in reversed(values) if v.isdigit()), None)
 
 
 def kv_cache_env(model_path: str, max_model_len: int | None, extra: list[str]) -> dict[str, str]:
@@ -387,9 +386,7 @@ def models(url: str, api_key: str | None, timeout: float = 5.0) -> list[str]:
         return [m["id"] for m in json.load(r)["data"]]
 
 
-def wait_ready(
-    url: str, api_key: str | None, running: Callable[[], bool], timeout: float, tick: Callable[[], None]
-) -> bool:
+def wait_ready(url: str, api_key: str | None, running: Callable[[], bool], timeout: float) -> bool:
     """True once `/v1/models` answers; False if the server process ends first or `timeout` passes."""
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -398,7 +395,6 @@ def wait_ready(
             return True
         if not running():
             return False
-        tick()
         time.sleep(0.5)
     return False
 

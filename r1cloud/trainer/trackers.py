@@ -264,8 +264,7 @@ class Trackers:
         if mirror:  # a bucket URL: the checkpoints' root
             from r1cloud.checkpoint.store import filesystem
 
-            fs, root = filesystem(mirror)
-            self.mirror = (fs, root.rstrip("/"))
+            self.mirror = filesystem(mirror)
 
     def start(self) -> None:
         """Start every tracker the blueprint names, or raise TrackerError naming the first that fails."""
