@@ -147,7 +147,7 @@ class ImageProcessor:
             return Encoded(raw, raw, [], {})
         clips = {}
         if videos:
-            clips = dict(videos=[c.frames for c in videos], video_metadata=[c.hf_metadata for c in videos])
+            clips = dict(videos=[c.frames for c in videos], video_metadata=[c.metadata for c in videos])
             clips["do_sample_frames"] = False  # sampled already (video.load), as EasyR1's fetch_video
         out = self.processor(
             images=images or None, text=[prompt], add_special_tokens=False, return_tensors="pt", **clips
