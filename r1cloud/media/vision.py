@@ -255,24 +255,19 @@ def token_types(config, ids: torch.Tensor) -> torch.Tensor:
 QWEN2_ROPE = ("qwen2_vl", "qwen2_5_vl")  # the families whose positions qwen2_rope_index gives
 
 
-def qwen2_rope_index(config, ids: torch.Tensor, types: torch.Tensor, image_grid_thw=None, video_grid_thw=None,
-                     second_per_grid_ts=None) -> tuple[torch.Tensor, int]:  # fmt: skip
-    """Qwen2-VL's and Qwen2.5-VL's mRoPE positions (3, L) of one sequence and its delta, by the rule
+def qwen2_rope_index(config, rows: list[list[int]], image_grid_thw=None, video_grid_thw=None,
+                     second_per_grid_ts=None) -> list[tuple[torch.Tensor, int]]:  # fmt: skip
+    """Qwen2-VL's and Qwen2.5-VL's mRoPE positions (3, L) and delta of each sequence (its tokens'
+    `token_types`; the grids are the rows' pictures and videos in order), by the rule
     the models were trained with (Qwen's get_rope_index, vLLM's get_mrope_input_positions): a
     picture's or video's tokens at (t × interval, row, column) after the text before it, the text
     after it from one past the largest of those. transformers 5.19 resumes the text at
     max(rows, columns) instead, which differs after a video whose temporal positions run further
     (Qwen2.5-VL's interval is seconds per grid × tokens_per_second) — and from what vLLM samples."""
-    return _qwen2_positions(
-        config, types.tolist(), *_grid_iters(image_grid_thw, video_grid_thw, second_per_grid_ts)
-    )
-
-
-def _grid_iters(image_grid_thw, video_grid_thw, second_per_grid_ts) -> tuple[dict, object]:
-    """The pictures' and videos' grids (by token type) and the videos' seconds, in order."""
     grids = {1: iter([] if image_grid_thw is None else image_grid_thw),
              2: iter([] if video_grid_thw is None else video_grid_thw)}  # fmt: skip
-    return grids, iter([] if second_per_grid_ts is None else second_per_grid_ts)
+    seconds = iter([] if second_per_grid_ts is None else second_per_grid_ts)
+    return [_qwen2_positions(config, kinds, grids, seconds) for kinds in rows]
 
 
 def _qwen2_positions(config, kinds: list[int], grids: dict, seconds) -> tuple[torch.Tensor, int]:
@@ -310,16 +305,13 @@ def use_qwen2_rope(model) -> None:
 
     def get_rope_index(input_ids, mm_token_type_ids, image_grid_thw=None, video_grid_thw=None,
                        second_per_grid_ts=None, attention_mask=None, **kwargs):  # fmt: skip
-        grids, seconds = _grid_iters(image_grid_thw, video_grid_thw, second_per_grid_ts)
         out = torch.ones(3, *input_ids.shape, dtype=input_ids.dtype, device=input_ids.device)
-        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
-        deltas = []
-        for b in range(input_ids.shape[0]):  # left padding: the real tokens only
-            keep = mask[b].bool()
-            positions, delta = _qwen2_positions(config, mm_token_type_ids[b][keep].tolist(), grids, seconds)
-            out[:, b, keep] = positions.to(out)
-            deltas.append(delta)
-        return out, torch.tensor(deltas, device=input_ids.device)[:, None]
+        mask = (torch.ones_like(input_ids) if attention_mask is None else attention_mask).bool()
+        rows = [types[keep].tolist() for types, keep in zip(mm_token_type_ids, mask, strict=True)]
+        found = qwen2_rope_index(config, rows, image_grid_thw, video_grid_thw, second_per_grid_ts)
+        for b, (positions, _) in enumerate(found):  # left padding: the real tokens only
+            out[:, b, mask[b]] = positions.to(out)
+        return out, torch.tensor([delta for _, delta in found], device=input_ids.device)[:, None]
 
     model.model.get_rope_index = get_rope_index
 
