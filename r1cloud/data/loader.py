@@ -9,6 +9,7 @@ is never truncated (a cut through its image tokens fails deep in the model): wit
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,20 +238,11 @@ class PromptSet:
                 f"{source}: row {i} has images, and the model is a text model; train a vision-language "
                 f"model (its config has a vision_config), or drop the {d.image_key!r} column"
             )
-        out = []
-        for item in items:
-            try:
-                out.append(vision.resize(vision.open_image(item, d.image_dir), d.min_pixels, d.max_pixels))
-            except FileNotFoundError as e:
-                raise ValueError(
-                    f"{source}: row {i}: image {e} not found (relative paths are joined with data.image_dir"
-                    f"{', ' + d.image_dir if d.image_dir else ', which is not set'})"
-                ) from None
-            except Exception as e:  # PIL cannot read it, or an unknown form
-                raise ValueError(
-                    f"{source}: row {i}: cannot read its image ({type(e).__name__}: {e})"
-                ) from None
-        return out
+        with self.reading(f"{source}: row {i}", "image"):
+            return [
+                vision.resize(vision.open_image(item, d.image_dir), d.min_pixels, d.max_pixels)
+                for item in items
+            ]
 
     def row_videos(self, source: str, i: int, row: dict, content: str) -> list:
         """The row's videos as written (files or frame lists, decoded when used: `clip`); one
@@ -272,19 +264,26 @@ class PromptSet:
     def clip(self, item, where: str) -> video.Clip:
         """One video of a row, sampled at data.video_fps and resized as EasyR1's fetch_video does."""
         d = self.cfg
-        try:
+        with self.reading(where, "video"):
             if not isinstance(item, str):  # a list of frames
                 item = [vision.open_image(f, d.image_dir) for f in item]
             return video.load(
                 item, d.image_dir, d.video_fps, d.min_pixels, d.max_pixels, self.processor.video_factor
             )
+
+    @contextlib.contextmanager
+    def reading(self, where: str, kind: str):
+        """One error naming the row for an image or video (`kind`) that cannot be read."""
+        d = self.cfg
+        try:
+            yield
         except FileNotFoundError as e:
             raise ValueError(
-                f"{where}: video {e} not found (relative paths are joined with data.image_dir"
+                f"{where}: {kind} {e} not found (relative paths are joined with data.image_dir"
                 f"{', ' + d.image_dir if d.image_dir else ', which is not set'})"
             ) from None
-        except Exception as e:  # OpenCV or PIL cannot read it, or an unknown form
-            raise ValueError(f"{where}: cannot read its video ({type(e).__name__}: {e})") from None
+        except Exception as e:  # PIL or OpenCV cannot read it, or an unknown form
+            raise ValueError(f"{where}: cannot read its {kind} ({type(e).__name__}: {e})") from None
 
     def check_images(self, name: str, limit: int) -> None:
         """More images per prompt than `limit_images`, said before a step (vLLM would refuse the

@@ -42,7 +42,8 @@ class Clip:
 
     @property
     def metadata(self) -> dict:
-        """What transformers' and vLLM's processors read from a video's metadata."""
+        """What transformers' and vLLM's processors read from a video's metadata (transformers
+        builds a VideoMetadata of it, which has no `do_sample_frames`: vLLM's inputs add it)."""
         total = (self.indices[-1] + 1) if self.indices else len(self.frames)
         return {
             "fps": self.fps,
@@ -52,14 +53,7 @@ class Clip:
             "width": self.frames[0].width,
             "height": self.frames[0].height,
             "video_backend": "opencv",
-            "do_sample_frames": False,
         }
-
-    @property
-    def hf_metadata(self) -> dict:
-        """The metadata as transformers' own video processor (where torchvision is) takes it: it
-        builds a VideoMetadata of each dict, which has no `do_sample_frames` (vLLM's key)."""
-        return {k: v for k, v in self.metadata.items() if k != "do_sample_frames"}
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:

@@ -147,7 +147,7 @@ class ImageProcessor:
             return Encoded(raw, raw, [], {})
         clips = {}
         if videos:
-            clips = dict(videos=[c.frames for c in videos], video_metadata=[c.hf_metadata for c in videos])
+            clips = dict(videos=[c.frames for c in videos], video_metadata=[c.metadata for c in videos])
             clips["do_sample_frames"] = False  # sampled already (video.load), as EasyR1's fetch_video
         out = self.processor(
             images=images or None, text=[prompt], add_special_tokens=False, return_tensors="pt", **clips
@@ -174,16 +174,23 @@ def merge(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     return out
 
 
-def image_from_url(url: str):
-    """An OpenAI chat `image_url`: a data URL (base64) or a file:// path, as an RGB PIL image."""
-    if url.startswith("data:"):
-        head, _, data = url.partition(",")
-        if ";base64" not in head:
-            raise ValueError("a data URL image must be base64 (data:image/png;base64,…)")
-        return open_image(base64.b64decode(data)).convert("RGB")
+URL_FORMS = {
+    "image_url": "image_url must be a data URL (data:image/…;base64,…) or a file:// path on the server",
+    "video_url": "video_url must be a base64 data URL (data:video/mp4;base64,…) or a file:// path on the server",
+}
+
+
+def from_url(url: str, kind: str) -> str | bytes:
+    """An OpenAI chat `image_url` or `video_url` (`kind`): a file:// URL's path on the server, or a
+    base64 data URL's bytes."""
     if url.startswith("file://"):
-        return open_image(urllib.parse.unquote(url.removeprefix("file://"))).convert("RGB")
-    raise ValueError("image_url must be a data URL (data:image/…;base64,…) or a file:// path on the server")
+        return urllib.parse.unquote(url.removeprefix("file://"))
+    head, _, data = url.partition(",")
+    if url.startswith("data:") and ";base64" in head:
+        return base64.b64decode(data)
+    if url.startswith("data:") and kind == "image_url":
+        raise ValueError("a data URL image must be base64 (data:image/png;base64,…)")
+    raise ValueError(URL_FORMS[kind])
 
 
 def data_url(path: str) -> str:
@@ -207,32 +214,22 @@ def split_chat(messages: list[dict]) -> tuple[list[dict], list, list[str]]:
                 kind = part.get("type")
                 if kind in ("image_url", "video_url"):
                     url = part[kind]["url"] if isinstance(part[kind], dict) else part[kind]
+                    source = from_url(url, kind)
                     if kind == "image_url":
-                        images.append(image_from_url(url))
-                    else:
-                        videos.append(video_file(url))
+                        images.append(open_image(source).convert("RGB"))
+                    elif isinstance(source, str):
+                        videos.append(source)
+                    else:  # a file OpenCV reads, removed when the process ends
+                        with tempfile.NamedTemporaryFile(suffix=".mp4", delete=False) as f:
+                            f.write(source)
+                        atexit.register(os.unlink, f.name)
+                        videos.append(f.name)
                     parts.append({"type": kind.removesuffix("_url")})
                 elif kind == "text":
                     parts.append({"type": "text", "text": part.get("text", "")})
             m = {**m, "content": parts}
         out.append(m)
     return out, images, videos
-
-
-def video_file(url: str) -> str:
-    """An OpenAI chat `video_url` as a file OpenCV reads: a file:// path, or a base64 data URL
-    written to a temporary file (removed when the process ends)."""
-    if url.startswith("file://"):
-        return urllib.parse.unquote(url.removeprefix("file://"))
-    head, _, data = url.partition(",")
-    if not url.startswith("data:") or ";base64" not in head:
-        raise ValueError(
-            "video_url must be a base64 data URL (data:video/mp4;base64,…) or a file:// path on the server"
-        )
-    with tempfile.NamedTemporaryFile(suffix=".mp4", delete=False) as f:
-        f.write(base64.b64decode(data))
-    atexit.register(os.unlink, f.name)
-    return f.name
 
 
 def uses_mrope(model) -> bool:
@@ -258,24 +255,19 @@ def token_types(config, ids: torch.Tensor) -> torch.Tensor:
 QWEN2_ROPE = ("qwen2_vl", "qwen2_5_vl")  # the families whose positions qwen2_rope_index gives
 
 
-def qwen2_rope_index(config, ids: torch.Tensor, types: torch.Tensor, image_grid_thw=None, video_grid_thw=None,
-                     second_per_grid_ts=None) -> tuple[torch.Tensor, int]:  # fmt: skip
-    """Qwen2-VL's and Qwen2.5-VL's mRoPE positions (3, L) of one sequence and its delta, by the rule
+def qwen2_rope_index(config, rows: list[list[int]], image_grid_thw=None, video_grid_thw=None,
+                     second_per_grid_ts=None) -> list[tuple[torch.Tensor, int]]:  # fmt: skip
+    """Qwen2-VL's and Qwen2.5-VL's mRoPE positions (3, L) and delta of each sequence (its tokens'
+    `token_types`; the grids are the rows' pictures and videos in order), by the rule
     the models were trained with (Qwen's get_rope_index, vLLM's get_mrope_input_positions): a
     picture's or video's tokens at (t × interval, row, column) after the text before it, the text
     after it from one past the largest of those. transformers 5.19 resumes the text at
     max(rows, columns) instead, which differs after a video whose temporal positions run further
     (Qwen2.5-VL's interval is seconds per grid × tokens_per_second) — and from what vLLM samples."""
-    return _qwen2_positions(
-        config, types.tolist(), *_grid_iters(image_grid_thw, video_grid_thw, second_per_grid_ts)
-    )
-
-
-def _grid_iters(image_grid_thw, video_grid_thw, second_per_grid_ts) -> tuple[dict, object]:
-    """The pictures' and videos' grids (by token type) and the videos' seconds, in order."""
     grids = {1: iter([] if image_grid_thw is None else image_grid_thw),
              2: iter([] if video_grid_thw is None else video_grid_thw)}  # fmt: skip
-    return grids, iter([] if second_per_grid_ts is None else second_per_grid_ts)
+    seconds = iter([] if second_per_grid_ts is None else second_per_grid_ts)
+    return [_qwen2_positions(config, kinds, grids, seconds) for kinds in rows]
 
 
 def _qwen2_positions(config, kinds: list[int], grids: dict, seconds) -> tuple[torch.Tensor, int]:
@@ -313,16 +305,13 @@ def use_qwen2_rope(model) -> None:
 
     def get_rope_index(input_ids, mm_token_type_ids, image_grid_thw=None, video_grid_thw=None,
                        second_per_grid_ts=None, attention_mask=None, **kwargs):  # fmt: skip
-        grids, seconds = _grid_iters(image_grid_thw, video_grid_thw, second_per_grid_ts)
         out = torch.ones(3, *input_ids.shape, dtype=input_ids.dtype, device=input_ids.device)
-        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
-        deltas = []
-        for b in range(input_ids.shape[0]):  # left padding: the real tokens only
-            keep = mask[b].bool()
-            positions, delta = _qwen2_positions(config, mm_token_type_ids[b][keep].tolist(), grids, seconds)
-            out[:, b, keep] = positions.to(out)
-            deltas.append(delta)
-        return out, torch.tensor(deltas, device=input_ids.device)[:, None]
+        mask = (torch.ones_like(input_ids) if attention_mask is None else attention_mask).bool()
+        rows = [types[keep].tolist() for types, keep in zip(mm_token_type_ids, mask, strict=True)]
+        found = qwen2_rope_index(config, rows, image_grid_thw, video_grid_thw, second_per_grid_ts)
+        for b, (positions, _) in enumerate(found):  # left padding: the real tokens only
+            out[:, b, mask[b]] = positions.to(out)
+        return out, torch.tensor([delta for _, delta in found], device=input_ids.device)[:, None]
 
     model.model.get_rope_index = get_rope_index
 

@@ -15,6 +15,7 @@ from random weights: what it learns to see, it learns in training.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import shutil
@@ -22,7 +23,7 @@ import sys
 from pathlib import Path
 
 from r1cloud.data import no_sklearn
-from r1cloud.offline.tiny import IDEFICS3_SPECIALS, save_vlm
+from r1cloud.offline.tiny import IDEFICS3_SPECIALS, idefics3, save_idefics3
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -35,10 +36,27 @@ def smollm2_gguf() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / GGUF
 
 
-def export_smollm2(dest: str | Path) -> Path:
-    dest = Path(dest)
-    if (dest / "config.json").is_file() and any(dest.glob("*.safetensors")):
+def _atomic(export):
+    """An export that writes `dest` beside it and then renames it (returning `dest`); a model
+    already there is kept."""
+
+    @functools.wraps(export)
+    def run(dest: str | Path, *args, **kwargs) -> Path:
+        dest = Path(dest)
+        if (dest / "config.json").is_file() and any(dest.glob("*.safetensors")):
+            return dest
+        tmp = dest.with_name(dest.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        export(tmp, *args, **kwargs)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, dest)
         return dest
+
+    return run
+
+
+@_atomic
+def export_smollm2(dest: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -52,13 +70,8 @@ def export_smollm2(dest: str | Path) -> Path:
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(loaded.state_dict())
     model.generation_config = loaded.generation_config
-    tmp = dest.with_name(dest.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, dest)
-    return dest
+    model.save_pretrained(dest)
+    tok.save_pretrained(dest)
 
 
 # The chat template of SmolLM2 (ChatML with its default system turn), taking image parts as <image>
@@ -72,35 +85,19 @@ VLM_TEMPLATE = (
 )
 
 
-def export_smolvlm(dest: str | Path, lm: str | Path, image_size: int = 96, seed: int = 0) -> Path:
+@_atomic
+def export_smolvlm(dest: Path, lm: str | Path, image_size: int = 96, seed: int = 0) -> None:
     """An Idefics3 (SmolVLM's architecture) whose language model is the causal LM at `lm` and whose
     vision encoder and connector are new: 16-pixel patches, pixel shuffle 2, so an image of
     `image_size` pixels is (image_size/32)² image tokens."""
-    dest = Path(dest)
-    if (dest / "config.json").is_file() and any(dest.glob("*.safetensors")):
-        return dest
     import torch
-    from transformers import (
-        AutoModelForCausalLM,
-        AutoTokenizer,
-        Idefics3Config,
-        Idefics3ForConditionalGeneration,
-    )
-    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(lm)
     tok.add_special_tokens({"additional_special_tokens": IDEFICS3_SPECIALS})
     text = AutoModelForCausalLM.from_pretrained(lm, dtype=torch.float32)
     text.resize_token_embeddings(len(tok), mean_resizing=True)
-    vision = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                  image_size=image_size, patch_size=16)  # fmt: skip
-    config = Idefics3Config(
-        text_config=text.config.to_dict(), vision_config=vision, scale_factor=2,
-        image_token_id=tok.convert_tokens_to_ids("<image>"), pad_token_id=tok.pad_token_id,
-        tie_word_embeddings=text.config.tie_word_embeddings,
-    )  # fmt: skip
-    torch.manual_seed(seed)
-    model = Idefics3ForConditionalGeneration(config)
+    model = idefics3(tok, text.config.to_dict(), 128, 4, image_size, seed)
     model.model.text_model.load_state_dict(text.model.state_dict())
     model.lm_head.load_state_dict(text.lm_head.state_dict())
     model.generation_config = text.generation_config
@@ -111,15 +108,7 @@ def export_smolvlm(dest: str | Path, lm: str | Path, image_size: int = 96, seed:
         image = torch.cat(list(image)) if isinstance(image, list | tuple) else image
         words = model.model.text_model.embed_tokens.weight.norm(dim=-1).mean()
         model.model.connector.modality_projection.proj.weight.mul_(words / image.norm(dim=-1).mean())
-    tmp = dest.with_name(dest.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    size = {"longest_edge": image_size}
-    images = Idefics3ImageProcessorPil(do_image_splitting=False, size=size, max_image_size=size)
-    processor = {"processor_class": "Idefics3Processor", "image_seq_len": (image_size // 16) ** 2 // 4}
-    save_vlm(tmp, model, tok, VLM_TEMPLATE, images, processor)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, dest)
-    return dest
+    save_idefics3(dest, model, tok, VLM_TEMPLATE)
 
 
 def main() -> None:

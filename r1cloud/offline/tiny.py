@@ -58,31 +58,33 @@ def make_tiny_model(
     path: str | Path, layers: int = 2, hidden: int = 128, seed: int = 0, tie: bool = False
 ) -> Path:
     """Write a random Qwen2 causal LM with its tokenizer to `path`; return the path."""
-    import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     path = Path(path)
     tok = make_tokenizer(path)
-    config = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=hidden,
-        intermediate_size=hidden * 2,
-        num_hidden_layers=layers,
-        num_attention_heads=hidden // 64,
-        num_key_value_heads=1,
-        head_dim=64,
-        max_position_embeddings=1024,
-        tie_word_embeddings=tie,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=None,
-        torch_dtype="float32",
-    )
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config)
-    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    model.save_pretrained(str(path))
+    config = Qwen2Config(**text_config(tok, hidden, layers, tie, 1024), torch_dtype="float32")
+    random_model(Qwen2ForCausalLM, config, tok, seed).save_pretrained(str(path))
     return path
+
+
+def text_config(tok, hidden: int, layers: int, tie: bool, positions: int) -> dict:
+    """A tiny language model's settings over `tok`: one KV head, head_dim 64 (vLLM's CPU attention)."""
+    return dict(
+        vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
+        num_attention_heads=hidden // 64, num_key_value_heads=1, head_dim=64, max_position_embeddings=positions,
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None, tie_word_embeddings=tie,
+    )  # fmt: skip
+
+
+def random_model(cls, config, tok, seed: int):
+    """`cls(config)` with weights drawn from `seed`, generating until `tok`'s EOS."""
+    import torch
+    from transformers import GenerationConfig
+
+    torch.manual_seed(seed)
+    model = cls(config)
+    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    return model
 
 
 # A chat template that takes image parts (Qwen-VL's placeholder), as the real models' do.
@@ -117,9 +119,7 @@ def make_tiny_vlm(
     if arch == "idefics3":
         return _tiny_idefics3(Path(path), seed, hidden, tie)
 
-    import torch
     import transformers
-    from transformers import GenerationConfig
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     path = Path(path)
@@ -127,12 +127,8 @@ def make_tiny_vlm(
     tok.add_special_tokens({"additional_special_tokens": VISION_SPECIALS})
     start, end, image, video = tok.convert_tokens_to_ids(VISION_SPECIALS)
     patch = 16 if arch == "qwen3_vl" else 14
-    text = dict(
-        vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=2,
-        num_attention_heads=hidden // 64, num_key_value_heads=1, head_dim=64, max_position_embeddings=2048,
-        rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [8, 12, 12]},
-        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None, tie_word_embeddings=tie,
-    )  # fmt: skip
+    text = text_config(tok, hidden, 2, tie, 2048)
+    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [8, 12, 12]}
     family = {"qwen2_vl": "Qwen2VL", "qwen2_5_vl": "Qwen2_5_VL", "qwen3_vl": "Qwen3VL"}.get(arch)
     if family is None:
         raise ValueError(f"unknown tiny VLM architecture {arch!r}")
@@ -148,9 +144,7 @@ def make_tiny_vlm(
         text_config=text, vision_config={**vision, "patch_size": patch}, image_token_id=image,
         video_token_id=video, vision_start_token_id=start, vision_end_token_id=end, tie_word_embeddings=tie,
     )  # fmt: skip
-    torch.manual_seed(seed)
-    model = getattr(transformers, f"{family}ForConditionalGeneration")(config)
-    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    model = random_model(getattr(transformers, f"{family}ForConditionalGeneration"), config, tok, seed)
     images = Qwen2VLImageProcessorPil(
         min_pixels=28 * 28, max_pixels=max_pixels, patch_size=patch, merge_size=2, temporal_patch_size=2
     )
@@ -158,31 +152,37 @@ def make_tiny_vlm(
 
 
 def _tiny_idefics3(path: Path, seed: int, hidden: int, tie: bool) -> Path:
-    import torch
-    from transformers import GenerationConfig, Idefics3Config, Idefics3ForConditionalGeneration
-    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
-
     tok = make_tokenizer(path)
     tok.add_special_tokens({"additional_special_tokens": IDEFICS3_SPECIALS})
-    text = dict(
-        model_type="llama", vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2,
-        num_hidden_layers=2, num_attention_heads=hidden // 64, num_key_value_heads=1, head_dim=64,
-        max_position_embeddings=2048, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-        bos_token_id=None, tie_word_embeddings=tie,
-    )  # fmt: skip
-    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                  image_size=64, patch_size=16)  # fmt: skip
+    text = {"model_type": "llama", **text_config(tok, hidden, 2, tie, 2048)}
+    model = idefics3(tok, text, 32, 2, 64, seed)
+    template = VL_CHAT_TEMPLATE.replace("<|vision_start|><|image_pad|><|vision_end|>", "<image>")
+    return save_idefics3(path, model, tok, template)
+
+
+def idefics3(tok, text: dict, width: int, heads: int, image_size: int, seed: int):
+    """A random Idefics3 (SmolVLM's architecture) over the text settings `text`: a 2-layer vision
+    encoder `width` wide with `heads` heads, 16-pixel patches on `image_size`-pixel images, pixel
+    shuffle 2 (an image is (image_size/32)² tokens)."""
+    from transformers import Idefics3Config, Idefics3ForConditionalGeneration
+
+    vision = dict(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2, num_attention_heads=heads,
+                  image_size=image_size, patch_size=16)  # fmt: skip
     config = Idefics3Config(
         text_config=text, vision_config=vision, scale_factor=2, pad_token_id=tok.pad_token_id,
-        image_token_id=tok.convert_tokens_to_ids("<image>"), tie_word_embeddings=tie,
+        image_token_id=tok.convert_tokens_to_ids("<image>"), tie_word_embeddings=text["tie_word_embeddings"],
     )  # fmt: skip
-    torch.manual_seed(seed)
-    model = Idefics3ForConditionalGeneration(config)
-    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    size = {"longest_edge": 64}
+    return random_model(Idefics3ForConditionalGeneration, config, tok, seed)
+
+
+def save_idefics3(path: Path, model, tok, template: str) -> Path:
+    """`save_vlm` with the image processor and processor settings of `model`'s image size."""
+    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+
+    side = model.config.vision_config.image_size
+    size = {"longest_edge": side}
     images = Idefics3ImageProcessorPil(do_image_splitting=False, size=size, max_image_size=size)
-    processor = {"processor_class": "Idefics3Processor", "image_seq_len": 4}
-    template = VL_CHAT_TEMPLATE.replace("<|vision_start|><|image_pad|><|vision_end|>", "<image>")
+    processor = {"processor_class": "Idefics3Processor", "image_seq_len": (side // 16) ** 2 // 4}
     return save_vlm(path, model, tok, template, images, processor)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from r1cloud.media import vision
 from r1cloud.media.vision import auto_class, image_inputs
@@ -66,13 +67,10 @@ class HFEngine:
 
     def _generate(self, batch: list[Request], owners: list[int], s: Sampling, offset: int) -> list[Sample]:
         inputs = vision.merge([p.image_inputs for p in batch])
-        batch = [p.ids for p in batch]
-        width = max(len(p) for p in batch)
-        ids = torch.full((len(batch), width), self.pad, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for r, p in enumerate(batch):  # left padding
-            ids[r, width - len(p) :] = torch.tensor(p)
-            mask[r, width - len(p) :] = 1
+        rows = [torch.tensor(p.ids, dtype=torch.long) for p in batch]
+        ids = pad_sequence(rows, batch_first=True, padding_value=self.pad, padding_side="left")
+        mask = pad_sequence([torch.ones_like(r) for r in rows], batch_first=True, padding_side="left")
+        width = ids.shape[1]
         greedy = s.temperature == 0
         torch.manual_seed(s.seed + offset)
         out = self.model.generate(

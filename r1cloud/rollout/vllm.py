@@ -287,7 +287,10 @@ def _input(p: Request) -> dict:
     if p.videos:
         import numpy as np
 
-        media["video"] = [(np.stack([np.asarray(f) for f in c.frames]), c.metadata) for c in p.videos]
+        sampled = {"do_sample_frames": False}  # as data.video_fps says, already (video.load)
+        media["video"] = [
+            (np.stack([np.asarray(f) for f in c.frames]), {**c.metadata, **sampled}) for c in p.videos
+        ]
     if media:
         return {"prompt_token_ids": p.raw_ids, "multi_modal_data": media}
     return {"prompt_token_ids": p.ids}

@@ -203,7 +203,7 @@ def rope_index(model):
         ids = torch.tensor(prompt)[None]
         given = {k: images[k].cpu() for k in grids if k in images}
         if qwen2:
-            return vision.qwen2_rope_index(config, ids[0], vision.token_types(config, ids)[0], **given)
+            return vision.qwen2_rope_index(config, vision.token_types(config, ids).tolist(), **given)[0]
         at, delta = get(ids, vision.token_types(config, ids), **given)
         return at[:, 0].cpu(), int(delta.reshape(-1)[0])
 

@@ -161,8 +161,11 @@ def test_qwen2_5_positions_follow_qwen_rule_after_a_video():
 
     config = SimpleNamespace(vision_config=SimpleNamespace(spatial_merge_size=2, tokens_per_second=2))
     types = torch.tensor([0, 0] + [2] * 12 + [0, 0])
-    positions, delta = vision.qwen2_rope_index(
-        config, types, types, video_grid_thw=torch.tensor([[2, 4, 6]]), second_per_grid_ts=torch.tensor([1.5])
+    ((positions, delta),) = vision.qwen2_rope_index(
+        config,
+        [types.tolist()],
+        video_grid_thw=torch.tensor([[2, 4, 6]]),
+        second_per_grid_ts=torch.tensor([1.5]),
     )
     t = [0] * 6 + [3] * 6  # 1.5 s × 2 tokens a second
     h, w = [0, 0, 0, 1, 1, 1] * 2, [0, 1, 2] * 4
