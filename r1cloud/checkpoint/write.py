@@ -78,7 +78,7 @@ class Bucket:
         except FileNotFoundError:
             return []
         steps = [int(m.group(1)) for n in names if (m := STEP_RE.match(n))]
-        return sorted(s for s in steps if self.fs.isfile(f"{self.root}/global_step_{s}/{STATE}"))
+        return sorted(s for s in steps if self.fs.exists(f"{self.root}/global_step_{s}/{STATE}"))
 
     def latest(self) -> tuple[int, str] | None:
         """The checkpoint to resume from: the newest complete one (the tracker, written after it
@@ -142,9 +142,12 @@ class Checkpoints(Bucket):
     filesystem), but each written under a temporary name and renamed into place when complete."""
 
     def __init__(self, root: str | Path):
+        from fsspec.implementations.local import LocalFileSystem
+
         self.folder = Path(root)
         self.folder.mkdir(parents=True, exist_ok=True)
-        super().__init__(str(self.folder))
+        # the folder itself, not read as a URL: fsspec would expand a leading `~` and split at `::`
+        self.url, self.fs, self.root = str(self.folder), LocalFileSystem(), str(self.folder.resolve())
 
     def begin(self, step: int) -> str:
         """A fresh temporary folder for step `step` (leftovers of a crashed save are removed)."""

@@ -233,7 +233,7 @@ def load_weights(load, path: str, config, kwargs: dict, empty: bool):
         make = partial(load.from_config, config, dtype=kwargs["dtype"], trust_remote_code=trust)
     with torch.device("meta") if empty else nullcontext():
         try:
-            return make(attn_implementation=attention_for(config))
+            return make(attn_implementation=kwargs.get("attn_implementation") or attention_for(config))
         except (ValueError, NotImplementedError):
             return make()
 

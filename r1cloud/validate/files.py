@@ -212,10 +212,12 @@ def check_model(spec: Spec, config: dict | None) -> Iterator[tuple[str, str]]:
     if not path or unusable_path(path) or not Path(path).exists():
         return  # a Hub id, or said already
     if config is None:  # the folder's config.json, read by model_config
-        why = (" is a file: give the model's folder (the one holding config.json)" if not Path(path).is_dir()
-               else " has no config.json: give a Hugging Face model folder (as save_pretrained writes)"
-               if not (Path(path) / "config.json").exists()
-               else "/config.json cannot be read as a JSON object: restore it from the model's source")  # fmt: skip
+        if not Path(path).is_dir():
+            why = " is a file: give the model's folder (the one holding config.json)"
+        elif not (Path(path) / "config.json").exists():
+            why = " has no config.json: give a Hugging Face model folder (as save_pretrained writes)"
+        else:
+            why = "/config.json cannot be read as a JSON object: restore it from the model's source"
         yield at, f"{path}{why}"
         return
     if reason := unsupported(config):

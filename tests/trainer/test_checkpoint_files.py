@@ -49,6 +49,20 @@ def test_prune_keeps_the_newest_and_the_best(tmp_path):
     assert ck.complete_steps() == [2, 5]
 
 
+@pytest.mark.parametrize("name", ["~", "a::b"])
+def test_a_folder_named_like_a_url_is_listed_where_it_is_written(tmp_path, monkeypatch, name):
+    """The folder is read as a path, not a URL: fsspec would expand a leading `~` to $HOME and
+    split a path at `::`, listing another folder than the one the checkpoints went to."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    ck = Checkpoints(f"{name}/ckpts")
+    for step, val in [(1, 0.9), (2, 0.1), (3, 0.2)]:
+        save(ck, step, val)
+        ck.prune(1)
+    assert ck.complete_steps() == [1, 3] and ck.latest() == (3, f"{name}/ckpts/global_step_3")
+    assert ck.tracker()["best_global_step"] == 1 and not (tmp_path / "home").exists()
+
+
 @pytest.mark.parametrize(
     "text,said",
     [

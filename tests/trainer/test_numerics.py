@@ -17,7 +17,15 @@ from r1cloud.trainer import algorithms as alg
 from r1cloud.trainer import attention
 from r1cloud.trainer.driver import Trainer
 from r1cloud.trainer.group import cpu_allocator
-from r1cloud.trainer.model import pack, packed_log_probs, packed_values, pad, token_log_probs
+from r1cloud.trainer.model import (
+    load_weights,
+    pack,
+    packed_log_probs,
+    packed_values,
+    pad,
+    token_log_probs,
+    uses_segments,
+)
 
 SEQS = [
     ([5, 6, 7, 8, 9], [10, 11, 12]),
@@ -134,6 +142,25 @@ def test_segment_attention_with_shared_prompts_equals_sdpa_with_a_copy_each(tiny
     assert scale > 1e-3
     worst = max((want_grads[n] - have_grads[n]).abs().max().item() for n in want_grads)
     assert worst <= 1e-5 * scale
+
+
+@pytest.mark.parametrize("empty", [False, True])
+def test_an_attention_named_in_override_config_is_the_one_loaded(tiny_model, empty):
+    """`worker.actor.model.override_config.attn_implementation` wins over r1cloud's packed-segment
+    attention, on rank 0 and on the empty ranks; without segments each sample is packed with its
+    own copy of the prompt, and the log-probs are the same."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(tiny_model)
+    logps = []
+    for asked, got in [({}, attention.NAME), ({"attn_implementation": "eager"}, "eager")]:
+        kwargs = {"dtype": torch.float32, **asked}
+        model = load_weights(AutoModelForCausalLM, tiny_model, config, kwargs, empty)
+        assert model.config._attn_implementation == got and uses_segments(model) == (not asked)
+        if not empty:
+            logps.append(torch.cat(packed_log_probs(model, groups_of_answers(), 1.0)))
+    if logps:
+        torch.testing.assert_close(*logps, rtol=0, atol=1e-5)
 
 
 def test_segment_attention_keeps_a_sliding_window(tiny_model):
