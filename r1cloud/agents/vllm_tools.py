@@ -16,7 +16,7 @@ from vllm.entrypoints.generate.base.protocol import ExtractedToolCallInformation
 from vllm.tool_parsers.abstract_tool_parser import ToolParserManager
 from vllm.tool_parsers.hermes_tool_parser import Hermes2ProToolParser
 
-from r1cloud.agents.calls import CLOSE, OPEN, parse, render
+from r1cloud.agents.calls import CLOSE, OPEN, parse
 
 NAME = "r1cloud_python"
 
@@ -26,7 +26,8 @@ def _as_json(body: str) -> str | None:
     found = parse(f"{OPEN}{body}{CLOSE}", "python")
     if not found or isinstance(found[0], str):
         return None
-    return render(found[0], "hermes").removeprefix(OPEN).removesuffix(CLOSE)
+    name, arguments = found[0]
+    return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
 
 
 @ToolParserManager.register_module(NAME)

@@ -174,23 +174,16 @@ def merge(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     return out
 
 
-URL_FORMS = {
-    "image_url": "image_url must be a data URL (data:image/…;base64,…) or a file:// path on the server",
-    "video_url": "video_url must be a base64 data URL (data:video/mp4;base64,…) or a file:// path on the server",
-}
-
-
-def from_url(url: str, kind: str) -> str | bytes:
-    """An OpenAI chat `image_url` or `video_url` (`kind`): a file:// URL's path on the server, or a
-    base64 data URL's bytes."""
+def image_from_url(url: str):
+    """An OpenAI chat `image_url`: a data URL (base64) or a file:// path, as an RGB PIL image."""
+    if url.startswith("data:"):
+        head, _, data = url.partition(",")
+        if ";base64" not in head:
+            raise ValueError("a data URL image must be base64 (data:image/png;base64,…)")
+        return open_image(base64.b64decode(data)).convert("RGB")
     if url.startswith("file://"):
-        return urllib.parse.unquote(url.removeprefix("file://"))
-    head, _, data = url.partition(",")
-    if url.startswith("data:") and ";base64" in head:
-        return base64.b64decode(data)
-    if url.startswith("data:") and kind == "image_url":
-        raise ValueError("a data URL image must be base64 (data:image/png;base64,…)")
-    raise ValueError(URL_FORMS[kind])
+        return open_image(urllib.parse.unquote(url.removeprefix("file://"))).convert("RGB")
+    raise ValueError("image_url must be a data URL (data:image/…;base64,…) or a file:// path on the server")
 
 
 def data_url(path: str) -> str:
@@ -214,22 +207,32 @@ def split_chat(messages: list[dict]) -> tuple[list[dict], list, list[str]]:
                 kind = part.get("type")
                 if kind in ("image_url", "video_url"):
                     url = part[kind]["url"] if isinstance(part[kind], dict) else part[kind]
-                    source = from_url(url, kind)
                     if kind == "image_url":
-                        images.append(open_image(source).convert("RGB"))
-                    elif isinstance(source, str):
-                        videos.append(source)
-                    else:  # a file OpenCV reads, removed when the process ends
-                        with tempfile.NamedTemporaryFile(suffix=".mp4", delete=False) as f:
-                            f.write(source)
-                        atexit.register(os.unlink, f.name)
-                        videos.append(f.name)
+                        images.append(image_from_url(url))
+                    else:
+                        videos.append(video_file(url))
                     parts.append({"type": kind.removesuffix("_url")})
                 elif kind == "text":
                     parts.append({"type": "text", "text": part.get("text", "")})
             m = {**m, "content": parts}
         out.append(m)
     return out, images, videos
+
+
+def video_file(url: str) -> str:
+    """An OpenAI chat `video_url` as a file OpenCV reads: a file:// path, or a base64 data URL
+    written to a temporary file (removed when the process ends)."""
+    if url.startswith("file://"):
+        return urllib.parse.unquote(url.removeprefix("file://"))
+    head, _, data = url.partition(",")
+    if not url.startswith("data:") or ";base64" not in head:
+        raise ValueError(
+            "video_url must be a base64 data URL (data:video/mp4;base64,…) or a file:// path on the server"
+        )
+    with tempfile.NamedTemporaryFile(suffix=".mp4", delete=False) as f:
+        f.write(base64.b64decode(data))
+    atexit.register(os.unlink, f.name)
+    return f.name
 
 
 def uses_mrope(model) -> bool:
