@@ -17,6 +17,7 @@ from rich.console import Console
 
 from r1cloud import __version__
 from r1cloud.core.jobstore import ACTIVE, DamagedJob, JobStore, NoSuchJob, home
+from r1cloud.core.records import cut
 from r1cloud.costs.plan import check_budget, step_seconds
 from r1cloud.jobs.cloud import CloudError, tail_logs
 from r1cloud.jobs.follow import exit_code
@@ -125,7 +126,7 @@ def parse_secrets(values: list[str]) -> dict[str, str]:
 
 def load_blueprint(path: Path, overrides: list[str], secrets: dict[str, str], shown: str):
     """The validated spec, its warnings printed; or every problem and exit code 2."""
-    shown = shown if len(shown) <= 120 else f"{shown[:119]}…"
+    shown = cut(shown)
     try:
         loaded = load_spec(path, overrides, secrets=secrets)
     except SpecError as e:

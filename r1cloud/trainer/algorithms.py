@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from r1cloud.core.estimators import ESTIMATORS
+
 
 def group_ids(index: list | torch.Tensor) -> torch.Tensor:
     """Any hashable group labels (prompt uids) -> dense int64 ids 0..G-1, in first-seen order."""
@@ -203,7 +205,7 @@ def advantages(a, x: Outcomes) -> tuple[torch.Tensor, torch.Tensor | None]:
     estimators from the sequence rewards, spread over the tokens; REINFORCE++ and GAE per token
     (from the token rewards). Also GAE's returns, the critic's targets (None otherwise)."""
     out = ADVANTAGES[a.adv_estimator](a, x)
-    adv, returns = out if a.adv_estimator == "gae" else (out, None)
+    adv, returns = out if ESTIMATORS[a.adv_estimator].critic else (out, None)  # a critic's: and its targets
     return adv * x.mask, None if returns is None else returns * x.mask
 
 
