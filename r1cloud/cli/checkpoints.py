@@ -21,7 +21,7 @@ from r1cloud.checkpoint.store import (
     select,
 )
 from r1cloud.cli.common import app, err, fail, failing, find_job, out, when
-from r1cloud.spec.load import expand
+from r1cloud.core.paths import expand
 
 
 def _checkpoint_source(target: str | None) -> tuple[str, str, int | None]:

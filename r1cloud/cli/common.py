@@ -16,6 +16,7 @@ import yaml
 from rich.console import Console
 
 from r1cloud import __version__
+from r1cloud.core.accelerators import accelerator_options
 from r1cloud.core.jobstore import ACTIVE, DamagedJob, JobStore, NoSuchJob, home
 from r1cloud.core.records import cut
 from r1cloud.costs.plan import check_budget, step_seconds
@@ -23,8 +24,6 @@ from r1cloud.jobs.cloud import CloudError, tail_logs
 from r1cloud.jobs.follow import exit_code
 from r1cloud.jobs.remote import refresh
 from r1cloud.spec import SpecError
-from r1cloud.spec.models import accelerator_options
-from r1cloud.validate import load_spec
 
 app = typer.Typer(
     name="r1cloud",
@@ -126,6 +125,8 @@ def parse_secrets(values: list[str]) -> dict[str, str]:
 
 def load_blueprint(path: Path, overrides: list[str], secrets: dict[str, str], shown: str):
     """The validated spec, its warnings printed; or every problem and exit code 2."""
+    from r1cloud.validate import load_spec  # loads the schema (pydantic): not at start-up
+
     shown = cut(shown)
     try:
         loaded = load_spec(path, overrides, secrets=secrets)
@@ -275,6 +276,8 @@ def accelerator_overrides(
     blueprint: Path, overrides: list[str], accels: int | None, gpu: str | None
 ) -> list[str]:
     """--accels/--gpu set resources.accelerators and trainer.n_gpus_per_node together."""
+    from r1cloud.validate import load_spec  # loads the schema (pydantic): not at start-up
+
     if accels is None and gpu is None:
         return []
     current = None

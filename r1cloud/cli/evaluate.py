@@ -19,16 +19,12 @@ from r1cloud.checkpoint.store import NotFound, parse_ref
 from r1cloud.cli.common import app, err, fail, failing, load_blueprint, need_file, out
 from r1cloud.cli.serving import MaxTokensOption, TemperatureOption, merging
 from r1cloud.core.jobstore import JobStore, home
+from r1cloud.core.paths import expand
 from r1cloud.evaluation import run as ev
 from r1cloud.evaluation.metrics import summarize
 from r1cloud.jobs.supervise import last_error
 from r1cloud.rewards.pool import RewardDeadline, from_config
-from r1cloud.serving import chat as ch
 from r1cloud.serving import serve as sv
-from r1cloud.spec import Spec
-from r1cloud.spec.load import expand
-from r1cloud.validate.data_check import DataError, local_files, rows
-from r1cloud.validate.files import check_data, reward_function_problems
 
 ENGINES = ("auto", "vllm", "hf")
 
@@ -152,6 +148,9 @@ def eval_(
 
 def _spec(targets, blueprint, data, reward, format_prompt, keys: dict, image_dir: Path | None):
     """The blueprint's spec (or the first job's), with the options set alone on top."""
+    from r1cloud.spec.models import Spec  # loads the schema (pydantic): not at start-up
+    from r1cloud.validate.files import reward_function_problems
+
     if blueprint is not None:
         base = load_blueprint(blueprint, [], {}, str(blueprint))
     else:
@@ -203,6 +202,8 @@ def _spec(targets, blueprint, data, reward, format_prompt, keys: dict, image_dir
 def _check_before_starting(spec) -> None:
     """What would fail after the model is up, said first (exit 2): the rows and the format prompt
     (as validate reads them), and the reward on one row's own answer."""
+    from r1cloud.validate.files import check_data  # loads the schema (pydantic): not at start-up
+
     if problems := [message for _, message in check_data(spec.data, keys=("val_files",))]:
         fail("error: the data cannot be scored", problems)
     d = spec.data
@@ -226,10 +227,12 @@ def _check_before_starting(spec) -> None:
 
 
 def _first_row(value: str) -> dict | None:
+    from r1cloud.validate import data_check as dc  # loads the schema (pydantic): not at start-up
+
     try:
-        files = local_files(value) if value else None
-        return next((row for _, row in rows(files[0], limit=1)), None) if files else None
-    except DataError:
+        files = dc.local_files(value) if value else None
+        return next((row for _, row in dc.rows(files[0], limit=1)), None) if files else None
+    except dc.DataError:
         return None
 
 
@@ -247,7 +250,9 @@ def _job_spec(target: str):
 def _resolve(ref: str, api_key: str | None, spec):
     with failing(sv.ServeError, NotFound):
         if ref.startswith(("http://", "https://")):
-            endpoint = ch.remote(ref, api_key)
+            from r1cloud.serving.chat import remote  # HTTP, the sandbox: not at start-up
+
+            endpoint = remote(ref, api_key)
             return ev.Target(
                 ref, url=endpoint.url, served=endpoint.model, origin=f"{endpoint.url} ({endpoint.model})"
             )

@@ -19,7 +19,6 @@ from r1cloud.jobs import follow as f
 from r1cloud.jobs import local
 from r1cloud.jobs.cloud import CloudError, cancel
 from r1cloud.spec import load_resolved
-from r1cloud.validate import summarize
 
 JobArg = Annotated[str | None, typer.Argument(help="Job name (default: the most recent job).")]
 
@@ -155,6 +154,8 @@ def status(
         out.print(f"model      {record.model}", markup=False)
         out.print(f"engine     {record.accelerators}", markup=False)
     if (run / "spec.yaml").exists():
+        from r1cloud.validate import summarize  # loads the schema (pydantic): not at start-up
+
         try:
             summary = summarize(load_resolved(run / "spec.yaml"))
         except Exception as e:  # a damaged spec.yaml: said, and the rest of the status still shown

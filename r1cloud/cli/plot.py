@@ -10,8 +10,8 @@ import typer
 
 from r1cloud.checkpoint.store import job_checkpoint_root
 from r1cloud.cli.common import app, fail, find_job, not_nan, out
+from r1cloud.core.paths import expand, is_dir
 from r1cloud.jobs import curves as p
-from r1cloud.spec.load import expand, is_dir
 
 DEFAULT_METRICS = "reward/overall,val/reward_score"
 

@@ -27,7 +27,6 @@ from r1cloud.cli.common import (
 from r1cloud.core.jobstore import home
 from r1cloud.costs.estimate import hours
 from r1cloud.costs.plan import plan
-from r1cloud.validate import preflight, summarize
 
 OverridesArg = Annotated[list[str] | None, typer.Argument(help="key.path=value overrides, as for validate.")]
 
@@ -70,6 +69,8 @@ def validate(
     if as_json:
         print(json.dumps(spec.model_dump(mode="json"), indent=2))
         return
+    from r1cloud.validate import summarize  # loads the schema (pydantic): not at start-up
+
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold cyan", no_wrap=True)
     table.add_column(overflow="fold")
@@ -177,6 +178,8 @@ def _transcripts(played: list[dict]) -> None:
 
 
 def _score(spec, n: int, as_json: bool, played: list[dict]) -> None:
+    from r1cloud.validate import preflight  # loads the schema (pydantic): not at start-up
+
     try:
         with err.status("preparing…") as status:
             rows, summary = preflight.run(spec, n, lambda msg: status.update(msg + "…"))

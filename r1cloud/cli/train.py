@@ -35,7 +35,6 @@ from r1cloud.jobs import follow as f
 from r1cloud.jobs import local, remote
 from r1cloud.jobs.cloud import CloudError
 from r1cloud.jobs.sky_task import TaskError, to_yaml
-from r1cloud.validate import summarize
 
 
 @app.command()
@@ -165,6 +164,8 @@ def train(
         )
         return
     if dry_run:
+        from r1cloud.validate import summarize  # loads the schema (pydantic): not at start-up
+
         taken = store.path(spec.name).exists() and not resume
         if taken and name:  # as the real launch would say
             _taken(spec.name)

@@ -15,12 +15,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from r1cloud.core.accelerators import accelerator_options
 from r1cloud.core.budget import usd
 from r1cloud.costs import estimate as est
 from r1cloud.costs import prices
 from r1cloud.spec import load_resolved
-from r1cloud.spec.models import accelerator_options
-from r1cloud.validate.summary import step_count
 
 CALIBRATION = "throughput.jsonl"
 ALTERNATIVES = ("H100", "A100-80GB", "H200")  # offered beside the blueprint's own choice
@@ -137,6 +136,8 @@ class Estimate:
 def plan(spec, home: Path | None, with_prices: bool = True) -> Estimate:
     """Time (and dollars, where the catalog has prices) of this blueprint on its own accelerators
     and the alternatives, cheapest first."""
+    from r1cloud.validate.summary import step_count  # loads the schema (pydantic): not at start-up
+
     out = Estimate()
     m, critic = sizes(spec)
     if m is None:

@@ -16,10 +16,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from r1cloud.core.accelerators import accelerator_options
 from r1cloud.core.budget import usd
 from r1cloud.core.jobstore import home
 from r1cloud.jobs.follow import record
-from r1cloud.spec.models import accelerator_options
 
 TIME_LIMIT = 30  # seconds for the child (AWS's lookup also asks its account's zones)
 CATALOG_VERSION = "v8"  # sky/skylet/constants.py CATALOG_SCHEMA_VERSION in SkyPilot 0.14

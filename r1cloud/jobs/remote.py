@@ -11,6 +11,7 @@ import math
 import time
 from pathlib import Path
 from secrets import token_hex
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -19,7 +20,10 @@ from r1cloud.core import budget
 from r1cloud.core.jobstore import ACTIVE, Job, JobExists, JobRunning, JobStore, launch_lost
 from r1cloud.jobs import cloud
 from r1cloud.jobs.sky_task import RAY_TOKEN, check_cloud, checkpoint_url, node_spec, task_config
-from r1cloud.spec import Spec, dump_spec
+from r1cloud.spec import dump_spec
+
+if TYPE_CHECKING:
+    from r1cloud.spec import Spec
 
 NODE_SPEC = "node-spec.yaml"
 

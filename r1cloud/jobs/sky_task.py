@@ -22,13 +22,15 @@ import glob
 import os
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from r1cloud import __version__
-from r1cloud.spec import Spec
-from r1cloud.spec.models import accelerator_options
-from r1cloud.validate.files import job_folder
+from r1cloud.core.accelerators import accelerator_options
+
+if TYPE_CHECKING:
+    from r1cloud.spec import Spec
 
 SPEC_ON_NODE = "~/.r1cloud/spec.yaml"
 SOURCE_ON_NODE = "~/.r1cloud/src"
@@ -44,6 +46,8 @@ class TaskError(ValueError):
 
 def workdir_for(spec_data: dict, blueprint: Path) -> Path:
     """The folder to upload: the blueprint's folder, widened to hold every local file it names."""
+    from r1cloud.validate.files import job_folder  # loads the schema (pydantic): not at start-up
+
     root = job_folder(spec_data, blueprint)
     if (
         Path.home().is_relative_to(root)

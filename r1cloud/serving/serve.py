@@ -30,10 +30,10 @@ from r1cloud.agents.tools import tool_schemas
 from r1cloud.checkpoint.store import base_model, job_checkpoint_root, locate, parse_ref, select
 from r1cloud.core.families import VIDEO_FAMILIES, kv_bytes_per_token, model_config, text_config
 from r1cloud.core.jobstore import JobStore, home
+from r1cloud.core.paths import is_dir
 from r1cloud.core.records import load_object
 from r1cloud.rollout.engine import vllm_max_rank
 from r1cloud.spec import load_resolved
-from r1cloud.spec.load import is_dir
 
 # org/name, 96 characters each at most
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")

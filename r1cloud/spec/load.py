@@ -21,8 +21,9 @@ from typing import Any, get_args
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from r1cloud.core.accelerators import accelerator_options
 from r1cloud.core.records import cut
-from r1cloud.spec.models import Spec, accelerator_options
+from r1cloud.spec.models import Spec
 from r1cloud.spec.numbers import MAX_DIGITS, long_number
 from r1cloud.spec.problems import Problem
 
@@ -63,22 +64,6 @@ class Loaded:
 
 
 # --------------------------------------------------------------------------- YAML with lines
-def expand(path: str | os.PathLike) -> Path:
-    """`~` and `~user` expanded; a `~user` with no such user stays as written (it then does not exist)."""
-    try:
-        return Path(path).expanduser()
-    except RuntimeError:
-        return Path(path)
-
-
-def is_dir(path: Path) -> bool:
-    """Path.is_dir, with a name no file can have (too long, a NUL) just not a folder."""
-    try:
-        return path.is_dir()
-    except (OSError, ValueError):
-        return False
-
-
 def display_path(path: Path) -> str:
     try:
         rel = os.path.relpath(path)

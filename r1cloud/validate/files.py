@@ -21,9 +21,10 @@ from pathlib import Path
 from r1cloud.agents.tools import ENV, TOOLS
 from r1cloud.agents.tools import check as check_tools
 from r1cloud.core.families import VIDEO_FAMILIES, model_config, model_context, text_config, unsupported
+from r1cloud.core.paths import expand
 from r1cloud.core.records import cut, load_object
 from r1cloud.data import prompts
-from r1cloud.spec.load import Origins, expand, origin_of
+from r1cloud.spec.load import Origins, origin_of
 from r1cloud.spec.models import Spec, _is_url
 from r1cloud.spec.problems import Problem
 from r1cloud.validate import data_check, imports

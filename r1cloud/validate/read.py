@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 
+from r1cloud.core.paths import expand
 from r1cloud.spec.load import (
     CLI,
     Loaded,
@@ -13,7 +14,6 @@ from r1cloud.spec.load import (
     apply_legacy,
     deep_merge,
     display_path,
-    expand,
     fill_empty_sections,
     get_path,
     origin_of,

@@ -6,8 +6,9 @@ import importlib.util
 from collections.abc import Iterator
 
 from r1cloud.agents.tools import check
+from r1cloud.core.accelerators import accelerator_options
 from r1cloud.spec.load import display_path
-from r1cloud.spec.models import Spec, accelerator_options
+from r1cloud.spec.models import Spec
 from r1cloud.trainer.lora import plan
 from r1cloud.validate.data_check import count_rows
 
