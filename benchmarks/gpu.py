@@ -52,7 +52,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(HERE), str(ROOT), str(ROOT / "tests" / "trainer")]
+sys.path[:0] = [str(HERE), str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "trainer")]
 
 SECTIONS = ("checks", "offload", "landed", "attention", "mfu", "mfu7b")
 

@@ -221,9 +221,9 @@ def in_model(device: str) -> dict:
 
     from transformers import AutoModelForCausalLM
 
-    from r1cloud.offline.tiny import make_tiny_model
     from r1cloud.trainer.attention import register
     from r1cloud.trainer.model import packed_log_probs
+    from tiny import make_tiny_model
 
     folder = make_tiny_model(Path(tempfile.mkdtemp()) / "tiny", layers=2)
     g = torch.Generator().manual_seed(1)
@@ -385,4 +385,5 @@ def table(results: list[dict]) -> list[str]:
 if __name__ == "__main__":
     import sys
 
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tiny.py
     print("\n".join(table(run("--quick" in sys.argv, "cuda" if torch.cuda.is_available() else "cpu"))))

@@ -12,7 +12,7 @@ from gpu import gpu_overrides, make_run, release, trainer, worker
 
 
 def _models(work: Path) -> tuple[Path, Path]:
-    from r1cloud.offline.tiny import make_tiny_model
+    from tiny import make_tiny_model
     from tinyrun import DIGITS_REWARD
 
     model = work / "tiny"
@@ -140,7 +140,7 @@ def engine_vs_trainer(t, w) -> float:
     from r1cloud.rollout.engine import Request
 
     prompts = [Request(p.prompt_ids) for p in t.train_set.prompts[:2]]
-    from r1cloud.offline.tiny import batch_of, generated, per_sequence
+    from tiny import batch_of, generated, per_sequence
 
     samples = generated(w.generate(prompts, {"n": 4, "temperature": 1.0, "max_tokens": 12, "seed": 7}))
     samples = [s for s in samples if s["response"]]
@@ -238,7 +238,7 @@ def lora_run(report, work: Path, cuda: bool) -> None:
 def vlm_run(report, work: Path, cuda: bool) -> None:
     import importlib.util
 
-    from r1cloud.offline.tiny import make_tiny_vlm
+    from tiny import make_tiny_vlm
     from tinyrun import ROOT, tiny_vl_blueprint
 
     spec = importlib.util.spec_from_file_location("shapes_generate", ROOT / "data" / "shapes" / "generate.py")
@@ -274,8 +274,8 @@ def _batch(vocab: int, micro: int) -> list[dict]:
 
 def offload(report, work: Path, cuda: bool, quick: bool) -> None:
     """The same update with and without each kind of offload; device memory between phases."""
-    from r1cloud.offline.tiny import make_tiny_model, shard
     from r1cloud.spec import load_resolved
+    from tiny import make_tiny_model, shard
 
     model = work / "offload-model"
     if not model.exists():  # big enough on a GPU for the moves to show in its memory

@@ -23,7 +23,7 @@ def run(report, work: Path, cuda: bool, quick: bool) -> None:
 def _gradients(w, mb, sp) -> tuple[list, dict]:
     """The worker's log-probs of the mini-batch's sequences and its update's gradients, with the
     actor's Ulysses group set to `sp`."""
-    from r1cloud.offline.tiny import batch_of, per_sequence, shard
+    from tiny import batch_of, per_sequence, shard
 
     seqs = [s["seq"] for micro in mb[0]["micro"] for s in micro]
     b, rows = batch_of(seqs)
@@ -131,7 +131,7 @@ def multi_turn(report, work: Path, cuda: bool) -> None:
 def video_run(report, work: Path, cuda: bool) -> None:
     """One step on generated clips (files and a frame list) with a tiny Qwen2.5-VL, two updates so
     the old log-probs over the same frames are recomputed and compared with the engine's."""
-    from r1cloud.offline.tiny import make_tiny_vlm, write_clips
+    from tiny import make_tiny_vlm, write_clips
     from tinyrun import tiny_vl_blueprint
 
     clips = write_clips(work / "clips")

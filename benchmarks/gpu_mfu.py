@@ -36,7 +36,7 @@ PROMPT, ANSWERS = 512, 8
 def make_model(where: Path, shape: str) -> Path:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from r1cloud.offline.tiny import make_tokenizer
+    from tiny import make_tokenizer
 
     hidden, layers, heads, kv, inter, vocab = SHAPES[shape]
     if (where / "config.json").exists():
@@ -87,7 +87,7 @@ def _sync(cuda: bool) -> None:
 
 
 def measure(w, shape: str, tokens: int, cuda: bool, prompt: int, iters: int) -> dict:
-    from r1cloud.offline.tiny import shard
+    from tiny import shard
 
     answer = (tokens - prompt) // ANSWERS
     mb = batch(w.actor.config.vocab_size, answer, prompt)
@@ -133,7 +133,7 @@ def profile(w, tokens: int, prompt: int) -> list[str]:
     """Where one forward and backward pass spends its GPU time: the top kernels by self time."""
     from torch.profiler import ProfilerActivity, profile
 
-    from r1cloud.offline.tiny import shard
+    from tiny import shard
 
     mb = batch(w.actor.config.vocab_size, (tokens - prompt) // ANSWERS, prompt)
     w.update(*shard(mb), apply=False)

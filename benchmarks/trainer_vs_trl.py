@@ -54,7 +54,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # tests/tiny.py: the tiny models
 
 SETTINGS = {
     "prompts_per_step": 4,
@@ -100,7 +100,7 @@ def task_of(model: str | Path) -> dict:
 
 def resolve_model(name: str, work: Path) -> Path:
     if name == "tiny":
-        from r1cloud.offline.tiny import make_tiny_model
+        from tiny import make_tiny_model
 
         return make_tiny_model(work / "tiny")
     if name == "smollm2":
@@ -111,7 +111,7 @@ def resolve_model(name: str, work: Path) -> Path:
             export_smollm2(path)
         return path
     if name == "tinyvlm":
-        from r1cloud.offline.tiny import make_tiny_vlm
+        from tiny import make_tiny_vlm
 
         return make_tiny_vlm(work / "tinyvlm", "qwen2_vl")
     if name == "smolvlm":  # the quickstart_vl model: SmolLM2-135M-Instruct and a fresh encoder

@@ -69,10 +69,10 @@ def shrink(script: Path, spec, model: Path, data: dict, steps: int) -> list[str]
 
 def prepare(work: Path) -> dict:
     """The tiny models and the local data, made once."""
-    from r1cloud.offline.tiny import make_tiny_model, make_tiny_vlm
-
-    sys.path.insert(0, str(ROOT / "data" / "shapes"))
+    sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "data" / "shapes")]  # tiny.py, generate.py
     import generate
+
+    from tiny import make_tiny_model, make_tiny_vlm
 
     rows = (ROOT / "data/arithmetic/train.jsonl").read_text().splitlines(True)
     (work / "text").mkdir(parents=True, exist_ok=True)

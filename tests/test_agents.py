@@ -150,8 +150,8 @@ def test_a_tool_may_answer_with_a_picture(tmp_path):
     an endpoint as an OpenAI image part."""
     from transformers import AutoTokenizer
 
-    from r1cloud.offline.tiny import make_tokenizer
     from r1cloud.serving.chat import _parts
+    from tiny import make_tokenizer
 
     (tmp_path / "look.py").write_text(PICTURE_TOOL)
     box = Sandbox(None, str(tmp_path / "look.py"), None, workers=1, timeout=5.0, limit=50)
@@ -301,7 +301,7 @@ def test_call_formats():
 
 
 def test_observations_are_the_templates_tool_turn_as_a_delta(tmp_path):
-    from r1cloud.offline.tiny import make_tokenizer
+    from tiny import make_tokenizer
 
     tok = make_tokenizer(tmp_path)
     obs = calls.Observations(tok)
@@ -409,8 +409,8 @@ def test_validate_reads_an_environment_says_the_reward_rule_and_refuses_what_can
 
 def test_a_conversation_as_the_prompt_reaches_the_template_whole(tmp_path):
     from r1cloud.data.loader import PromptSet
-    from r1cloud.offline.tiny import make_tokenizer
     from r1cloud.spec.models import DataConfig
+    from tiny import make_tokenizer
 
     tok = make_tokenizer(tmp_path / "tok")
     chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]

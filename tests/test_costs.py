@@ -78,7 +78,7 @@ def test_step_flops_are_the_formulas_by_hand():
 
 def test_model_size_from_config_counts_what_a_token_passes_through(tmp_path):
     torch = pytest.importorskip("torch")
-    from r1cloud.offline.tiny import make_tiny_model
+    from tiny import make_tiny_model
 
     path = make_tiny_model(tmp_path / "tiny")
     m = estimate.model_size(str(path))

@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import os
 import shutil
 import sys
 from pathlib import Path
 
 from r1cloud.data import no_sklearn
-from r1cloud.offline.tiny import IDEFICS3_SPECIALS, idefics3, save_idefics3
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Idefics3/SmolVLM: the processor expands each <image> into fake-token, global-img, image tokens
+IDEFICS3_SPECIALS = ["<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>"] + [
+    f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)
+]
 
 
 def smollm2_gguf() -> Path:
@@ -109,6 +113,55 @@ def export_smolvlm(dest: Path, lm: str | Path, image_size: int = 96, seed: int =
         words = model.model.text_model.embed_tokens.weight.norm(dim=-1).mean()
         model.model.connector.modality_projection.proj.weight.mul_(words / image.norm(dim=-1).mean())
     save_idefics3(dest, model, tok, VLM_TEMPLATE)
+
+
+def random_model(cls, config, tok, seed: int):
+    """`cls(config)` with weights drawn from `seed`, generating until `tok`'s EOS."""
+    import torch
+    from transformers import GenerationConfig
+
+    torch.manual_seed(seed)
+    model = cls(config)
+    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    return model
+
+
+def idefics3(tok, text: dict, width: int, heads: int, image_size: int, seed: int):
+    """A random Idefics3 (SmolVLM's architecture) over the text settings `text`: a 2-layer vision
+    encoder `width` wide with `heads` heads, 16-pixel patches on `image_size`-pixel images, pixel
+    shuffle 2 (an image is (image_size/32)² tokens)."""
+    from transformers import Idefics3Config, Idefics3ForConditionalGeneration
+
+    vision = dict(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2, num_attention_heads=heads,
+                  image_size=image_size, patch_size=16)  # fmt: skip
+    config = Idefics3Config(
+        text_config=text, vision_config=vision, scale_factor=2, pad_token_id=tok.pad_token_id,
+        image_token_id=tok.convert_tokens_to_ids("<image>"), tie_word_embeddings=text["tie_word_embeddings"],
+    )  # fmt: skip
+    return random_model(Idefics3ForConditionalGeneration, config, tok, seed)
+
+
+def save_idefics3(path: Path, model, tok, template: str) -> Path:
+    """`save_vlm` with the image processor and processor settings of `model`'s image size."""
+    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+
+    side = model.config.vision_config.image_size
+    size = {"longest_edge": side}
+    images = Idefics3ImageProcessorPil(do_image_splitting=False, size=size, max_image_size=size)
+    processor = {"processor_class": "Idefics3Processor", "image_seq_len": (side // 16) ** 2 // 4}
+    return save_vlm(path, model, tok, template, images, processor)
+
+
+def save_vlm(path: Path, model, tok, template: str, image_processor, processor: dict) -> Path:
+    """A vision-language model's folder as model repositories ship it: the weights, the tokenizer
+    with `template`, the image processor, chat_template.jinja and processor_config.json."""
+    model.save_pretrained(str(path))
+    tok.chat_template = template
+    tok.save_pretrained(str(path))
+    image_processor.save_pretrained(str(path))
+    (path / "chat_template.jinja").write_text(template)
+    (path / "processor_config.json").write_text(json.dumps(processor))
+    return path
 
 
 def main() -> None:

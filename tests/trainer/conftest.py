@@ -51,7 +51,7 @@ def ray_head():
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    from r1cloud.offline.tiny import make_tiny_model
+    from tiny import make_tiny_model
 
     return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
 
@@ -86,7 +86,7 @@ def run_folder(where: Path, name: str, blueprint: str, overrides) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_vlm(tmp_path_factory) -> Path:
-    from r1cloud.offline.tiny import make_tiny_vlm
+    from tiny import make_tiny_vlm
 
     return make_tiny_vlm(tmp_path_factory.mktemp("models") / "tinyvl")
 

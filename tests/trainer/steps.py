@@ -1,11 +1,11 @@
-"""The workers' `update` and `log_probs` over samples written as r1cloud.offline.tiny.batch_of takes them,
+"""The workers' `update` and `log_probs` over samples written as tiny.batch_of takes them,
 sent as the driver sends them: each rank's shard as a Batch, its micro-batches as rows."""
 
 from __future__ import annotations
 
-from r1cloud.offline.tiny import batch_of, shard
 from r1cloud.trainer.batch import unpacked
 from r1cloud.trainer.group import gather
+from tiny import batch_of, shard
 
 
 def update(trainer, per_rank: list[list[dict]], **kwargs) -> list:

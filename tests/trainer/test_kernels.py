@@ -6,11 +6,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from r1cloud.offline.tiny import make_tiny_model
 from r1cloud.rollout import onednn
 from r1cloud.trainer import model as model_mod
 from r1cloud.trainer.head import head_log_probs
 from r1cloud.trainer.model import entropy_from_logits, packed_log_probs, plain_head, token_log_probs
+from tiny import make_tiny_model
 
 SEQS = [
     ([5, 6, 7, 8, 9], [10, 11, 12]),

@@ -14,7 +14,6 @@ from test_numerics import SEQS, single_process_grads
 from torch.distributed.checkpoint import FileSystemReader
 from transformers import AutoModelForCausalLM
 
-from r1cloud.offline.tiny import generated
 from r1cloud.rollout.engine import Request
 from r1cloud.serving.serve import free_port
 from r1cloud.spec import load_resolved
@@ -22,6 +21,7 @@ from r1cloud.trainer import algorithms as alg
 from r1cloud.trainer import lora
 from r1cloud.trainer.driver import Trainer
 from r1cloud.trainer.model import packed_log_probs, pad
+from tiny import generated
 from tinyrun import r1, tiny_blueprint
 
 LORA = ("worker.actor.model.lora.rank=4", "worker.actor.model.lora.alpha=8")

@@ -10,7 +10,6 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from r1cloud.core.dtypes import torch_dtype
-from r1cloud.offline.tiny import generated
 from r1cloud.rollout.engine import Request
 from r1cloud.spec import load_resolved
 from r1cloud.trainer import algorithms as alg
@@ -26,6 +25,7 @@ from r1cloud.trainer.model import (
     token_log_probs,
     uses_segments,
 )
+from tiny import generated
 
 SEQS = [
     ([5, 6, 7, 8, 9], [10, 11, 12]),
@@ -482,7 +482,7 @@ def test_one_worker_trains_unwrapped_with_one_process_gradients_and_a_whole_chec
 def test_vllm_sampling_log_probs_equal_trainer_before_and_after_sync(tmp_path, digits_reward, tie):
     pytest.importorskip("vllm")
     from conftest import run_folder
-    from r1cloud.offline.tiny import make_tiny_model
+    from tiny import make_tiny_model
     from tinyrun import tiny_blueprint
 
     # tied: the output layer is the embedding (as SmolLM2's, Qwen2.5-0.5B's)

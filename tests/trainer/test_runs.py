@@ -163,7 +163,7 @@ def test_rank0_init_and_offload_train_exactly_as_without(tmp_path, digits_reward
     same numbers as every worker reading the weights itself, without offload. The moves between
     phases (offload.*) have nowhere to go on a CPU run, and the run says so once."""
     from conftest import run_folder
-    from r1cloud.offline.tiny import make_tiny_model
+    from tiny import make_tiny_model
     from tinyrun import tiny_blueprint
 
     tied = make_tiny_model(tmp_path / "tied", tie=True)

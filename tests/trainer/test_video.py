@@ -2,15 +2,15 @@
 as qwen_vl_utils' fetch_video, patches in transformers' video layout without torchvision, packed
 video rows whose log-probs equal the model's own forward (mRoPE from video grids, Qwen2.5-VL's
 seconds per grid, Qwen3-VL's timestamps), and the hf engine's sampling log-probs against the
-trainer's. Tiny random Qwen2/2.5/3-VL models (r1cloud.offline.tiny), videos written with OpenCV."""
+trainer's. Tiny random Qwen2/2.5/3-VL models (tests/tiny.py), videos written with OpenCV."""
 
 import numpy as np
 import pytest
 import torch
 
 from r1cloud.media import video, vision
-from r1cloud.offline.tiny import make_tiny_vlm, write_clips, write_video
 from r1cloud.trainer.model import attention_for, packed_log_probs
+from tiny import make_tiny_vlm, write_clips, write_video
 
 ARCHS = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
 
@@ -179,7 +179,7 @@ def test_qwen2_5_positions_follow_qwen_rule_after_a_video():
 
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory):
-    """A small generated video set, EasyR1-style (r1cloud.offline.tiny.write_clips)."""
+    """A small generated video set, EasyR1-style (tiny.write_clips)."""
     return write_clips(tmp_path_factory.mktemp("clips"))
 
 

@@ -1,6 +1,6 @@
 """Vision-language models: EasyR1's image data, packed rows with images and mRoPE, FSDP2 gradients,
 the frozen vision tower, vLLM's multimodal log-probs against the trainer's, and a VL run through
-the CLI. Tiny random Qwen2/2.5/3-VL models (r1cloud.offline.tiny), pictures from data/shapes."""
+the CLI. Tiny random Qwen2/2.5/3-VL models (tests/tiny.py), pictures from data/shapes."""
 
 import json
 
@@ -12,12 +12,12 @@ from openai import OpenAI
 from r1cloud.data.loader import PromptSet, load_tokenizer
 from r1cloud.media import vision
 from r1cloud.media.vision import auto_class
-from r1cloud.offline.tiny import generated, make_tiny_vlm
 from r1cloud.serving.serve import free_port
 from r1cloud.spec import load_resolved
 from r1cloud.trainer import algorithms as alg
 from r1cloud.trainer.driver import Trainer
 from r1cloud.trainer.model import attention_for, packed_log_probs, pad
+from tiny import generated, make_tiny_vlm
 from tinyrun import r1, run_trainer, tiny_vl_blueprint
 
 
@@ -96,10 +96,10 @@ def test_one_worker_mixed_precision_is_fsdp_at_world_one(tmp_path, arch, adapter
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from transformers import AutoConfig, AutoModelForTokenClassification
 
-    from r1cloud.offline.tiny import make_tiny_model
     from r1cloud.spec.models import LoraConfig
     from r1cloud.trainer import lora, precision
     from r1cloud.trainer.model import packed_values, shard_units, vision_tower
+    from tiny import make_tiny_model
 
     critic = arch == "critic"
     path = make_tiny_model(tmp_path / arch) if critic else make_tiny_vlm(tmp_path / arch, arch)
@@ -423,7 +423,7 @@ def test_vl_config_trains_with_two_workers_through_the_cli(tmp_path, tiny_vlm, s
     # and with a 2 s clip (20 frames at 10 fps): both servers sample 4 frames, 2 a second, and
     # size them by the processor, so the prompt holds 2 × 2 × 3 merged patches
     from r1cloud.media import video
-    from r1cloud.offline.tiny import write_video
+    from tiny import write_video
 
     clip = write_video(tmp_path / "clip.mp4", frames=20, fps=10, size=(84, 56))
     watch = [{"role": "user", "content": [

@@ -1,4 +1,4 @@
-"""Tiny real models for tests and benchmarks: a Qwen2-architecture model with random weights and a
+"""Tiny real models for tests and benchmarks (not part of the package): a Qwen2-architecture model with random weights and a
 small BPE tokenizer trained on the spot, with a chat template. No Hub access needed.
 
 head_dim is 64 because vLLM's CPU attention rejects smaller heads.
@@ -9,6 +9,8 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
+
+from r1cloud.offline.smollm import IDEFICS3_SPECIALS, idefics3, random_model, save_idefics3, save_vlm
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -76,17 +78,6 @@ def text_config(tok, hidden: int, layers: int, tie: bool, positions: int) -> dic
     )  # fmt: skip
 
 
-def random_model(cls, config, tok, seed: int):
-    """`cls(config)` with weights drawn from `seed`, generating until `tok`'s EOS."""
-    import torch
-    from transformers import GenerationConfig
-
-    torch.manual_seed(seed)
-    model = cls(config)
-    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    return model
-
-
 # A chat template that takes image parts (Qwen-VL's placeholder), as the real models' do.
 VL_CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
@@ -97,10 +88,6 @@ VL_CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 VISION_SPECIALS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
-# Idefics3/SmolVLM: the processor expands each <image> into fake-token, global-img, image tokens
-IDEFICS3_SPECIALS = ["<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>"] + [
-    f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)
-]
 
 
 def make_tiny_vlm(
@@ -158,44 +145,6 @@ def _tiny_idefics3(path: Path, seed: int, hidden: int, tie: bool) -> Path:
     model = idefics3(tok, text, 32, 2, 64, seed)
     template = VL_CHAT_TEMPLATE.replace("<|vision_start|><|image_pad|><|vision_end|>", "<image>")
     return save_idefics3(path, model, tok, template)
-
-
-def idefics3(tok, text: dict, width: int, heads: int, image_size: int, seed: int):
-    """A random Idefics3 (SmolVLM's architecture) over the text settings `text`: a 2-layer vision
-    encoder `width` wide with `heads` heads, 16-pixel patches on `image_size`-pixel images, pixel
-    shuffle 2 (an image is (image_size/32)² tokens)."""
-    from transformers import Idefics3Config, Idefics3ForConditionalGeneration
-
-    vision = dict(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2, num_attention_heads=heads,
-                  image_size=image_size, patch_size=16)  # fmt: skip
-    config = Idefics3Config(
-        text_config=text, vision_config=vision, scale_factor=2, pad_token_id=tok.pad_token_id,
-        image_token_id=tok.convert_tokens_to_ids("<image>"), tie_word_embeddings=text["tie_word_embeddings"],
-    )  # fmt: skip
-    return random_model(Idefics3ForConditionalGeneration, config, tok, seed)
-
-
-def save_idefics3(path: Path, model, tok, template: str) -> Path:
-    """`save_vlm` with the image processor and processor settings of `model`'s image size."""
-    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
-
-    side = model.config.vision_config.image_size
-    size = {"longest_edge": side}
-    images = Idefics3ImageProcessorPil(do_image_splitting=False, size=size, max_image_size=size)
-    processor = {"processor_class": "Idefics3Processor", "image_seq_len": (side // 16) ** 2 // 4}
-    return save_vlm(path, model, tok, template, images, processor)
-
-
-def save_vlm(path: Path, model, tok, template: str, image_processor, processor: dict) -> Path:
-    """A vision-language model's folder as model repositories ship it: the weights, the tokenizer
-    with `template`, the image processor, chat_template.jinja and processor_config.json."""
-    model.save_pretrained(str(path))
-    tok.chat_template = template
-    tok.save_pretrained(str(path))
-    image_processor.save_pretrained(str(path))
-    (path / "chat_template.jinja").write_text(template)
-    (path / "processor_config.json").write_text(json.dumps(processor))
-    return path
 
 
 # ---------------------------------------------------------------------------- worker calls by hand
