@@ -104,7 +104,7 @@ class Trainer:
             refuse_unknown_sampling(pick_engine(r.name), r.val_override_config)
         except ValueError as e:
             raise RunError(str(e)) from None
-        self.workers, self.rendezvous = launch(self.spec, self.world)  # the store: held while they run
+        self.workers, _, self.rendezvous = launch(self.spec, self.world)  # the store: held while they run
 
     def start_workers(self) -> str:
         if not self.workers:  # main() launched them first: Trainer(launch_first=True)

@@ -1,5 +1,5 @@
-"""The Ray worker group: one HybridWorker per device, placed on the cluster, with its
-torch.distributed rendezvous; calls that fail fast when a worker dies (RunError: a mismatch said in
+"""The Ray worker group: one HybridWorker per device (and for asynchronous training one
+RolloutWorker per rollout device), placed on the cluster, with its torch.distributed rendezvous; calls that fail fast when a worker dies (RunError: a mismatch said in
 one line); the CPU workers' allocator settings.
 """
 
@@ -7,19 +7,23 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import timedelta
 
 import torch
+import torch.distributed as dist
 
 from r1cloud.trainer.transport import zero_copy_tensors
 
 
-def launch(spec, world: int) -> tuple[list, object]:
-    """Start Ray (or join the job's cluster) and one HybridWorker per device, placed as the spec says;
-    the workers and their rendezvous store (kept for as long as they run)."""
+def launch(spec, world: int, rollout: int = 0) -> tuple[list, list, object]:
+    """Start Ray (or join the job's cluster), one HybridWorker per device and `rollout` RolloutWorkers,
+    placed as the spec says; the workers, the rollout workers and their rendezvous store (kept for as
+    long as they run)."""
     import ray
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+    from r1cloud.trainer.rollout_worker import RolloutWorker
     from r1cloud.trainer.workers import HybridWorker
 
     cuda = torch.cuda.is_available()
@@ -45,7 +49,9 @@ def launch(spec, world: int) -> tuple[list, object]:
     spread = nnodes > 1 and bool(cluster)
     size = per_node if spread else 1  # a multi-node cluster (jobs/node.py): a bundle per node, its devices
     bundle = {"GPU": size, "CPU": size} if cuda else {"CPU": size}
-    pg = placement_group([bundle] * (world // size), strategy="STRICT_SPREAD" if spread else "PACK")
+    pg = placement_group(
+        [bundle] * ((world + rollout) // size), strategy="STRICT_SPREAD" if spread else "PACK"
+    )
     try:
         ray.get(pg.ready(), timeout=float(os.environ.get("R1CLOUD_PLACEMENT_TIMEOUT", "600")))
     except ray.exceptions.GetTimeoutError:
@@ -56,16 +62,23 @@ def launch(spec, world: int) -> tuple[list, object]:
     # this controller runs on a node of the cluster (this machine, or a `ray start` head: RAY_ADDRESS
     # HEAD:6379); through Ray Client (ray://) its address would be the client's, out of the workers' reach
     store, master = rendezvous(ray.util.get_node_ip_address())
-    threads = max(1, (os.cpu_count() or 1) // world)
-    actor = ray.remote(num_cpus=1, num_gpus=1 if cuda else 0)(HybridWorker)
+    threads = max(1, (os.cpu_count() or 1) // (world + rollout))
     config = spec.model_dump(mode="json")
-    return [
-        actor.options(
-            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=r // size),
-            runtime_env={"env_vars": {**env, **cpu_allocator()}} if not cuda else None,
-        ).remote(config, r, world, master, threads)
-        for r in range(world)
-    ], store
+
+    def start(cls, rank: int, count: int, first: int):  # first: its pool's first device
+        return (
+            ray.remote(num_cpus=1, num_gpus=1 if cuda else 0)(cls)
+            .options(
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    pg, placement_group_bundle_index=(first + rank) // size
+                ),
+                runtime_env={"env_vars": {**env, **cpu_allocator()}} if not cuda else None,
+            )
+            .remote(config, rank, count, master, threads)
+        )
+
+    workers = [start(HybridWorker, r, world, 0) for r in range(world)]
+    return workers, [start(RolloutWorker, r, rollout, world) for r in range(rollout)], store
 
 
 # What workers need from the trainer's environment to reach the model, data and checkpoints.
@@ -131,6 +144,19 @@ def cpu_allocator() -> dict[str, str]:
         "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
         "GLIBC_TUNABLES": ":".join(tunables),
     }
+
+
+def join_world(master: str, rank: int, world: int, backend: str, prefix: str = "") -> None:
+    """Join a torch.distributed world through the controller's store (`master`, from rendezvous;
+    `prefix` keeps one world's keys apart from another's). vLLM's in-process launcher reads RANK,
+    WORLD_SIZE and LOCAL_RANK; no MASTER_ADDR/PORT: nothing here may listen on the store's port."""
+    local = rank if not torch.cuda.is_available() else 0
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local))
+    host, port = master.rsplit(":", 1)
+    wait = timedelta(minutes=30)
+    store = dist.TCPStore(host, int(port), is_master=False, timeout=wait)
+    store = dist.PrefixStore(prefix, store) if prefix else store
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=wait)
 
 
 def rendezvous(host: str):

@@ -1,5 +1,6 @@
 """The worker's weight sync: the actor's full tensors, one FSDP group at a time, into its rollout
-engine (or only the LoRA adapters, where the engine holds the base). Methods of HybridWorker."""
+engine (or only the LoRA adapters, where the engine holds the base), or for asynchronous training
+from train rank 0 to the rollout workers (trainer/broadcast.py). Methods of HybridWorker."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Iterator
 import torch
 
 from r1cloud.core.dtypes import torch_dtype
-from r1cloud.trainer import lora, precision
+from r1cloud.trainer import broadcast, lora, precision
 
 
 class WeightSync:
@@ -52,6 +53,22 @@ class WeightSync:
                 finally:
                     if self.cuda:  # on CPU they stay: the next forward pass needs these same values
                         module.reshard()
+
+    def join_weights(self, size: int) -> None:
+        """Train rank 0: join the weights group of `size` members as its rank 0 (the others: no-op)."""
+        self.weights_group = broadcast.group(self.master, 0, size) if self.rank == 0 else None
+
+    def push_weights(self) -> None:
+        """The actor's weights to the rollout workers, merged with LoRA's adapters: every rank
+        gathers (a collective), rank 0 sends."""
+        with self.offloads["actor"].resident():
+            weights = self.full_weights()
+            weights = lora.merged(weights, self.actor) if self.lora else weights
+            if self.rank == 0:
+                broadcast.send(self.weights_group, weights)
+            else:
+                for _ in weights:
+                    pass
 
     def sync_weights(self) -> None:
         with self.offloads["actor"].resident():

@@ -6,25 +6,21 @@ and gives every worker the same number of micro-batches, so FSDP's collectives a
 
 from __future__ import annotations
 
-import os
-from datetime import timedelta
-
 import torch
 import torch.distributed as dist
 
-from r1cloud.agents import episodes
 from r1cloud.checkpoint.dcp import storage
 from r1cloud.core.dtypes import torch_dtype
 from r1cloud.core.families import unsupported
 from r1cloud.data import no_sklearn
-from r1cloud.data.loader import load_tokenizer
 from r1cloud.media import vision
 from r1cloud.rollout import onednn
-from r1cloud.rollout.engine import Request, Sampling, eos_ids, vllm_max_rank
 from r1cloud.spec import Spec
 from r1cloud.trainer import lora, offload, precision, ulysses
 from r1cloud.trainer.actor_update import ActorUpdate
 from r1cloud.trainer.critic import Critic
+from r1cloud.trainer.engine_host import EngineHost
+from r1cloud.trainer.group import join_world
 from r1cloud.trainer.model import (
     apply_fsdp,
     blank_sequence,
@@ -42,10 +38,10 @@ from r1cloud.trainer.weight_sync import WeightSync
 VALUE_HEADS = ("score", "classifier")  # a critic's new head: trained in full when it has LoRA
 
 
-class HybridWorker(ActorUpdate, Critic, WeightSync):
-    """One device's worker: its lifecycle (models, optimizers, schedules, the rollout engine,
-    checkpoints) here; the actor's log-probs and update (actor_update.py), the critic's
-    (critic.py) and the weight sync into the engine (weight_sync.py) as its bases."""
+class HybridWorker(ActorUpdate, Critic, WeightSync, EngineHost):
+    """One device's worker: its lifecycle (models, optimizers, schedules, checkpoints) here; the
+    actor's log-probs and update (actor_update.py), the critic's (critic.py), the weight sync into
+    the engine (weight_sync.py) and the rollout engine itself (engine_host.py) as its bases."""
 
     def __init__(self, spec: dict, rank: int, world: int, master: str, threads: int = 1):
         no_sklearn.install()  # before the first model loads in this Ray worker
@@ -56,17 +52,12 @@ class HybridWorker(ActorUpdate, Critic, WeightSync):
         self.device = f"cuda:{torch.cuda.current_device()}" if self.cuda else "cpu"
         if not self.cuda:  # (vLLM runs in this process: its CPU build binds no threads here)
             torch.set_num_threads(threads)
-        # vLLM's in-process launcher reads these; no MASTER_ADDR/PORT: the world meets through the
-        # controller's store (group.rendezvous), and nothing here may try to listen on its port
-        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank if not self.cuda else 0))
-        host, port = master.rsplit(":", 1)
-        wait = timedelta(minutes=30)
-        store = dist.TCPStore(host, int(port), is_master=False, timeout=wait)
+        self.master = master  # the controller's store: the weights group meets there too (join_weights)
         w, a = self.spec.worker, self.spec.algorithm
         # FSDP's CPU offload keeps gradients in host memory: clipping's all-reduce needs gloo for them
         offloaded = any(r.fsdp.enable_cpu_offload for r in (w.actor, w.ref, w.critic))
         backend = ("cuda:nccl,cpu:gloo" if offloaded else "nccl") if self.cuda else "gloo"
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=wait)
+        join_world(master, rank, world, backend)
         # Ulysses groups (the reference model's is the actor's, as in EasyR1)
         sizes = {role: getattr(w, role).ulysses_size for role in self.spec.roles}
         made = {n: ulysses.groups(world, n, rank) for n in dict.fromkeys(sizes.values())}
@@ -99,9 +90,6 @@ class HybridWorker(ActorUpdate, Critic, WeightSync):
         # a group's samples hold one copy of their prompt (model.pack); the driver keeps them together
         self.share_prompts = all(uses_segments(m) for m in (self.actor, self.critic) if m is not None)
         self.schedulers: dict = {}  # set by the driver once the step count is known (set_schedule)
-        self.engine = None
-        self.agent = None  # multi-turn episodes: agents.episodes.Agent (start_engine)
-        self.adapter_sync = False  # LoRA into vLLM: the adapters only (start_engine decides)
         self._temperature = self.spec.worker.rollout.temperature
 
     def node_ip(self) -> str:
@@ -227,57 +215,6 @@ class HybridWorker(ActorUpdate, Critic, WeightSync):
 
     def shares_prompts(self) -> bool:
         return self.share_prompts
-
-    def start_engine(self, engine: str, videos: int = 0, sequences: int = 0) -> str:
-        """The rollout engine; `videos`: the most videos a prompt holds (vLLM makes room for them);
-        `sequences`: the most one rollout call gives it (vLLM's KV cache is sized to them on CPU)."""
-        m, r = self.spec.worker.actor.model, self.spec.worker.rollout
-        tok, processor = load_tokenizer(m, self.spec.data)
-        eos = eos_ids(m.model_path, tok)
-        if r.multi_turn.enable:  # observations in the prompts' own template (override included)
-            workers = self.spec.worker.reward.num_cpus
-            self.agent = episodes.Agent.of(r.multi_turn, self.spec.data, tok, processor, workers)
-        if engine == "vllm":
-            from r1cloud.rollout.vllm import VLLMEngine
-
-            self.adapter_sync = self.lora and lora.sync_adapters(m.lora, self.cuda)
-            rank = vllm_max_rank(m.lora.rank) if self.adapter_sync else 0
-            self.engine = VLLMEngine(
-                m.model_path, m.tokenizer_path, r, eos, seed=r.seed, lora_rank=rank, videos=videos,
-                sequences=sequences,
-            )  # fmt: skip
-        else:
-            from r1cloud.rollout.hf import HFEngine
-
-            self.engine = HFEngine(m.model_path, eos, tok.pad_token_id, torch_dtype(r.dtype), self.device)
-        return self.engine.name
-
-    def generate(self, prompts: list[Request], sampling: dict) -> dict[str, torch.Tensor]:
-        """n samples per prompt: their prompt's position in `prompts`, response ids and sampling
-        log-probs (end to end, batch.packed's layout), lengths, and whether each ended on EOS."""
-        if self.agent is None:
-            samples = self.engine.generate(prompts, Sampling(**sampling))
-        else:
-            samples = episodes.run(self.engine, prompts, Sampling(**sampling), self.agent)
-        out = {
-            "prompt": torch.tensor([s.prompt for s in samples], dtype=torch.long),
-            "response": torch.tensor([t for s in samples for t in s.response], dtype=torch.int32),
-            "length": torch.tensor([len(s.response) for s in samples], dtype=torch.long),
-            "logprobs": torch.tensor([x for s in samples for x in s.logprobs], dtype=torch.float32),
-            "finished": torch.tensor([s.finished for s in samples], dtype=torch.bool),
-        }
-        if self.agent is not None:  # which tokens are the model's, and each episode's counts
-            out["mask"] = torch.tensor([m for s in samples for m in s.mask], dtype=torch.bool)
-            out["episode"] = torch.tensor([[s.stats[k] for k in episodes.STATS] for s in samples])
-            if self.agent.env_reward:
-                out["env_reward"] = torch.tensor([s.reward for s in samples], dtype=torch.float64)
-            if any(s.images for s in samples):  # pictures in observations: their tensors, per episode
-                out["tool_images"] = [vision.merge(s.images or []) for s in samples]
-            if self.agent.shape:  # each episode's own prompt (its environment's reset added to it)
-                ids = [s.prompt_ids or prompts[s.prompt].ids for s in samples]
-                out["prompt_ids"] = torch.tensor([t for x in ids for t in x], dtype=torch.int32)
-                out["prompt_len"] = torch.tensor([len(x) for x in ids], dtype=torch.long)
-        return out
 
     # ------------------------------------------------------------------ checkpoints
     def _role(self, role: str):
