@@ -79,7 +79,7 @@ class Local:
 def worker(spec) -> object:
     """One HybridWorker for `spec` (a Spec), world 1, in this process."""
     from r1cloud.trainer import workers
-    from r1cloud.trainer.group import rendezvous
+    from r1cloud.trainer.world import rendezvous
 
     workers.zero_copy_tensors = lambda: None  # Ray's serializer for what workers return: no Ray here
     store, master = rendezvous("127.0.0.1")
@@ -92,7 +92,7 @@ def trainer(run: Path):
     """The trainer's driver for the run folder `run`, its one worker in this process; closed after."""
     from r1cloud.trainer import driver
 
-    driver.launch = lambda spec, world: ([Local(worker(spec))], None)
+    driver.launch = lambda spec, world, rollout=0: ([Local(worker(spec))], [], None)
     driver.gather = list
     t = driver.Trainer(run)
     try:

@@ -47,7 +47,7 @@ def measure_load(model: Path, flag: bool, work: Path) -> list[float]:
     bp = Path(tempfile.mkdtemp(dir=work)) / "bp.yaml"
     bp.write_text(blueprint(model, "hf", 1))
     spec = load_spec(bp, overrides(flag)).spec.model_dump(mode="json")
-    from r1cloud.trainer.group import rendezvous
+    from r1cloud.trainer.world import rendezvous
 
     store, master = rendezvous("127.0.0.1")  # held here while the two workers start
     peaks = mp.get_context("spawn").Manager().dict()

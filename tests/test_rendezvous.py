@@ -1,5 +1,5 @@
 """Ports a process picks for others to use. The workers' torch.distributed rendezvous
-(group.rendezvous): the trainer holds the store's port from the moment it hands the address out,
+(world.rendezvous): the trainer holds the store's port from the moment it hands the address out,
 so no other process can take it before the workers join (a port found free and released had been
 taken once by another test's workers: EADDRINUSE in CI), and real processes form a gloo world
 through it as HybridWorker does. A server's port
@@ -17,7 +17,7 @@ import pytest
 import torch.distributed as dist
 
 from r1cloud.serving.serve import free_port
-from r1cloud.trainer.group import rendezvous
+from r1cloud.trainer.world import rendezvous
 
 # one worker's join, as HybridWorker.__init__ does it, then a sum across the world
 JOIN = """

@@ -1,18 +1,18 @@
 """The Ray worker group: one HybridWorker per device (and for asynchronous training one
-RolloutWorker per rollout device), placed on the cluster, with its torch.distributed rendezvous; calls that fail fast when a worker dies (RunError: a mismatch said in
-one line); the CPU workers' allocator settings.
+RolloutWorker per rollout device), placed on the cluster and met at the controller's store
+(world.py); calls that fail fast when a worker dies (RunError: a mismatch said in one line); the
+CPU workers' allocator settings.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from datetime import timedelta
 
 import torch
-import torch.distributed as dist
 
 from r1cloud.trainer.transport import zero_copy_tensors
+from r1cloud.trainer.world import rendezvous
 
 
 def launch(spec, world: int, rollout: int = 0) -> tuple[list, list, object]:
@@ -144,29 +144,6 @@ def cpu_allocator() -> dict[str, str]:
         "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
         "GLIBC_TUNABLES": ":".join(tunables),
     }
-
-
-def join_world(master: str, rank: int, world: int, backend: str, prefix: str = "") -> None:
-    """Join a torch.distributed world through the controller's store (`master`, from rendezvous;
-    `prefix` keeps one world's keys apart from another's). vLLM's in-process launcher reads RANK,
-    WORLD_SIZE and LOCAL_RANK; no MASTER_ADDR/PORT: nothing here may listen on the store's port."""
-    local = rank if not torch.cuda.is_available() else 0
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local))
-    host, port = master.rsplit(":", 1)
-    wait = timedelta(minutes=30)
-    store = dist.TCPStore(host, int(port), is_master=False, timeout=wait)
-    store = dist.PrefixStore(prefix, store) if prefix else store
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=wait)
-
-
-def rendezvous(host: str):
-    """The workers' torch.distributed store, held by this process on a port the system gives it
-    while it listens, and its address (`host`:port) for HybridWorker. A port found free, released
-    and bound again by rank 0 later could be taken in between (another job's workers starting)."""
-    from torch.distributed import TCPStore
-
-    store = TCPStore(host, 0, is_master=True, wait_for_workers=False)
-    return store, f"{host}:{store.port}"
 
 
 class RunError(RuntimeError):

@@ -13,8 +13,8 @@ from r1cloud.data import no_sklearn
 from r1cloud.spec import Spec
 from r1cloud.trainer import broadcast
 from r1cloud.trainer.engine_host import EngineHost
-from r1cloud.trainer.group import join_world
 from r1cloud.trainer.transport import zero_copy_tensors
+from r1cloud.trainer.world import join_world
 
 
 class RolloutWorker(EngineHost):

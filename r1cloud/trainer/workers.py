@@ -20,7 +20,6 @@ from r1cloud.trainer import lora, offload, precision, ulysses
 from r1cloud.trainer.actor_update import ActorUpdate
 from r1cloud.trainer.critic import Critic
 from r1cloud.trainer.engine_host import EngineHost
-from r1cloud.trainer.group import join_world
 from r1cloud.trainer.model import (
     apply_fsdp,
     blank_sequence,
@@ -34,6 +33,7 @@ from r1cloud.trainer.model import (
 from r1cloud.trainer.optim import AdamWBF16, lr_factor
 from r1cloud.trainer.transport import zero_copy_tensors
 from r1cloud.trainer.weight_sync import WeightSync
+from r1cloud.trainer.world import join_world
 
 VALUE_HEADS = ("score", "classifier")  # a critic's new head: trained in full when it has LoRA
 

@@ -30,3 +30,24 @@ def log_probs(trainer, per_rank: list[list[list]], **kwargs) -> list[list[list[l
         full = unpacked(flat, b.response_len, b.response_ids.shape[1])
         out.append([[full[i, : int(b.response_len[i])].tolist() for i in micro] for micro in rows])
     return out
+
+
+def largest_gap(xs: list[list[float]], ys: list[list[float]]) -> float:
+    return max(max(abs(a - b) for a, b in zip(x, y, strict=True)) for x, y in zip(xs, ys, strict=True))
+
+
+def engine_gap(trainer, samples: list[dict], prompts: list, temperature: float) -> tuple[float, list, list]:
+    """An engine's samples (tiny.generated's) against two workers' log-probs over the same
+    sequences: the largest difference, the sequences, and the workers' log-probs."""
+    seqs = [(prompts[s["prompt"]].ids, s["response"]) for s in samples]
+    recomputed = log_probs(trainer, [[seqs], [seqs]], temperature=temperature)[0][0]
+    return largest_gap([s["logprobs"] for s in samples], recomputed), seqs, recomputed
+
+
+def large_update(trainer, seqs: list) -> None:
+    """One update of two workers that moves the policy far on `seqs` (half pushed up, half down)."""
+    samples = [
+        {"seq": s, "old": None, "ref": [-5.0] * len(s[1]), "adv": (1.0 if i % 2 else -1.0)}
+        for i, s in enumerate(seqs)
+    ]
+    update(trainer, [[{"total": 8.0, "micro": [samples]}], [{"total": 8.0, "micro": [samples]}]])

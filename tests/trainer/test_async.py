@@ -2,7 +2,9 @@
 here), the actor's weights sent to it from train rank 0 by gloo broadcast in buckets
 (trainer/broadcast.py), never through Ray's object store."""
 
+import json
 import multiprocessing as mp
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -16,39 +18,50 @@ from r1cloud.trainer import broadcast
 from r1cloud.trainer.group import gather, launch
 from tiny import generated
 
-WEIGHTS = {
-    "a": torch.randn(3, 4),
-    "b": torch.randn(5),
-    "c": torch.randn(2, 2).bfloat16(),
-    "d": torch.tensor(3.0),
-    "e": torch.randn(100),
-}
+
+def weights() -> dict[str, torch.Tensor]:
+    """Tensors of two dtypes, a scalar and one larger than a 64-byte bucket (the same in every process)."""
+    g = torch.Generator().manual_seed(0)
+    return {
+        "a": torch.randn(3, 4, generator=g),
+        "b": torch.randn(5, generator=g),
+        "c": torch.randn(2, 2, generator=g).bfloat16(),
+        "d": torch.tensor(3.0),
+        "e": torch.randn(100, generator=g),
+    }
 
 
-def _member(rank: int, master: str, out) -> None:
+def _member(rank: int, master: str, out: str) -> None:
     pg = broadcast.group(master, rank, 3)
     if rank == 0:
-        out.put(("sent", broadcast.send(pg, WEIGHTS.items(), bucket_bytes=64)))
+        got = broadcast.send(pg, weights().items(), bucket_bytes=64)
     else:
-        out.put((rank, [(k, v.dtype, v.clone()) for k, v in broadcast.receive(pg)]))
+        got = [[k, str(v.dtype), v.float().tolist()] for k, v in broadcast.receive(pg)]
+    Path(out).write_text(json.dumps(got))
 
 
-def test_the_weights_cross_in_buckets_whole_and_in_order():
-    """Tensors of two dtypes, a scalar and one larger than a bucket reach both receivers as sent."""
+def test_the_weights_cross_in_buckets_whole_and_in_order(tmp_path):
+    """Every tensor reaches both receivers as it was sent, in order, each bucket of one dtype."""
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    ctx = mp.get_context("fork")
-    out = ctx.Queue()
-    members = [ctx.Process(target=_member, args=(r, f"127.0.0.1:{store.port}", out)) for r in range(3)]
+    ctx = mp.get_context("spawn")  # not fork: this process runs threads (Ray's, xdist's)
+    members = [
+        ctx.Process(target=_member, args=(r, f"127.0.0.1:{store.port}", str(tmp_path / f"{r}.json")))
+        for r in range(3)
+    ]
     for m in members:
         m.start()
-    got = dict(out.get(timeout=60) for _ in members)
     for m in members:
-        m.join(timeout=60)
-    assert got["sent"] == sum(t.nbytes for t in WEIGHTS.values())
+        m.join(timeout=120)
+        assert m.exitcode == 0
+    sent = weights()
+    assert json.loads((tmp_path / "0.json").read_text()) == sum(t.nbytes for t in sent.values())
     for rank in (1, 2):
-        assert [k for k, _, _ in got[rank]] == list(WEIGHTS)
-        for k, dtype, tensor in got[rank]:
-            assert dtype == WEIGHTS[k].dtype and torch.equal(tensor, WEIGHTS[k]), k
+        got = json.loads((tmp_path / f"{rank}.json").read_text())
+        assert [k for k, _, _ in got] == list(sent)
+        for k, dtype, values in got:
+            assert dtype == str(sent[k].dtype) and torch.equal(
+                torch.tensor(values).to(sent[k].dtype), sent[k]
+            ), k
 
 
 def test_a_rollout_worker_samples_from_the_weights_train_rank_0_sends(tmp_path, digits_reward):
@@ -83,28 +96,14 @@ def test_a_rollout_worker_samples_from_the_weights_train_rank_0_sends(tmp_path, 
 
         def gap() -> tuple[float, list, list]:
             samples = generated(gather([rollouts[0].generate.remote(prompts, sampling)])[0])
-            seqs = [(prompts[s["prompt"]].ids, s["response"]) for s in samples]
-            recomputed = steps.log_probs(trainer, [[seqs], [seqs]], temperature=0.8)[0][0]
-            worst = max(
-                max(abs(a - b) for a, b in zip(s["logprobs"], lp, strict=True))
-                for s, lp in zip(samples, recomputed, strict=True)
-            )
-            return worst, seqs, recomputed
+            return steps.engine_gap(trainer, samples, prompts, 0.8)
 
         push(0)
         before, seqs, lp_before = gap()
         assert before <= 1e-4, before
-        samples = [
-            {"seq": s, "old": None, "ref": [-5.0] * len(s[1]), "adv": (1.0 if i % 2 else -1.0)}
-            for i, s in enumerate(seqs)
-        ]
-        steps.update(trainer, [[{"total": 8.0, "micro": [samples]}], [{"total": 8.0, "micro": [samples]}]])
+        steps.large_update(trainer, seqs)
         changed = steps.log_probs(trainer, [[seqs], [seqs]], temperature=0.8)[0][0]
-        moved = max(
-            max(abs(a - b) for a, b in zip(x, y, strict=True))
-            for x, y in zip(lp_before, changed, strict=True)
-        )
-        assert moved > 1e-3, moved
+        assert steps.largest_gap(lp_before, changed) > 1e-3
         push(1)
         after, _, _ = gap()
         assert after <= 1e-4, after

@@ -516,30 +516,14 @@ def test_vllm_sampling_log_probs_equal_trainer_before_and_after_sync(tmp_path, d
 
         def compare():
             samples = generated(trainer.call("generate", prompts[:2], sampling)[0])
-            seqs = [(prompts[s["prompt"]].ids, s["response"]) for s in samples]
-            recomputed = steps.log_probs(trainer, [[seqs], [seqs]], temperature=0.8)[0][0]
-            worst = max(
-                max(abs(a - b) for a, b in zip(s["logprobs"], lp, strict=True))
-                for s, lp in zip(samples, recomputed, strict=True)
-            )
-            return worst, seqs, recomputed
+            return steps.engine_gap(trainer, samples, prompts, 0.8)
 
         before, seqs, lp_before = compare()
         assert before <= 1e-4, before
         # A large update, then sync: the engine must follow the new weights.
-        samples = [
-            {"seq": s, "old": None, "ref": [-5.0] * len(s[1]), "adv": (1.0 if i % 2 else -1.0)}
-            for i, s in enumerate(seqs)
-        ]
-        steps.update(trainer, [[{"total": 8.0, "micro": [samples]}], [{"total": 8.0, "micro": [samples]}]])
+        steps.large_update(trainer, seqs)
         changed = steps.log_probs(trainer, [[seqs], [seqs]], temperature=0.8)[0][0]
-        assert (
-            max(
-                max(abs(a - b) for a, b in zip(x, y, strict=True))
-                for x, y in zip(lp_before, changed, strict=True)
-            )
-            > 1e-3
-        )
+        assert steps.largest_gap(lp_before, changed) > 1e-3
         trainer.call("sync_weights")
         after, _, _ = compare()
         assert after <= 1e-4, after
