@@ -78,10 +78,10 @@ class Local:
 
 def worker(spec) -> object:
     """One HybridWorker for `spec` (a Spec), world 1, in this process."""
-    from r1cloud.trainer import workers
+    from r1cloud.trainer import engine_host, workers
     from r1cloud.trainer.world import rendezvous
 
-    workers.zero_copy_tensors = lambda: None  # Ray's serializer for what workers return: no Ray here
+    engine_host.zero_copy_tensors = lambda: None  # Ray's serializer for what workers return: no Ray here
     store, master = rendezvous("127.0.0.1")
     STORES.append(store)
     return workers.HybridWorker(spec.model_dump(mode="json"), 0, 1, master, threads=os.cpu_count() or 1)

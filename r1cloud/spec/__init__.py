@@ -42,7 +42,9 @@ def load_resolved(path: str | Path) -> Spec:
         tree = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except RecursionError:
         raise ValueError(f"{path} is nested too deeply to be a spec") from None
-    return __getattr__("Spec").model_validate(tree)
+    from r1cloud.spec.models import Spec  # the schema: see the module's note
+
+    return Spec.model_validate(tree)
 
 
 def __getattr__(name: str):

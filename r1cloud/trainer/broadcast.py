@@ -8,8 +8,8 @@ copied to the host first.
 
 A bucket crosses as three broadcasts: its header's length, the header (JSON: each tensor's name,
 shape and dtype, all of one dtype), and its tensors end to end as bytes. A length of 0 ends the
-stream. The receiver yields each tensor as it arrives, so an engine loads one bucket while the next
-is on its way, and at most one bucket is held beyond the engine's own weights.
+stream. The receiver yields each bucket's tensors before it receives the next, so at most one
+bucket is held beyond the engine's own weights.
 """
 
 from __future__ import annotations
@@ -17,21 +17,19 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Iterator
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
+from r1cloud.trainer.world import WAIT, connect
+
 BUCKET_BYTES = 256 << 20
-WAIT = timedelta(minutes=30)
 
 
 def group(master: str, rank: int, size: int):
     """Join the weights group (`size` members: train rank 0 and the rollout workers); every member
     calls this at the same time."""
-    host, port = master.rsplit(":", 1)
-    store = dist.TCPStore(host, int(port), is_master=False, timeout=WAIT)
-    return dist.ProcessGroupGloo(dist.PrefixStore("weights/", store), rank, size, WAIT)
+    return dist.ProcessGroupGloo(connect(master, "weights/"), rank, size, WAIT)
 
 
 def _broadcast(pg, tensor: torch.Tensor) -> torch.Tensor:

@@ -1,24 +1,45 @@
 """What a worker that holds a rollout engine does: start the engine (vLLM or transformers, with the
-agent's episodes when the run has tools) and generate. A base of HybridWorker (the colocated
-worker) and of RolloutWorker (asynchronous training's rollout-only worker); the class that mixes it
-in sets `spec`, `lora`, `cuda` and `device`."""
+agent's episodes when the run has tools) and generate; and what both kinds of worker process do
+first and last. A base of HybridWorker (the colocated worker) and of RolloutWorker (asynchronous
+training's rollout-only worker); the class that mixes it in sets `lora`."""
 
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
 from r1cloud.agents import episodes
 from r1cloud.core.dtypes import torch_dtype
+from r1cloud.data import no_sklearn
 from r1cloud.data.loader import load_tokenizer
 from r1cloud.media import vision
 from r1cloud.rollout.engine import Request, Sampling, eos_ids, vllm_max_rank
+from r1cloud.spec import Spec
 from r1cloud.trainer import lora
+from r1cloud.trainer.transport import zero_copy_tensors
 
 
 class EngineHost:
     engine = None
     agent = None  # multi-turn episodes: agents.episodes.Agent (start_engine)
     adapter_sync = False  # LoRA into vLLM: the adapters only (start_engine decides)
+
+    def _begin(self, spec: dict, rank: int, world: int, master: str, threads: int) -> None:
+        """What a worker process does first: its spec, rank and device, `threads` CPU threads."""
+        no_sklearn.install()  # before the first model loads in this Ray worker
+        self.spec = Spec.model_validate(spec)
+        self.rank, self.world, self.master = rank, world, master  # master: the controller's store
+        zero_copy_tensors()  # what it returns to the driver
+        self.cuda = torch.cuda.is_available()
+        self.device = f"cuda:{torch.cuda.current_device()}" if self.cuda else "cpu"
+        if not self.cuda:  # (vLLM runs in this process: its CPU build binds no threads here)
+            torch.set_num_threads(threads)
+
+    def shutdown(self) -> None:
+        if self.agent is not None:
+            self.agent.sandbox.close()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
     def start_engine(self, engine: str, videos: int = 0, sequences: int = 0) -> str:
         """The rollout engine; `videos`: the most videos a prompt holds (vLLM makes room for them);

@@ -65,20 +65,19 @@ def launch(spec, world: int, rollout: int = 0) -> tuple[list, list, object]:
     threads = max(1, (os.cpu_count() or 1) // (world + rollout))
     config = spec.model_dump(mode="json")
 
-    def start(cls, rank: int, count: int, first: int):  # first: its pool's first device
-        return (
-            ray.remote(num_cpus=1, num_gpus=1 if cuda else 0)(cls)
-            .options(
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    pg, placement_group_bundle_index=(first + rank) // size
-                ),
-                runtime_env={"env_vars": {**env, **cpu_allocator()}} if not cuda else None,
-            )
-            .remote(config, rank, count, master, threads)
-        )
+    remote = ray.remote(num_cpus=1, num_gpus=1 if cuda else 0)
 
-    workers = [start(HybridWorker, r, world, 0) for r in range(world)]
-    return workers, [start(RolloutWorker, r, rollout, world) for r in range(rollout)], store
+    def start(actor, rank: int, count: int, first: int):  # first: its pool's first device
+        return actor.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                pg, placement_group_bundle_index=(first + rank) // size
+            ),
+            runtime_env={"env_vars": {**env, **cpu_allocator()}} if not cuda else None,
+        ).remote(config, rank, count, master, threads)
+
+    trainer, rollouts = remote(HybridWorker), remote(RolloutWorker)
+    workers = [start(trainer, r, world, 0) for r in range(world)]
+    return workers, [start(rollouts, r, rollout, world) for r in range(rollout)], store
 
 
 # What workers need from the trainer's environment to reach the model, data and checkpoints.

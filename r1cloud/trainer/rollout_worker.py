@@ -7,13 +7,8 @@ weights (trainer/broadcast.py). `version` is the number of updates in the weight
 
 from __future__ import annotations
 
-import torch
-
-from r1cloud.data import no_sklearn
-from r1cloud.spec import Spec
 from r1cloud.trainer import broadcast
 from r1cloud.trainer.engine_host import EngineHost
-from r1cloud.trainer.transport import zero_copy_tensors
 from r1cloud.trainer.world import join_world
 
 
@@ -21,14 +16,7 @@ class RolloutWorker(EngineHost):
     lora = False  # the engine gets merged weights
 
     def __init__(self, spec: dict, rank: int, world: int, master: str, threads: int = 1):
-        no_sklearn.install()  # before the first model loads in this Ray worker
-        self.spec = Spec.model_validate(spec)
-        self.rank, self.world, self.master = rank, world, master
-        zero_copy_tensors()
-        self.cuda = torch.cuda.is_available()
-        self.device = f"cuda:{torch.cuda.current_device()}" if self.cuda else "cpu"
-        if not self.cuda:
-            torch.set_num_threads(threads)
+        self._begin(spec, rank, world, master, threads)
         join_world(master, rank, world, "nccl" if self.cuda else "gloo", prefix="rollout/")
         self.weights = None  # the weights group (join_weights)
         self.version = 0
@@ -41,11 +29,3 @@ class RolloutWorker(EngineHost):
         """Load what train rank 0 sends (WeightSync.push_weights) into the engine."""
         self.engine.load_weights(broadcast.receive(self.weights))
         self.version = version
-
-    def shutdown(self) -> None:
-        import torch.distributed as dist
-
-        if self.agent is not None:
-            self.agent.sandbox.close()
-        if dist.is_initialized():
-            dist.destroy_process_group()

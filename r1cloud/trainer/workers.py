@@ -12,10 +12,8 @@ import torch.distributed as dist
 from r1cloud.checkpoint.dcp import storage
 from r1cloud.core.dtypes import torch_dtype
 from r1cloud.core.families import unsupported
-from r1cloud.data import no_sklearn
 from r1cloud.media import vision
 from r1cloud.rollout import onednn
-from r1cloud.spec import Spec
 from r1cloud.trainer import lora, offload, precision, ulysses
 from r1cloud.trainer.actor_update import ActorUpdate
 from r1cloud.trainer.critic import Critic
@@ -31,7 +29,6 @@ from r1cloud.trainer.model import (
     vision_tower,
 )
 from r1cloud.trainer.optim import AdamWBF16, lr_factor
-from r1cloud.trainer.transport import zero_copy_tensors
 from r1cloud.trainer.weight_sync import WeightSync
 from r1cloud.trainer.world import join_world
 
@@ -44,15 +41,7 @@ class HybridWorker(ActorUpdate, Critic, WeightSync, EngineHost):
     the engine (weight_sync.py) and the rollout engine itself (engine_host.py) as its bases."""
 
     def __init__(self, spec: dict, rank: int, world: int, master: str, threads: int = 1):
-        no_sklearn.install()  # before the first model loads in this Ray worker
-        self.spec = Spec.model_validate(spec)
-        self.rank, self.world = rank, world
-        zero_copy_tensors()  # what it returns to the driver
-        self.cuda = torch.cuda.is_available()
-        self.device = f"cuda:{torch.cuda.current_device()}" if self.cuda else "cpu"
-        if not self.cuda:  # (vLLM runs in this process: its CPU build binds no threads here)
-            torch.set_num_threads(threads)
-        self.master = master  # the controller's store: the weights group meets there too (join_weights)
+        self._begin(spec, rank, world, master, threads)
         w, a = self.spec.worker, self.spec.algorithm
         # FSDP's CPU offload keeps gradients in host memory: clipping's all-reduce needs gloo for them
         offloaded = any(r.fsdp.enable_cpu_offload for r in (w.actor, w.ref, w.critic))
@@ -260,9 +249,3 @@ class HybridWorker(ActorUpdate, Critic, WeightSync, EngineHost):
 
     def scheduler_state(self, role: str = "actor") -> dict | None:
         return self.schedulers[role].state_dict() if role in self.schedulers else None
-
-    def shutdown(self) -> None:
-        if self.agent is not None:
-            self.agent.sandbox.close()
-        if dist.is_initialized():
-            dist.destroy_process_group()

@@ -10,14 +10,14 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+WAIT = timedelta(minutes=30)
+
 
 def rendezvous(host: str):
     """The workers' torch.distributed store, held by this process on a port the system gives it
     while it listens, and its address (`host`:port) for HybridWorker. A port found free, released
     and bound again by rank 0 later could be taken in between (another job's workers starting)."""
-    from torch.distributed import TCPStore
-
-    store = TCPStore(host, 0, is_master=True, wait_for_workers=False)
+    store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False)
     return store, f"{host}:{store.port}"
 
 
@@ -27,8 +27,11 @@ def join_world(master: str, rank: int, world: int, backend: str, prefix: str = "
     WORLD_SIZE and LOCAL_RANK; no MASTER_ADDR/PORT: nothing here may listen on the store's port."""
     local = rank if not torch.cuda.is_available() else 0
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local))
+    dist.init_process_group(backend, store=connect(master, prefix), rank=rank, world_size=world, timeout=WAIT)
+
+
+def connect(master: str, prefix: str = ""):
+    """The controller's store at `master` (host:port), its keys under `prefix`."""
     host, port = master.rsplit(":", 1)
-    wait = timedelta(minutes=30)
-    store = dist.TCPStore(host, int(port), is_master=False, timeout=wait)
-    store = dist.PrefixStore(prefix, store) if prefix else store
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=wait)
+    store = dist.TCPStore(host, int(port), is_master=False, timeout=WAIT)
+    return dist.PrefixStore(prefix, store) if prefix else store
