@@ -14,6 +14,7 @@ VALUES = {
     "worker.hybrid_engine": "false",
     "fsdp_size": "1",
     "environment": "envs/game.py:Game",
+    "partial_rollout": "true",
 }
 
 

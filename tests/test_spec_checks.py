@@ -7,6 +7,8 @@ import pytest
 
 from spec_helpers import MINIMAL
 
+ASYNC = ("async_training.enable=true", "worker.rollout.n_gpus_per_node=1")
+
 # (overrides applied to the minimal valid blueprint, substrings the one error line must contain)
 CHECKS = [
     pytest.param(  # never a silent single node: local nodes need a Ray cluster to spread over
@@ -248,6 +250,46 @@ CHECKS = [
         ["worker.critic.model.freeze_language_model=true"],
         ["worker.critic.model.freeze_language_model", "not supported for the critic"],
         id="freeze-language-model-of-the-critic",
+    ),
+    pytest.param(
+        ["async_training.max_staleness=1"],
+        ["async_training.max_staleness", "is set while async_training.enable is false"],
+        id="async-key-while-off",
+    ),
+    pytest.param(
+        ["worker.rollout.n_gpus_per_node=2"],
+        ["worker.rollout.n_gpus_per_node", "for async_training.enable: true"],
+        id="rollout-devices-while-sync",
+    ),
+    pytest.param(
+        ["async_training.enable=true"],
+        ["worker.rollout.n_gpus_per_node", "needs rollout devices", "set it to 1 or more"],
+        id="async-pool-of-zero",
+    ),
+    pytest.param(
+        [*ASYNC, "async_training.max_staleness=-1"],
+        ["async_training.max_staleness", "greater than or equal to 0"],
+        id="async-bound-below-0",
+    ),
+    pytest.param(
+        [*ASYNC, "async_training.max_staleness=1", "async_training.trigger_parameter_sync_step=4"],
+        ["async_training.max_staleness", "a bound of 1 cannot be kept with a push every 4", "at least 3"],
+        id="async-bound-below-the-push-interval",
+    ),
+    pytest.param(
+        [*ASYNC, "algorithm.adv_estimator=remax"],
+        ["algorithm.adv_estimator", "not supported with async_training"],
+        id="async-remax",
+    ),
+    pytest.param(
+        [*ASYNC, "algorithm.online_filtering=true"],
+        ["algorithm.online_filtering", "not supported with async_training"],
+        id="async-online-filtering",
+    ),
+    pytest.param(
+        [*ASYNC, "async_training.partial_rollout=true"],
+        ["async_training.partial_rollout", "not supported yet"],
+        id="async-partial-rollout",
     ),
 ]
 
@@ -672,3 +714,17 @@ def test_the_summary_says_how_the_actor_is_sharded(cli):
         in r.stdout
     )
     assert "sharding" not in cli("validate", bp, "worker.actor.ulysses_size=1").stdout
+
+
+def test_the_summary_gives_the_asynchronous_split(blueprint, cli):
+    """validate prints which devices generate and which train, the bound and the push; none when off."""
+    path = blueprint()
+    r = cli("validate", path, *ASYNC, "async_training.staleness_threshold=0.5",
+            "async_training.trigger_parameter_sync_step=2")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert (
+        "async      1 device(s) generate, 2 train; samples at most 2 update(s) old, weights pushed every 2 "
+        "updates; old log-probs recomputed by the trainer" in r.stdout
+    )
+    assert "local: 3 local worker slots" in r.stdout  # the rollout pool runs beside the trainers
+    assert "async " not in cli("validate", path).stdout

@@ -114,6 +114,12 @@ KEYS: dict[str, tuple[str, str]] = {
     "worker.rollout.disable_tqdm": (INERT, "the rollout engines draw no progress bars"),
     "worker.rollout.disable_log_stats": (HONOURED, "vLLM's stats logging (rollout/)"),
     "worker.rollout.multi_turn.*": (HONOURED, "multi-turn episodes with tools and environments (agents/)"),
+    "worker.rollout.n_gpus_per_node": (
+        HONOURED,
+        "asynchronous training's rollout-only workers per node (trainer/rollout_worker.py); verl's "
+        "rollout.n_gpus_per_node (fully_async_ppo_trainer.yaml)",
+    ),
+    "worker.rollout.nnodes": (HONOURED, "asynchronous training's rollout nodes; verl's rollout.nnodes"),
     "worker.*": (
         HONOURED,
         "the workers (trainer/workers.py, trainer/model.py, rollout/, rewards/pool.py)",
@@ -125,6 +131,26 @@ KEYS: dict[str, tuple[str, str]] = {
     ),
     "trainer.ray_timeline": (HONOURED, "ray.timeline's Chrome trace, written when the run ends"),
     "trainer.*": (HONOURED, "the loop, checkpoints and trackers (trainer/driver.py, trainer/trackers.py)"),
+    # asynchronous training (verl/experimental/fully_async_policy/config/fully_async_ppo_trainer.yaml)
+    "async_training.partial_rollout": (
+        REFUSED,
+        "not supported yet: at a weight push the rollout workers finish the sequences in flight with the "
+        "old weights; set it to false",
+    ),
+    "async_training.staleness_threshold": (
+        HONOURED,
+        "verl's fraction (fully_async_ppo_trainer.yaml:12) read in whole steps: max_staleness = ceil((1 + it) × "
+        "trigger_parameter_sync_step) − 1 (trainer/stream.py)",
+    ),
+    "async_training.trigger_parameter_sync_step": (
+        HONOURED,
+        "updates between weight pushes (verl's, fully_async_ppo_trainer.yaml:16); the default is 1 here, 4 in verl",
+    ),
+    "async_training.max_staleness": (
+        HONOURED,
+        "r1cloud's (TRL's and AReaL's meaning): most updates a sample's policy may lag; not in verl",
+    ),
+    "async_training.*": (HONOURED, "rollout and training overlapped (trainer/stream.py); verl's names"),
 }
 
 

@@ -448,6 +448,38 @@ class RolloutConfig(Model):
     """Auto: copied from data.max_response_length."""
     trust_remote_code: bool = False
     """Auto: copied from worker.actor.model.trust_remote_code."""
+    n_gpus_per_node: int = Field(0, ge=0)
+    """Asynchronous training: devices per node that only generate (verl's rollout.n_gpus_per_node);
+    trainer.n_gpus_per_node train. 0: rollout shares the training devices (synchronous)."""
+    nnodes: int = Field(1, ge=1)
+    """Asynchronous training: nodes of rollout devices (verl's rollout.nnodes)."""
+
+
+class AsyncTraining(Model):
+    """r1cloud's switch for verl's fully asynchronous mode (verl/experimental/fully_async_policy):
+    rollout workers generate on devices of their own while the trainer trains."""
+
+    enable: bool = False
+    """Overlap rollout and training (worker.rollout.n_gpus_per_node devices generate)."""
+    max_staleness: int | None = Field(None, ge=0)
+    """Most updates a sample's policy may lag the one it trains (TRL's and AReaL's integer bound);
+    null: from staleness_threshold. 0 with trigger_parameter_sync_step 1 is the synchronous run."""
+    staleness_threshold: float = Field(0.0, ge=0)
+    """verl's bound: up to (1 + this) × trigger_parameter_sync_step steps' worth of samples per sync;
+    read in whole steps as max_staleness = ceil((1 + this) × trigger_parameter_sync_step) − 1."""
+    trigger_parameter_sync_step: int = Field(1, ge=1)
+    """Updates between weight pushes to the rollout workers (verl's; its default is 4)."""
+    partial_rollout: bool = False
+    """Pause sequences in flight at a weight push and go on with the new weights (verl's)."""
+    use_rollout_log_probs: bool = False
+    """The engine's sampling log-probs as the PPO ratio's old log-probs, none recomputed (verl's)."""
+
+    @property
+    def bound(self) -> int:
+        """max_staleness, or staleness_threshold read in whole steps."""
+        if self.max_staleness is not None:
+            return self.max_staleness
+        return math.ceil((1 + self.staleness_threshold) * self.trigger_parameter_sync_step) - 1
 
 
 class RewardConfig(Model):
@@ -623,6 +655,8 @@ class Spec(Model):
     """The models and engines: actor, critic, reference, reward and rollout."""
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     """The training loop: steps, validation, checkpoints, loggers and nodes."""
+    async_training: AsyncTraining = Field(default_factory=AsyncTraining)
+    """Rollout and training overlapped on devices of their own (verl's section)."""
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -709,6 +743,12 @@ class Spec(Model):
     @property
     def world_size(self) -> int:
         return self.trainer.nnodes * self.trainer.n_gpus_per_node
+
+    @property
+    def rollout_size(self) -> int:
+        """Rollout-only workers: 0 unless asynchronous."""
+        r = self.worker.rollout
+        return r.nnodes * r.n_gpus_per_node if self.async_training.enable else 0
 
 
 def _is_url(text: str) -> bool:

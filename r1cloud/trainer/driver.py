@@ -13,6 +13,7 @@ import signal
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -41,14 +42,28 @@ from r1cloud.trainer.metrics import (
     stats,
 )
 from r1cloud.trainer.placement import Sizes, localize, rank_plan
+from r1cloud.trainer.stream import Stream
 from r1cloud.trainer.trackers import TrackerError, Trackers, val_samples
+
+
+@dataclass
+class Sent:
+    """Prompts sent to the engines (Trainer.submit): what Trainer.collect needs to make a Batch."""
+
+    prompt_set: PromptSet
+    indices: list[int]
+    chunks: list[list[int]]  # each data-parallel rank's prompts
+    inputs: dict  # image inputs, once per prompt
+    calls: list  # the workers' generate calls (Ray refs)
+    tp: int
 
 
 class Trainer:
     def __init__(self, run_dir: str | Path, spec: Spec | None = None, launch_first: bool = False):
         self.run_dir = Path(run_dir)
         self.spec = spec or load_resolved(self.run_dir / "spec.yaml")
-        s, self.world, self.workers = self.spec, self.spec.world_size, []
+        s, self.world, self.workers, self.rollouts = self.spec, self.spec.world_size, [], []
+        self.stream = None  # asynchronous training's rollout stream (start_workers)
         r = s.worker.rollout
         if launch_first:  # the workers load their models while this process reads the data
             self.launch_workers()
@@ -104,7 +119,8 @@ class Trainer:
             refuse_unknown_sampling(pick_engine(r.name), r.val_override_config)
         except ValueError as e:
             raise RunError(str(e)) from None
-        self.workers, _, self.rendezvous = launch(self.spec, self.world)  # the store: held while they run
+        # the store: held while they run
+        self.workers, self.rollouts, self.rendezvous = launch(self.spec, self.world, self.spec.rollout_size)
 
     def start_workers(self) -> str:
         if not self.workers:  # main() launched them first: Trainer(launch_first=True)
@@ -114,17 +130,38 @@ class Trainer:
         self.adapter = self.call("adapter")[0]  # LoRA: adapter_config.json and what it trains
         sets = [rows for rows in (self.train_set, self.val_set) if rows]
         videos = max((len(p.videos) for rows in sets for p in rows.prompts), default=0)
-        most = engine_sequences(self.spec, self.world, engine, self.val_set)  # its KV cache's size on CPU
-        names = self.call("start_engine", engine, videos, most)
+        # its KV cache's size on CPU
+        most = engine_sequences(self.spec, len(self.generators), engine, self.val_set)
+        names = gather([w.start_engine.remote(engine, videos, most) for w in self.generators])
         self.call("set_schedule", self.steps)
+        if self.rollouts:  # train rank 0 and the rollout workers: the weights group
+            size, a = len(self.rollouts) + 1, self.spec.async_training
+            gather([w.join_weights.remote(size) for w in [*self.workers, *self.rollouts]])
+            self.stream = Stream(self, a.bound, a.trigger_parameter_sync_step)
         return names[0]
+
+    @property
+    def generators(self) -> list:
+        """The workers that hold rollout engines: the rollout workers when asynchronous."""
+        return self.rollouts or self.workers
+
+    def push_weights(self, version: int) -> None:
+        """The actor's weights (`version` updates in) from train rank 0 to the rollout workers."""
+        gather(
+            [w.push_weights.remote() for w in self.workers]
+            + [r.receive_weights.remote(version) for r in self.rollouts]
+        )
 
     # ------------------------------------------------------------------ rollout
     def generate(self, prompt_set: PromptSet, indices: list[int], sampling: dict) -> Batch:
         """n samples of each prompt, from the rollout engine's data-parallel ranks."""
+        return self.collect(self.submit(prompt_set, indices, sampling))
+
+    def submit(self, prompt_set: PromptSet, indices: list[int], sampling: dict) -> Sent:
+        """Send the prompts to the workers that hold engines (the rollout workers when asynchronous);
+        `collect` makes their samples a Batch."""
         tp = self.spec.worker.rollout.tensor_parallel_size if self.engine == "vllm" else 1
-        chunks = chunk_evenly(indices, self.world // tp)
-        uids = {i: uuid.uuid4().hex for i in indices}
+        chunks = chunk_evenly(indices, len(self.generators) // tp)
         clips = {i: prompt_set.clips(i) for i in indices if prompt_set.prompts[i].videos}  # decoded once
         inputs = {i: t for i in indices if (t := prompt_set.image_inputs(i, clips.get(i)))}  # once per prompt
         requests = {}
@@ -135,9 +172,14 @@ class Trainer:
             )
         calls = [
             w.generate.remote([requests[i] for i in chunks[rank // tp]], for_rank(sampling, rank // tp))
-            for rank, w in enumerate(self.workers)
+            for rank, w in enumerate(self.generators)
         ]
-        results = gather(calls)[::tp]  # a tensor-parallel group's ranks return the same samples
+        return Sent(prompt_set, indices, chunks, inputs, calls, tp)
+
+    def collect(self, sent: Sent) -> Batch:
+        prompt_set, indices, chunks, inputs = sent.prompt_set, sent.indices, sent.chunks, sent.inputs
+        uids = {i: uuid.uuid4().hex for i in indices}
+        results = gather(sent.calls)[:: sent.tp]  # a tensor-parallel group's ranks return the same samples
         rows = [c[k] for c, r in zip(chunks, results, strict=True) for k in r["prompt"].tolist()]
         once = {i: k for k, i in enumerate(indices)}  # each prompt's ids made a tensor once
         prompt_ids = ragged([prompt_set.prompts[i].prompt_ids for i in indices], torch.int32)
@@ -266,15 +308,23 @@ class Trainer:
         s, a, actor, timer = self.spec, self.spec.algorithm, self.spec.worker.actor, Timer()
         n_mini = max(1, s.data.rollout_batch_size // actor.global_batch_size)
         on_policy = actor.ppo_epochs == 1 and n_mini == 1
+        if self.stream:  # samples up to `bound` updates old: the trainer's log-probs, or the engine's
+            on_policy = on_policy and self.stream.bound == 0 and self.stream.sync_every == 1
         kl_in_reward = not a.disable_kl and not a.use_kl_loss
         with timer("step"):
             with timer("gen"):
-                batch, seen, errors, rounds = self.make_batch(step)
+                if self.stream:
+                    batch, errors, streamed = self.stream.take(step)
+                    seen, rounds = batch, 1
+                else:
+                    batch, seen, errors, rounds = self.make_batch(step)
             baselines = None
             if a.estimator.greedy_baseline:
                 with timer("gen_baseline"):
                     baselines = self.greedy_baselines(batch, step)
-            if not on_policy or kl_in_reward:
+            if self.stream and self.spec.async_training.use_rollout_log_probs:
+                batch.old_logp = batch.rollout_logp  # verl's use_rollout_log_probs
+            elif not on_policy or kl_in_reward:
                 with timer("old"):
                     batch.old_logp = self.experience(batch, "log_probs", actor, role="actor")
             if not a.disable_kl:
@@ -292,12 +342,14 @@ class Trainer:
                 with timer("update_actor"):
                     metrics |= self.update(batch, n_mini, keep_old=not on_policy or actor.rollout_is)
                 with timer("sync"):
-                    self.call("sync_weights")
+                    self.stream.push(step) if self.stream else self.call("sync_weights")
         metrics |= rollout_metrics(seen, batch, errors, s.data.max_prompt_length, a.estimator.per_sequence)
         if a.online_filtering or s.data.mini_rollout_batch_size:
             metrics["batch/rounds"] = rounds
             metrics["batch/kept_groups_ratio"] = len(set(batch.uid)) / len(set(seen.uid))
         metrics |= timer.metrics() | perf_metrics(batch, timer.seconds["step"], self.world)
+        if self.stream:
+            metrics |= streamed
         metrics["perf/old_log_prob_recomputed"] = float(batch.old_logp is not None)
         if a.use_kl_loss and not a.disable_kl:
             metrics["actor/kl_coef"] = self.kl_coef
@@ -364,6 +416,8 @@ class Trainer:
     # ------------------------------------------------------------------ validation
     def validate(self, step: int) -> dict[str, float]:
         tick = time.perf_counter()
+        if self.stream:  # the rollout workers validate the weights of step `step`
+            self.stream.push(step, force=True)
         indices = list(range(len(self.val_set)))
         size = self.spec.data.val_batch_size if self.spec.data.val_batch_size > 0 else len(indices)
         parts = []
@@ -394,7 +448,7 @@ class Trainer:
         )
         state = {
             "step": step,
-            "loader": self.loader.state_dict(),
+            "loader": self.stream.loader_state() if self.stream else self.loader.state_dict(),
             "scheduler": self.call("scheduler_state")[0],
             "critic_scheduler": self.call("scheduler_state", role="critic")[0],
             "kl_coef": self.kl_coef,
@@ -458,7 +512,11 @@ class Trainer:
         info = {"total_steps": self.steps, "engine": self.engine, "workers": self.world, "device": device}
         info["resumed_from"] = start
         (self.run_dir / "trainer.json").write_text(json.dumps(info))
-        self.call("sync_weights")
+        if self.stream:
+            self.push_weights(start)
+            self.stream.start(start)
+        else:
+            self.call("sync_weights")
         if self.val_set and (s.trainer.val_only or s.trainer.val_before_train):  # resumed: ray_trainer.py:578
             m = self.validate(start)
             self.trackers.record(start, m)
@@ -489,12 +547,10 @@ class Trainer:
 
         self.reward.close()
         self.trackers.close(status)
-        if self.workers:
+        if everyone := [*self.workers, *self.rollouts]:
             # no collective wait: after a failure, peers may sit in a collective with a dead one
             with contextlib.suppress(Exception):
-                ray.wait(
-                    [w.shutdown.remote() for w in self.workers], num_returns=len(self.workers), timeout=30
-                )
+                ray.wait([w.shutdown.remote() for w in everyone], num_returns=len(everyone), timeout=30)
         if ray.is_initialized():
             if self.spec.trainer.ray_timeline:  # Chrome trace of every Ray task (chrome://tracing)
                 with contextlib.suppress(Exception):

@@ -38,7 +38,7 @@ def launch(spec, world: int, rollout: int = 0) -> tuple[list, list, object]:
     if not ray.is_initialized():
         ray.init(
             address=cluster or "local",  # not a `ray start` cluster that happens to run here
-            num_cpus=None if cuda or cluster else max(world + 1, os.cpu_count() or 1),
+            num_cpus=None if cuda or cluster else max(world + rollout + 1, os.cpu_count() or 1),
             runtime_env={"env_vars": env},
             include_dashboard=False,
             log_to_driver=True,

@@ -317,6 +317,62 @@ def check_nodes(spec: Spec, problem: Report) -> None:
         )
 
 
+def check_async(spec: Spec, problem: Report) -> None:
+    """Asynchronous training: a rollout pool to run on, a bound the pushes can keep, and nothing that
+    needs strictly on-policy data or the training devices' engines; its keys unset while it is off."""
+    a, r, d = spec.async_training, spec.worker.rollout, spec.data
+    if not a.enable:
+        for key in (
+            "max_staleness",
+            "staleness_threshold",
+            "trigger_parameter_sync_step",
+            "use_rollout_log_probs",
+        ):
+            if getattr(a, key) != type(a).model_fields[key].default:  # a resolved spec writes them all
+                problem(
+                    f"async_training.{key}",
+                    "is set while async_training.enable is false: set enable: true, or remove it",
+                )
+        for key in ("n_gpus_per_node", "nnodes"):
+            if getattr(r, key) != type(r).model_fields[key].default:
+                problem(
+                    f"worker.rollout.{key}",
+                    "rollout devices of their own are for async_training.enable: true; remove it",
+                )
+        return
+    if r.n_gpus_per_node == 0:
+        problem(
+            "worker.rollout.n_gpus_per_node",
+            "asynchronous training needs rollout devices: set it to 1 or more (they only generate; trainer.n_gpus_per_node train)",
+        )
+    if a.bound < a.trigger_parameter_sync_step - 1:
+        problem(
+            "async_training.max_staleness",
+            f"a bound of {a.bound} cannot be kept with a push every {a.trigger_parameter_sync_step} updates: the trainer would wait for samples that wait for the push; set it to at least {a.trigger_parameter_sync_step - 1}, or push more often",
+            "async_training.trigger_parameter_sync_step",
+        )
+    if spec.algorithm.estimator.greedy_baseline:
+        problem(
+            "algorithm.adv_estimator",
+            "remax's greedy baselines are not supported with async_training yet: use grpo or rloo, or turn async_training off",
+        )
+    if spec.algorithm.online_filtering or d.mini_rollout_batch_size:
+        which = (
+            "algorithm.online_filtering"
+            if spec.algorithm.online_filtering
+            else "data.mini_rollout_batch_size"
+        )
+        problem(
+            which,
+            "is not supported with async_training yet (a step's batch is drawn in one round): remove it, or turn async_training off",
+        )
+    if spec.resources.infra != "local":
+        problem(
+            "async_training.enable",
+            "runs on local infra only so far (a SkyPilot job does not place the rollout pool yet): use --infra local, or turn it off",
+        )
+
+
 def check_trackers(spec: Spec, problem: Report) -> None:
     local = spec.resources.infra == "local"
 
@@ -477,6 +533,7 @@ def check_lora(spec: Spec, problem: Report) -> None:
 CHECKS = [
     check_required,
     check_nodes,
+    check_async,
     check_lora,
     check_freezing,
     check_batches,

@@ -39,7 +39,8 @@ def resources_line(spec: Spec) -> str:
     if r.accelerators is not None:
         accel = " or ".join(f"{n}:{c}" for n, c in accelerator_options(r.accelerators))
     elif r.infra == "local":
-        accel = f"{t.n_gpus_per_node} local worker slot{'s' if t.n_gpus_per_node > 1 else ''}"
+        slots = t.n_gpus_per_node + spec.rollout_size  # the rollout pool runs beside the trainers
+        accel = f"{slots} local worker slot{'s' if slots > 1 else ''}"
     else:
         accel = f"{t.n_gpus_per_node} GPUs (type chosen by the backend)"
     nodes = f" × {t.nnodes} nodes" if t.nnodes > 1 else ""
@@ -162,6 +163,27 @@ def _rollout(spec: Spec) -> str:
     return f"{engine}, {sampling}, TP 1{unused}"
 
 
+def async_line(spec: Spec) -> str:
+    """Asynchronous training's split: which devices generate, which train, the bound."""
+    a, t = spec.async_training, spec.trainer
+    push = (
+        "every update"
+        if a.trigger_parameter_sync_step == 1
+        else f"every {a.trigger_parameter_sync_step} updates"
+    )
+    old = (
+        "the engine's"
+        if a.use_rollout_log_probs
+        else "recomputed by the trainer"
+        if a.bound
+        else "none needed"
+    )
+    return (
+        f"{spec.rollout_size} device(s) generate, {t.nnodes * t.n_gpus_per_node} train; samples at most {a.bound} "
+        f"update(s) old, weights pushed {push}; old log-probs {old}"
+    )
+
+
 def summarize(spec: Spec) -> list[tuple[str, str]]:
     d, a, w = spec.data, spec.algorithm, spec.worker
     steps, how = step_count(spec)
@@ -190,6 +212,7 @@ def summarize(spec: Spec) -> list[tuple[str, str]]:
         ("lengths", f"prompt ≤ {d.max_prompt_length}, response ≤ {d.max_response_length} tokens"),
         ("steps", f"{steps} ({how})" if steps is not None else how),
         ("rollout", _rollout(spec)),
+        *([("async", async_line(spec))] if spec.async_training.enable else []),
         *([("sharding", line)] if (line := sharding_line(spec)) else []),
         ("resources", resources_line(spec)),
     ]
