@@ -36,6 +36,7 @@ class Batch:
     image_inputs: list[dict[str, torch.Tensor]] = field(default_factory=list)
     image_of: torch.Tensor | None = None  # (B,) index into image_inputs, -1 for none
     tool_images: list[dict[str, torch.Tensor]] | None = None  # (B,) each episode's observations' pictures
+    version: torch.Tensor | None = None  # (B,) asynchronous: the updates in the weights that sampled it
 
     def __len__(self) -> int:
         return len(self.uid)

@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -56,6 +56,7 @@ class Sent:
     inputs: dict  # image inputs, once per prompt
     calls: list  # the workers' generate calls (Ray refs)
     tp: int
+    seconds: list[float] = field(default_factory=list)  # each rollout worker's time generating (collect)
 
 
 class Trainer:
@@ -145,6 +146,11 @@ class Trainer:
         """The workers that hold rollout engines: the rollout workers when asynchronous."""
         return self.rollouts or self.workers
 
+    def pool_of(self, e: Exception) -> str:
+        """Which pool the worker that `e` is about belongs to: rollout, or trainer."""
+        rollouts = {w._actor_id.hex() for w in self.rollouts}  # (Ray's handles show no public id)
+        return "rollout" if getattr(e, "actor_id", None) in rollouts else "trainer"
+
     def push_weights(self, version: int) -> None:
         """The actor's weights (`version` updates in) from train rank 0 to the rollout workers."""
         gather(
@@ -180,6 +186,7 @@ class Trainer:
         prompt_set, indices, chunks, inputs = sent.prompt_set, sent.indices, sent.chunks, sent.inputs
         uids = {i: uuid.uuid4().hex for i in indices}
         results = gather(sent.calls)[:: sent.tp]  # a tensor-parallel group's ranks return the same samples
+        sent.seconds = [r.pop("seconds") for r in results if "seconds" in r]
         rows = [c[k] for c, r in zip(chunks, results, strict=True) for k in r["prompt"].tolist()]
         once = {i: k for k, i in enumerate(indices)}  # each prompt's ids made a tensor once
         prompt_ids = ragged([prompt_set.prompts[i].prompt_ids for i in indices], torch.int32)
@@ -205,6 +212,7 @@ class Trainer:
             image_inputs=[inputs[i] for i in pictures],
             image_of=torch.tensor([pictures.get(i, -1) for i in rows]) if inputs else None,
             tool_images=tool_images(results),
+            version=torch.cat([r["version"] for r in results]) if "version" in results[0] else None,
         )
 
     def score(self, batch: Batch, prompt_set: PromptSet) -> tuple[Batch, int]:
@@ -449,6 +457,7 @@ class Trainer:
         state = {
             "step": step,
             "loader": self.stream.loader_state() if self.stream else self.loader.state_dict(),
+            "in_flight": len(self.stream.queue) if self.stream else 0,  # generated again on resume
             "scheduler": self.call("scheduler_state")[0],
             "critic_scheduler": self.call("scheduler_state", role="critic")[0],
             "kl_coef": self.kl_coef,
@@ -482,6 +491,8 @@ class Trainer:
         self.kl_coef = state.get("kl_coef", self.kl_coef)
         self.loader.load_state_dict(state["loader"])
         fresh = "" if optimizer else "; model only (trainer.save_model_only): the optimizer starts afresh"
+        if state.get("in_flight"):  # asynchronous: batches sampled but not trained when it was saved
+            fresh += f"; {state['in_flight']} batch(es) in flight then are generated again"
         self.log(
             f"[resume] from step {step} ({path}), saved with {state.get('world_size')} workers, now {self.world}{fresh}"
         )
@@ -589,8 +600,8 @@ def main(run_dir: str) -> int:
         if lost is None:  # a worker raised: a bug, worth its traceback
             raise
         return _error(
-            f"a trainer worker died ({lost}); the job stops here and resumes from its last checkpoint "
-            "when started again",
+            f"a {trainer.pool_of(e)} worker died ({lost}); the job stops here and resumes from its last "
+            "checkpoint when started again",
             1,
         )
     finally:

@@ -7,6 +7,10 @@ weights (trainer/broadcast.py). `version` is the number of updates in the weight
 
 from __future__ import annotations
 
+import time
+
+import torch
+
 from r1cloud.trainer import broadcast
 from r1cloud.trainer.engine_host import EngineHost
 from r1cloud.trainer.world import join_world
@@ -24,6 +28,14 @@ class RolloutWorker(EngineHost):
     def join_weights(self, size: int) -> None:
         """Join the weights group as its member rank + 1 (train rank 0 is its 0)."""
         self.weights = broadcast.group(self.master, self.rank + 1, size)
+
+    def generate(self, prompts, sampling: dict) -> dict:
+        """EngineHost.generate, with the version of the weights that sampled it and the seconds it took."""
+        tick = time.perf_counter()
+        out = super().generate(prompts, sampling)
+        out["version"] = torch.full((len(out["length"]),), self.version, dtype=torch.long)
+        out["seconds"] = time.perf_counter() - tick
+        return out
 
     def receive_weights(self, version: int) -> None:
         """Load what train rank 0 sends (WeightSync.push_weights) into the engine."""

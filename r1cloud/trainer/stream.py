@@ -16,6 +16,7 @@ yet trained, so a resumed run regenerates what was in flight and trains no sampl
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -25,9 +26,8 @@ from r1cloud.rollout.sampling import sampling as spec_sampling
 @dataclass
 class InFlight:
     number: int  # batch b: trained at step b + 1
-    version: int  # the updates in the weights it is generated with
     loader: dict  # the loader's state before its prompts were drawn
-    sent: dict  # Trainer.submit's handle
+    sent: object  # Trainer.submit's handle (driver.Sent)
 
 
 class Stream:
@@ -35,6 +35,7 @@ class Stream:
         self.t, self.bound, self.sync_every = trainer, bound, sync_every
         self.queue: deque[InFlight] = deque()
         self.version = self.next = 0
+        self.since = None  # when the last step took its batch
 
     def start(self, step: int) -> None:
         """The run goes on after step `step`: the rollout workers hold its weights (pushed)."""
@@ -46,20 +47,34 @@ class Stream:
             loader = self.t.loader.state_dict()
             sampling = spec_sampling(self.t.spec, self.next + 1)
             sent = self.t.submit(self.t.train_set, self.t.loader.next(), sampling)
-            self.queue.append(InFlight(self.next, self.version, loader, sent))
+            self.queue.append(InFlight(self.next, loader, sent))
             self.next += 1
 
     def take(self, step: int):
-        """Step `step`'s batch (scored), the reward errors, and its staleness metrics."""
+        """Step `step`'s batch (scored), the reward errors, and the stream's metrics: the staleness of
+        what it trains (from the version each rollout worker reports), the queue's depth, and how
+        much of the time since the last step each pool spent waiting."""
         self.fill()
         head = self.queue.popleft()
         assert head.number == step - 1, (head.number, step)
-        batch, errors = self.t.score(self.t.collect(head.sent), self.t.train_set)
+        tick = time.perf_counter()
+        batch = self.t.collect(head.sent)
+        waited = time.perf_counter() - tick
+        batch, errors = self.t.score(batch, self.t.train_set)
         self.fill()  # what the push it may have waited for allows
+        now, since = time.perf_counter(), self.since
+        self.since = now
+        lag = (step - 1 - batch.version).double()
         metrics = {
-            "async/staleness": float(step - 1 - head.version),
+            "async/staleness_mean": float(lag.mean()),
+            "async/staleness_max": float(lag.max()),
+            **{f"async/staleness_{k}": float((lag == k).double().mean()) for k in range(self.bound + 1)},
             "async/in_flight": float(len(self.queue)),
         }
+        if since is not None:  # the trainer's wait for samples; the rollout workers' time not generating
+            metrics["async/trainer_idle"] = waited / (now - since)
+            busy = sum(head.sent.seconds) / len(head.sent.seconds)
+            metrics["async/rollout_idle"] = max(0.0, 1 - busy / (now - since))
         return batch, errors, metrics
 
     def push(self, step: int, force: bool = False) -> None:

@@ -2,6 +2,7 @@
 here), the actor's weights sent to it from train rank 0 by gloo broadcast in buckets
 (trainer/broadcast.py), never through Ray's object store."""
 
+import contextlib
 import json
 import multiprocessing as mp
 from pathlib import Path
@@ -142,3 +143,140 @@ def test_asynchronous_with_bound_0_trains_the_synchronous_runs_samples(make_run)
         json.loads(x)["async/staleness"] for x in (asynchronous / "metrics.jsonl").read_text().splitlines()
     ]
     assert staleness == [0.0, 0.0, 0.0]
+
+
+# The digits reward, slowly (the driver scores: a deliberately slow trainer, which the rollout
+# workers run ahead of), writing down each sample's ground truth as it is scored.
+SCORED = """
+import os
+import time
+
+REWARD_TYPE = "batch"
+
+
+def compute_score(reward_inputs):
+    time.sleep(float(os.environ.get("R1_SLOW", "0")))
+    with open(os.environ["R1_SCORED"], "a") as f:
+        f.writelines(f"{x['ground_truth']}\\n" for x in reward_inputs)
+    out = []
+    for x in reward_inputs:
+        digits = sum(c.isdigit() for c in x["response"]) / max(len(x["response"]), 1)
+        out.append({"overall": digits})
+    return out
+"""
+BOUND_2 = (  # a push every 2 updates, samples up to 2 updates old
+    "async_training.enable=true",
+    "worker.rollout.n_gpus_per_node=1",
+    "async_training.max_staleness=2",
+    "async_training.trigger_parameter_sync_step=2",
+    "trainer.max_steps=4",
+)
+
+
+@pytest.fixture
+def scored_run(tmp_path, tiny_model):
+    from conftest import run_folder
+    from tinyrun import tiny_blueprint
+
+    reward = tmp_path / "scored.py"
+    reward.write_text(SCORED)
+    return lambda *overrides, name: run_folder(tmp_path, name, tiny_blueprint(tiny_model, reward), overrides)
+
+
+def scored(path: Path) -> list[list[str]]:
+    """The ground truths scored, step by step (16 samples a step; sorted: the reward's processes
+    share a step's samples)."""
+    lines = path.read_text().split()
+    return [sorted(lines[i : i + 16]) for i in range(0, len(lines), 16)]
+
+
+def lines(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_no_sample_trains_older_than_the_bound_and_a_resumed_run_trains_none_twice(scored_run, tmp_path):
+    """Against a slow trainer the rollout worker runs ahead as far as the bound lets it: the versions
+    the rollout worker reports say no trained sample lagged more than 2 updates, and some lagged 2.
+    Killed after step 2's checkpoint and resumed, the run trains the same prompts step for step as
+    one that was not, the batch that was in flight generated again."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tinyrun import run_trainer
+
+    slow = {"R1_SLOW": "1"}
+    whole = scored_run(*BOUND_2, name="whole")
+    done = run_trainer(whole, env={**slow, "R1_SCORED": str(tmp_path / "whole.txt")})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    got = lines(whole)
+    assert [m["async/staleness_max"] for m in got] == [0.0, 1.0, 2.0, 1.0]
+    assert all(m["async/staleness_2"] + m["async/staleness_1"] + m["async/staleness_0"] == 1 for m in got)
+    assert all(0 <= m["async/trainer_idle"] <= 1 and 0 <= m["async/rollout_idle"] <= 1 for m in got[1:])
+
+    killed = scored_run(*BOUND_2, "trainer.save_freq=1", name="killed")
+    env = {**os.environ, **slow, "R1_SCORED": str(tmp_path / "killed.txt"), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "r1cloud.trainer", str(killed)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if (killed / "metrics.jsonl").exists() and len(lines(killed)) == 2:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver, its Ray cluster and workers: no goodbye
+    proc.wait()
+    assert [m["step"] for m in lines(killed)] == [1, 2]
+    again = run_trainer(killed, env={**slow, "R1_SCORED": str(tmp_path / "again.txt")})
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "[resume] from step 2" in again.stdout
+    assert "1 batch(es) in flight then are generated again" in again.stdout
+    want = scored(tmp_path / "whole.txt")
+    assert scored(tmp_path / "killed.txt")[:2] == want[:2]
+    assert scored(tmp_path / "again.txt") == want[2:]
+    assert [m["async/staleness_max"] for m in lines(killed)] == [0.0, 1.0, 0.0, 1.0]  # regenerated: fresh
+
+
+def rollout_workers() -> list[int]:
+    """The rollout workers' processes among this test process's descendants (the session's Ray head
+    is one: tests/trainer/conftest.py; each xdist process has its own)."""
+    import psutil
+
+    ours = []
+    for p in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if p.cmdline()[:1] and p.cmdline()[0].startswith("ray::RolloutWorker"):
+                ours.append(p.pid)
+    return ours
+
+
+def test_a_rollout_worker_killed_mid_run_ends_the_job_in_one_line_naming_its_pool(scored_run, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run = scored_run(*BOUND_2, "trainer.max_steps=50", name="kill")
+    env = {**os.environ, "R1_SLOW": "0.5", "R1_SCORED": str(tmp_path / "kill.txt"), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "r1cloud.trainer", str(run)], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    try:
+        deadline, ours = time.time() + 300, []
+        while time.time() < deadline and proc.poll() is None and not ours:
+            if (run / "metrics.jsonl").exists() and lines(run):  # a step done: the next one is under way
+                ours = rollout_workers()
+            time.sleep(0.05)
+        assert len(ours) == 1 and proc.poll() is None, (ours, proc.poll())
+        os.kill(ours[0], signal.SIGKILL)
+        killed = time.time()
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 1, out[-3000:] + err[-3000:]
+    assert time.time() - killed < 120  # fast, not a collective's time-out
+    said = [x for x in err.splitlines() if x.startswith("error:")]
+    assert len(said) == 1 and "a rollout worker died" in said[0], err[-3000:]
+    assert "Traceback" not in err
