@@ -62,12 +62,15 @@ def launch(spec, world: int, rollout: int = 0) -> tuple[list, list, object]:
     # this controller runs on a node of the cluster (this machine, or a `ray start` head: RAY_ADDRESS
     # HEAD:6379); through Ray Client (ray://) its address would be the client's, out of the workers' reach
     store, master = rendezvous(ray.util.get_node_ip_address())
-    threads = max(1, (os.cpu_count() or 1) // (world + rollout))
+    cpus = os.cpu_count() or 1
     config = spec.model_dump(mode="json")
 
     remote = ray.remote(num_cpus=1, num_gpus=1 if cuda else 0)
 
     def start(actor, rank: int, count: int, first: int):  # first: its pool's first device
+        # on CPU each pool gets the cores as if alone: a pool that waits (on tools, on the other
+        # pool's samples) leaves them to the other one
+        threads = max(1, cpus // count)
         return actor.options(
             scheduling_strategy=PlacementGroupSchedulingStrategy(
                 pg, placement_group_bundle_index=(first + rank) // size
