@@ -4,12 +4,13 @@ Each benchmark runs in its own process, one after another (they would disturb ea
 timings); their printed reports go into RESULTS.md with the date, the machine and the versions,
 and the trainer comparison's numbers into results.json as well.
 
-Usage: python benchmarks/run_all.py [--only cli,rewards,merge,scale,serve,lora,rank0-init,eval,agents,vl-seeds,trainer] [--quick]
+Usage: python benchmarks/run_all.py [--only cli,rewards,merge,scale,serve,lora,rank0-init,eval,agents,vl-seeds,async,trainer] [--quick]
   --only: run these; the other sections of RESULTS.md and results.json are kept from the last run,
           each under the date it was measured. `trainer` is its five runs, each also a section of
           its own: trainer-tiny-fp32, trainer-smollm2-fp32, trainer-smollm2-bf16, trainer-smolvlm-fp32,
           trainer-smolvlm-bf16 (the VL quickstart's SmolVLM-style model, asked the count of shapes in pictures).
           `vl-seeds` is the VL quickstart over seeds 1-5 through the trainer (vl_seeds.py, ~30 min).
+          `async` is asynchronous training against synchronous on three tasks (async_vs_sync.py, ~75 min).
   --quick: fewer rounds and the tiny model only for the trainer (a smoke run, minutes)
 The trainer runs #37 is judged on (SmolLM2 fp32 and bf16, SmolVLM bf16) repeat each system three
 times, alternating, with seeds 1-3, and report medians (TRAINER_REPEATS); the others run once.
@@ -72,6 +73,11 @@ def benchmarks(quick: bool, trainer_json: dict[str, Path]) -> dict[str, list[str
         "eval": [*py, str(HERE / "eval_speed.py"), "--n", "4" if quick else "8"],
         "agents": [*py, str(HERE / "agents_vs_trl.py"), "--steps", "2" if quick else "4"],
         "vl-seeds": [*py, str(HERE / "vl_seeds.py"), *(["--seeds", "1"] if quick else [])],
+        "async": [
+            *py,
+            str(HERE / "async_vs_sync.py"),
+            *(["--steps", "2", "--longtail-steps", "2"] if quick else []),
+        ],
     }
     for run, path in trainer_json.items():
         model, precision = run.split("-")

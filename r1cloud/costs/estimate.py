@@ -204,9 +204,17 @@ def default_speed(device: str) -> Speed | None:
     )
 
 
-def step_seconds(m: Model, w: Work, speed: Speed, devices: int) -> float:
+def phase_seconds(m: Model, w: Work, speed: Speed, devices: int, rollout: int = 0) -> tuple[float, float]:
+    """(generation, training) seconds of one step: on all `devices`, or asynchronously generation on
+    `rollout` devices of its own and training on `devices`."""
     gen, train = step_flops(m, w)
-    return gen / (devices * speed.gen) + train / (devices * speed.train)
+    return gen / ((rollout or devices) * speed.gen), train / (devices * speed.train)
+
+
+def step_seconds(m: Model, w: Work, speed: Speed, devices: int, rollout: int = 0) -> float:
+    """One after the other; asynchronously, overlapped: the slower of the two."""
+    gen, train = phase_seconds(m, w, speed, devices, rollout)
+    return max(gen, train) if rollout else gen + train
 
 
 def hours(seconds: float) -> str:

@@ -39,6 +39,8 @@ def measure(run_dir: Path, spec, device: str, devices: int, wall_s: float, after
     model of unknown size. Overhead is the wall time no step or validation accounts for: start-up
     (Ray, the model, the engine), checkpoints, shutdown."""
     m, critic = sizes(spec)
+    if spec.async_training.enable:  # its timing_s/gen is the wait for samples, not generation
+        return None
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     lines = [x for x in lines if x.get("step", 0) > after or (after == 0 and x.get("step") == 0)]
     steps = [x for x in lines if "timing_s/step" in x and "timing_s/gen" in x]
@@ -148,7 +150,10 @@ def plan(spec, home: Path | None, with_prices: bool = True) -> Estimate:
         return out
     steps, how = step_count(spec)
     t, r = spec.trainer, spec.resources
-    count, nodes = t.n_gpus_per_node, t.nnodes
+    count, nodes = (
+        t.n_gpus_per_node + spec.worker.rollout.n_gpus_per_node * spec.async_training.enable,
+        t.nnodes,
+    )
     kinds = [n for n, _ in accelerator_options(r.accelerators)] if r.accelerators else []
     local = r.infra == "local"
     if local and not kinds:
@@ -170,7 +175,9 @@ def plan(spec, home: Path | None, with_prices: bool = True) -> Estimate:
         speeds[kind] = (step, total, speed)
     if speeds:
         sources = sorted({s.source for _, _, s in speeds.values()})
-        s = next(iter(speeds.values()))[2]
+        kind, (_, _, s) = next(iter(speeds.items()))
+        if spec.rollout_size:
+            out.notes.append(overlap(spec, m, critic, s, kind))
         out.notes.append(
             f"assumes {'; '.join(sources)}; responses {s.response_fraction:.0%} of {spec.data.max_response_length} "
             f"tokens, prompts {s.prompt_fraction:.0%} of {spec.data.max_prompt_length}; "
@@ -209,13 +216,27 @@ def plan(spec, home: Path | None, with_prices: bool = True) -> Estimate:
     return out
 
 
+def overlap(spec, m: est.Model, critic, speed: est.Speed, kind: str) -> str:
+    """Asynchronous training's expected overlap: each pool's seconds a step, against the synchronous
+    step on all the devices."""
+    w = est.work_of(spec, critic, speed.response_fraction, speed.prompt_fraction)
+    train, rollout = spec.world_size, spec.rollout_size
+    gen_s, train_s = est.phase_seconds(m, w, speed, train, rollout)
+    sync = est.step_seconds(m, w, speed, train + rollout)
+    return (
+        f"asynchronous on {kind}: generation {gen_s:.3g} s a step on {rollout}, training {train_s:.3g} s on "
+        f"{train}, overlapped: {max(gen_s, train_s):.3g} s against {sync:.3g} s synchronous on all "
+        f"{train + rollout} (FLOPs alone: a long tail's or tools' waits, which overlap hides, are not in it)"
+    )
+
+
 def one_step(spec, home: Path | None, kind: str, m: est.Model, critic: est.Model | None):
     """(seconds, speed) of one step on `kind` (HERE: this machine), or None with no speed for it."""
     speed = calibrated(home, None if kind == HERE else kind, m.params) or est.default_speed(kind)
     if speed is None:
         return None
     w = est.work_of(spec, critic, speed.response_fraction, speed.prompt_fraction)
-    return est.step_seconds(m, w, speed, spec.world_size), speed
+    return est.step_seconds(m, w, speed, spec.world_size, spec.rollout_size), speed
 
 
 def step_seconds(spec, home: Path | None) -> float | None:
