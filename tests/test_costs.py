@@ -221,6 +221,24 @@ def test_a_runs_metrics_calibrate_the_next_estimate(tmp_path, blueprint):
     assert [r.where for r in e.rows] == ["this machine, 2 worker slots"]
     share = f"responses {512 / d.max_response_length:.0%} of {d.max_response_length}"
     assert "calibrated by job j1" in e.notes[0] and share in e.notes[0]
+    # asynchronous: the two pools overlap (the slower one sets the step), both count as slots, and an
+    # asynchronous run does not calibrate (its gen time is the wait for samples)
+    overrides = [
+        "trainer.n_gpus_per_node=1",
+        "async_training.enable=true",
+        "worker.rollout.n_gpus_per_node=1",
+    ]
+    split = load_spec(path, overrides, check_files=False).spec
+    e = costs.plan(split, home, with_prices=False)
+    w = estimate.work_of(split, None, got["response_fraction"], got["prompt_fraction"])
+    g, t = estimate.step_flops(m, w)
+    assert [r.where for r in e.rows] == ["this machine, 2 worker slots"]
+    assert math.isclose(e.rows[0].step_s, max(g / speed.gen, t / speed.train))
+    assert (
+        e.notes[0].startswith("asynchronous on this machine: generation ")
+        and "synchronous on all 2" in e.notes[0]
+    )
+    assert costs.measure(run, split, "cpu", 1, wall_s=200.0) is None
 
 
 def test_the_paper_comparison_with_easyr1_is_what_the_readme_says(capsys):
@@ -335,21 +353,3 @@ def test_a_running_jobs_cost_is_its_spend_and_the_steps_left_at_the_last_steps_t
         r"cost       \$37\.[0-2]\d spent, about \$45\.[0-2]\d in all, at \$36\.00/hour", r.stdout
     )
     assert found, r.stdout
-    # asynchronous: the two pools overlap (the slower one sets the step), both count as slots, and an
-    # asynchronous run does not calibrate (its gen time is the wait for samples)
-    overrides = [
-        "trainer.n_gpus_per_node=1",
-        "async_training.enable=true",
-        "worker.rollout.n_gpus_per_node=1",
-    ]
-    split = load_spec(path, overrides, check_files=False).spec
-    e = costs.plan(split, home, with_prices=False)
-    w = estimate.work_of(split, None, got["response_fraction"], got["prompt_fraction"])
-    g, t = estimate.step_flops(m, w)
-    assert [r.where for r in e.rows] == ["this machine, 2 worker slots"]
-    assert math.isclose(e.rows[0].step_s, max(g / speed.gen, t / speed.train))
-    assert (
-        e.notes[0].startswith("asynchronous on this machine: generation ")
-        and "synchronous on all 2" in e.notes[0]
-    )
-    assert costs.measure(run, split, "cpu", 1, wall_s=200.0) is None

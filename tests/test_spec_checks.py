@@ -291,6 +291,16 @@ CHECKS = [
         ["async_training.partial_rollout", "not supported yet"],
         id="async-partial-rollout",
     ),
+    pytest.param(
+        [*ASYNC, "worker.rollout.tensor_parallel_size=2"],
+        ["worker.rollout.tensor_parallel_size", "does not divide worker.rollout.n_gpus_per_node (1)"],
+        id="async-tensor-parallel-over-the-rollout-pool",
+    ),
+    pytest.param(
+        [*ASYNC, "trainer.critic_warmup=2"],
+        ["trainer.critic_warmup", "not supported with async_training"],
+        id="async-critic-warmup",
+    ),
 ]
 
 
@@ -724,7 +734,7 @@ def test_the_summary_gives_the_asynchronous_split(blueprint, cli):
     assert r.exit_code == 0, r.stderr
     assert (
         "async      1 device(s) generate, 2 train; samples at most 2 update(s) old, weights pushed every 2 "
-        "updates; old log-probs recomputed by the trainer" in r.stdout
+        "updates; the PPO ratio against the trainer's log-probs" in r.stdout
     )
     assert "local: 3 local worker slots" in r.stdout  # the rollout pool runs beside the trainers
     assert "async " not in cli("validate", path).stdout

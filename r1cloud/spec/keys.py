@@ -140,7 +140,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "async_training.staleness_threshold": (
         HONOURED,
         "verl's fraction (fully_async_ppo_trainer.yaml:12) read in whole steps: max_staleness = ceil((1 + it) × "
-        "trigger_parameter_sync_step) − 1 (trainer/stream.py)",
+        "trigger_parameter_sync_step) − 1 (AsyncTraining.bound in spec/models.py)",
     ),
     "async_training.trigger_parameter_sync_step": (
         HONOURED,

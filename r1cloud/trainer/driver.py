@@ -42,6 +42,7 @@ from r1cloud.trainer.metrics import (
     stats,
 )
 from r1cloud.trainer.placement import Sizes, localize, rank_plan
+from r1cloud.trainer.rollout_worker import WEIGHTS
 from r1cloud.trainer.stream import Stream
 from r1cloud.trainer.trackers import TrackerError, Trackers, val_samples
 
@@ -147,15 +148,31 @@ class Trainer:
         return self.rollouts or self.workers
 
     def pool_of(self, e: Exception) -> str:
-        """Which pool the worker that `e` is about belongs to: rollout, or trainer."""
-        rollouts = {w._actor_id.hex() for w in self.rollouts}  # (Ray's handles show no public id)
-        return "rollout" if getattr(e, "actor_id", None) in rollouts else "trainer"
+        """The pool whose worker failed: the one `e` names when it is a dead rollout worker's, else a
+        rollout worker found dead (a train worker's collective with it may have failed first)."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        if not self.rollouts:
+            return "trainer"
+        ids = {w._actor_id.hex() for w in self.rollouts}  # (Ray's handles show no public id)
+        if isinstance(e, RayActorError) and e.actor_id in ids:
+            return "rollout"
+        probes = [w.__ray_ready__.remote() for w in self.rollouts]  # a dead actor answers at once
+        ready, _ = ray.wait(probes, num_returns=len(probes), timeout=5)
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except RayActorError:
+                return "rollout"
+        return "trainer"
 
     def push_weights(self, version: int) -> None:
-        """The actor's weights (`version` updates in) from train rank 0 to the rollout workers."""
+        """The actor's weights (`version` updates in) from train rank 0 to the rollout workers, which
+        hold them until a batch sent with that version starts (rollout_worker.py)."""
         gather(
             [w.push_weights.remote() for w in self.workers]
-            + [r.receive_weights.remote(version) for r in self.rollouts]
+            + [r.receive_weights.options(concurrency_group=WEIGHTS).remote(version) for r in self.rollouts]
         )
 
     # ------------------------------------------------------------------ rollout
@@ -164,8 +181,9 @@ class Trainer:
         return self.collect(self.submit(prompt_set, indices, sampling))
 
     def submit(self, prompt_set: PromptSet, indices: list[int], sampling: dict) -> Sent:
-        """Send the prompts to the workers that hold engines (the rollout workers when asynchronous);
-        `collect` makes their samples a Batch."""
+        """Send the prompts to the workers that hold engines (the rollout workers when asynchronous,
+        with the version of the weights to generate with: the last pushed); `collect` makes their
+        samples a Batch."""
         tp = self.spec.worker.rollout.tensor_parallel_size if self.engine == "vllm" else 1
         chunks = chunk_evenly(indices, len(self.generators) // tp)
         clips = {i: prompt_set.clips(i) for i in indices if prompt_set.prompts[i].videos}  # decoded once
@@ -176,8 +194,9 @@ class Trainer:
             requests[i] = Request(
                 p.prompt_ids, p.raw_ids, p.images, inputs.get(i, {}), p.reset, clips.get(i, [])
             )
+        at = {"version": self.stream.version} if self.stream else {}
         calls = [
-            w.generate.remote([requests[i] for i in chunks[rank // tp]], for_rank(sampling, rank // tp))
+            w.generate.remote([requests[i] for i in chunks[rank // tp]], for_rank(sampling, rank // tp), **at)
             for rank, w in enumerate(self.generators)
         ]
         return Sent(prompt_set, indices, chunks, inputs, calls, tp)
@@ -358,7 +377,9 @@ class Trainer:
         metrics |= timer.metrics() | perf_metrics(batch, timer.seconds["step"], self.world)
         if self.stream:
             metrics |= streamed
-        metrics["perf/old_log_prob_recomputed"] = float(batch.old_logp is not None)
+        metrics["perf/old_log_prob_recomputed"] = float(
+            batch.old_logp is not None and batch.old_logp is not batch.rollout_logp
+        )
         if a.use_kl_loss and not a.disable_kl:
             metrics["actor/kl_coef"] = self.kl_coef
         return metrics
@@ -593,7 +614,7 @@ def main(run_dir: str) -> int:
         return _error(e, 1)
     except (ActorDiedError, ActorUnavailableError, RayTaskError) as e:
         if cause := start_failure(e):  # nothing ran yet: the cause, and no resume to offer
-            return _error(f"a trainer worker could not start: {cause}", 2)
+            return _error(f"a {trainer.pool_of(e)} worker could not start: {cause}", 2)
         if isinstance(getattr(e, "cause", None), BadRow):  # an environment's reset failed on a row
             return _error(e.cause, 2)
         lost = worker_lost(e)

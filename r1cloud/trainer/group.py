@@ -23,7 +23,7 @@ def launch(spec, world: int, rollout: int = 0) -> tuple[list, list, object]:
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from r1cloud.trainer.rollout_worker import RolloutWorker
+    from r1cloud.trainer.rollout_worker import WEIGHTS, RolloutWorker
     from r1cloud.trainer.workers import HybridWorker
 
     cuda = torch.cuda.is_available()
@@ -65,7 +65,7 @@ def launch(spec, world: int, rollout: int = 0) -> tuple[list, list, object]:
     cpus = os.cpu_count() or 1
     config = spec.model_dump(mode="json")
 
-    remote = ray.remote(num_cpus=1, num_gpus=1 if cuda else 0)
+    slot = {"num_cpus": 1, "num_gpus": 1 if cuda else 0}
 
     def start(actor, rank: int, count: int, first: int):  # first: its pool's first device
         # on CPU each pool gets the cores as if alone: a pool that waits (on tools, on the other
@@ -78,7 +78,8 @@ def launch(spec, world: int, rollout: int = 0) -> tuple[list, list, object]:
             runtime_env={"env_vars": {**env, **cpu_allocator()}} if not cuda else None,
         ).remote(config, rank, count, master, threads)
 
-    trainer, rollouts = remote(HybridWorker), remote(RolloutWorker)
+    trainer = ray.remote(**slot)(HybridWorker)
+    rollouts = ray.remote(**slot, concurrency_groups={WEIGHTS: 1})(RolloutWorker)  # pushes beside generate
     workers = [start(trainer, r, world, 0) for r in range(world)]
     return workers, [start(rollouts, r, rollout, world) for r in range(rollout)], store
 

@@ -1,14 +1,15 @@
 """Asynchronous training's rollout stream: batches of prompts sent to the rollout workers ahead of
-the trainer, each tagged with the version of the weights it is generated with (the updates in
-them); the trainer takes them oldest first.
+the trainer, each with the version of the weights (the updates in them) to generate it with, the
+last pushed; the trainer takes them oldest first.
 
-Ray runs one actor's calls in the order they are sent, so a weight push sent after a batch's
-generate reaches a rollout worker once that batch is done (no partial rollouts): a batch's version
-is the last push sent before it. Batch b, trained at step b + 1 by the policy of b updates, is sent
-only while b − version ≤ bound, so no sample trains more than `bound` updates after the policy
-that sampled it. With bound 0 and a push after every update each batch is generated after the
-update before it, as in the synchronous run. The bound must be at least the pushes' interval − 1,
-or the trainer would wait for a batch that waits for a push (validate refuses that).
+Batch b, trained at step b + 1 by the policy of b updates, is sent only while b − version ≤ bound,
+so no sample trains more than `bound` updates after the policy that sampled it; a rollout worker
+holds a push until a batch sent with its version starts (rollout_worker.py), and reports the
+version it sampled with, which the metrics count. With bound 0 and a push after every update each
+batch is generated after the update before it, as in the synchronous run. The bound must be at
+least the pushes' interval − 1, or the trainer would wait for a batch that waits for a push
+(validate refuses that). Every push but the last is followed by a batch that loads it; a push no
+batch would load (after the last batch is sent) is not made, unless validation generates with it.
 
 The loader's state before each batch in flight is kept: a checkpoint records the first batch not
 yet trained, so a resumed run regenerates what was in flight and trains no sample twice.
@@ -61,7 +62,6 @@ class Stream:
         batch = self.t.collect(head.sent)
         waited = time.perf_counter() - tick
         batch, errors = self.t.score(batch, self.t.train_set)
-        self.fill()  # what the push it may have waited for allows
         now, since = time.perf_counter(), self.since
         self.since = now
         lag = (step - 1 - batch.version).double()
@@ -79,9 +79,9 @@ class Stream:
 
     def push(self, step: int, force: bool = False) -> None:
         """After step `step`'s update: the weights to the rollout workers when it is their turn
-        (every `sync_every` updates), or now (`force`: validation, the end)."""
-        if self.version == step or (step % self.sync_every and not force):
-            return
+        (every `sync_every` updates), or now (`force`: validation generates with it)."""
+        if self.version == step or (not force and (step % self.sync_every or self.next >= self.t.steps)):
+            return  # not its turn, or no batch would load it
         self.t.push_weights(step)
         self.version = step
 

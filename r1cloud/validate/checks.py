@@ -222,12 +222,18 @@ def check_algorithm(spec: Spec, problem: Report) -> None:
 
 def check_rollout(spec: Spec, problem: Report) -> None:
     r, t, d = spec.worker.rollout, spec.trainer, spec.data
-    if t.n_gpus_per_node % r.tensor_parallel_size:
+    # the devices that hold engines: the rollout pool's when asynchronous
+    pool, devices = (
+        ("worker.rollout", r.n_gpus_per_node)
+        if spec.async_training.enable
+        else ("trainer", t.n_gpus_per_node)
+    )
+    if devices and devices % r.tensor_parallel_size:
         problem(
             "worker.rollout.tensor_parallel_size",
-            f"{r.tensor_parallel_size} does not divide trainer.n_gpus_per_node ({t.n_gpus_per_node}); set it to "
-            f"{_nearest_divisor(t.n_gpus_per_node, r.tensor_parallel_size)}",
-            "trainer.n_gpus_per_node",
+            f"{r.tensor_parallel_size} does not divide {pool}.n_gpus_per_node ({devices}); set it to "
+            f"{_nearest_divisor(devices, r.tensor_parallel_size)}",
+            f"{pool}.n_gpus_per_node",
         )
     need = d.max_prompt_length + d.max_response_length
     if r.max_num_batched_tokens < need:
@@ -370,6 +376,18 @@ def check_async(spec: Spec, problem: Report) -> None:
         problem(
             "async_training.enable",
             "runs on local infra only so far (a SkyPilot job does not place the rollout pool yet): use --infra local, or turn it off",
+        )
+    elif spec.trainer.nnodes > 1 or r.nnodes > 1:
+        problem(
+            "worker.rollout.nnodes" if r.nnodes > 1 else "trainer.nnodes",
+            "asynchronous training runs on one node so far (the rollout pool is not yet placed across "
+            "nodes): set trainer.nnodes and worker.rollout.nnodes to 1",
+        )
+    if spec.trainer.critic_warmup:
+        problem(
+            "trainer.critic_warmup",
+            "is not supported with async_training yet (the actor's version stands still while the critic "
+            "warms up): set it to 0, or turn async_training off",
         )
 
 

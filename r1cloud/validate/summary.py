@@ -171,16 +171,10 @@ def async_line(spec: Spec) -> str:
         if a.trigger_parameter_sync_step == 1
         else f"every {a.trigger_parameter_sync_step} updates"
     )
-    old = (
-        "the engine's"
-        if a.use_rollout_log_probs
-        else "recomputed by the trainer"
-        if a.bound
-        else "none needed"
-    )
+    old = "the engine's" if a.use_rollout_log_probs else "the trainer's"
     return (
         f"{spec.rollout_size} device(s) generate, {t.nnodes * t.n_gpus_per_node} train; samples at most {a.bound} "
-        f"update(s) old, weights pushed {push}; old log-probs {old}"
+        f"update(s) old, weights pushed {push}; the PPO ratio against {old} log-probs"
     )
 
 

@@ -140,7 +140,8 @@ def test_asynchronous_with_bound_0_trains_the_synchronous_runs_samples(make_run)
         for k in a:
             assert abs(a[k] - b[k]) <= 1e-5, (k, a, b)
     staleness = [
-        json.loads(x)["async/staleness"] for x in (asynchronous / "metrics.jsonl").read_text().splitlines()
+        json.loads(x)["async/staleness_max"]
+        for x in (asynchronous / "metrics.jsonl").read_text().splitlines()
     ]
     assert staleness == [0.0, 0.0, 0.0]
 
@@ -214,7 +215,8 @@ def test_no_sample_trains_older_than_the_bound_and_a_resumed_run_trains_none_twi
     got = lines(whole)
     assert [m["async/staleness_max"] for m in got] == [0.0, 1.0, 2.0, 1.0]
     assert all(m["async/staleness_2"] + m["async/staleness_1"] + m["async/staleness_0"] == 1 for m in got)
-    assert all(0 <= m["async/trainer_idle"] <= 1 and 0 <= m["async/rollout_idle"] <= 1 for m in got[1:])
+    # the rollout worker ahead of the slow trainer: it waits, the trainer does not
+    assert all(m["async/trainer_idle"] < 0.5 < m["async/rollout_idle"] for m in got[1:]), got
 
     killed = scored_run(*BOUND_2, "trainer.save_freq=1", name="killed")
     env = {**os.environ, **slow, "R1_SCORED": str(tmp_path / "killed.txt"), "PYTHONUNBUFFERED": "1"}
