@@ -126,6 +126,8 @@ NOT_RUN = {
         "a served trained model; tests/trainer/test_serve.py",
     "export R1CLOUD_API_KEY=…": "serving with a key; tests/trainer/test_serve.py",
     "head -8 data/arithmetic/test.jsonl | jq -r .problem > questions.txt": "chat over a served model; tests/trainer/test_serve.py",
+    "r1cloud validate blueprints/quickstart_async.yaml": "its estimate is this machine's calibration; the "
+        "async line is tests/test_spec_checks.py's (test_the_summary_gives_the_asynchronous_split)",
     "[start] 2 workers, rollout engine vllm, 30 steps, each group's prompt packed once":
         "the quickstart's own output (scripts/quickstart)",
 }  # fmt: skip

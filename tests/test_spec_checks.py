@@ -301,6 +301,11 @@ CHECKS = [
         ["trainer.critic_warmup", "not supported with async_training"],
         id="async-critic-warmup",
     ),
+    pytest.param(
+        [*ASYNC, "resources.infra=aws"],
+        ["async_training.enable", "runs on local infra only so far"],
+        id="async-cloud",
+    ),
 ]
 
 
