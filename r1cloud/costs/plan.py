@@ -38,9 +38,9 @@ def measure(run_dir: Path, spec, device: str, devices: int, wall_s: float, after
     resumed); None under 2 steps (the first step's warm-up would be most of the figure) or for a
     model of unknown size. Overhead is the wall time no step or validation accounts for: start-up
     (Ray, the model, the engine), checkpoints, shutdown."""
-    m, critic = sizes(spec)
     if spec.async_training.enable:  # its timing_s/gen is the wait for samples, not generation
         return None
+    m, critic = sizes(spec)
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     lines = [x for x in lines if x.get("step", 0) > after or (after == 0 and x.get("step") == 0)]
     steps = [x for x in lines if "timing_s/step" in x and "timing_s/gen" in x]

@@ -30,7 +30,7 @@ from r1cloud.rollout.sampling import sampling as spec_sampling
 from r1cloud.spec import Spec, load_resolved
 from r1cloud.trainer import algorithms as alg
 from r1cloud.trainer.batch import Batch, decode, episode_fields, packed, ragged, tool_images, unpacked
-from r1cloud.trainer.group import RunError, gather, launch, start_failure, worker_lost
+from r1cloud.trainer.group import RunError, failed_pool, gather, launch, start_failure, worker_lost
 from r1cloud.trainer.metrics import (
     Timer,
     actor_metrics,
@@ -146,26 +146,6 @@ class Trainer:
     def generators(self) -> list:
         """The workers that hold rollout engines: the rollout workers when asynchronous."""
         return self.rollouts or self.workers
-
-    def pool_of(self, e: Exception) -> str:
-        """The pool whose worker failed: the one `e` names when it is a dead rollout worker's, else a
-        rollout worker found dead (a train worker's collective with it may have failed first)."""
-        import ray
-        from ray.exceptions import RayActorError
-
-        if not self.rollouts:
-            return "trainer"
-        ids = {w._actor_id.hex() for w in self.rollouts}  # (Ray's handles show no public id)
-        if isinstance(e, RayActorError) and e.actor_id in ids:
-            return "rollout"
-        probes = [w.__ray_ready__.remote() for w in self.rollouts]  # a dead actor answers at once
-        ready, _ = ray.wait(probes, num_returns=len(probes), timeout=5)
-        for ref in ready:
-            try:
-                ray.get(ref)
-            except RayActorError:
-                return "rollout"
-        return "trainer"
 
     def push_weights(self, version: int) -> None:
         """The actor's weights (`version` updates in) from train rank 0 to the rollout workers, which
@@ -544,11 +524,7 @@ class Trainer:
         info = {"total_steps": self.steps, "engine": self.engine, "workers": self.world, "device": device}
         info["resumed_from"] = start
         (self.run_dir / "trainer.json").write_text(json.dumps(info))
-        if self.stream:
-            self.push_weights(start)
-            self.stream.start(start)
-        else:
-            self.call("sync_weights")
+        self.stream.start(start) if self.stream else self.call("sync_weights")
         if self.val_set and (s.trainer.val_only or s.trainer.val_before_train):  # resumed: ray_trainer.py:578
             m = self.validate(start)
             self.trackers.record(start, m)
@@ -614,14 +590,14 @@ def main(run_dir: str) -> int:
         return _error(e, 1)
     except (ActorDiedError, ActorUnavailableError, RayTaskError) as e:
         if cause := start_failure(e):  # nothing ran yet: the cause, and no resume to offer
-            return _error(f"a {trainer.pool_of(e)} worker could not start: {cause}", 2)
+            return _error(f"a {failed_pool(e, trainer.rollouts)} worker could not start: {cause}", 2)
         if isinstance(getattr(e, "cause", None), BadRow):  # an environment's reset failed on a row
             return _error(e.cause, 2)
         lost = worker_lost(e)
         if lost is None:  # a worker raised: a bug, worth its traceback
             raise
         return _error(
-            f"a {trainer.pool_of(e)} worker died ({lost}); the job stops here and resumes from its last "
+            f"a {failed_pool(e, trainer.rollouts)} worker died ({lost}); the job stops here and resumes from its last "
             "checkpoint when started again",
             1,
         )

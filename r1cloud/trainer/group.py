@@ -110,6 +110,27 @@ def start_failure(e: Exception) -> str | None:
     return lines[-1][:400]  # Ray's text ends with the worker's traceback: its last line is the cause
 
 
+def failed_pool(e: Exception, rollouts: list) -> str:
+    """The pool whose worker failed: the one `e` names when it is a dead rollout worker's, else a
+    rollout worker found dead (a train worker's collective with it may have failed first)."""
+    import ray
+    from ray.exceptions import RayActorError
+
+    if not rollouts:
+        return "trainer"
+    ids = {w._actor_id.hex() for w in rollouts}  # (Ray's handles show no public id)
+    if isinstance(e, RayActorError) and e.actor_id in ids:
+        return "rollout"
+    probes = [w.__ray_ready__.remote() for w in rollouts]  # a dead actor answers at once
+    ready, _ = ray.wait(probes, num_returns=len(probes), timeout=5)
+    for ref in ready:
+        try:
+            ray.get(ref)
+        except RayActorError:
+            return "rollout"
+    return "trainer"
+
+
 def worker_lost(e: Exception) -> str | None:
     """A one-line reason when `e` means a worker (or its node) is gone, else None."""
     from ray.exceptions import RayTaskError

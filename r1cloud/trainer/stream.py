@@ -39,7 +39,8 @@ class Stream:
         self.since = None  # when the last step took its batch
 
     def start(self, step: int) -> None:
-        """The run goes on after step `step`: the rollout workers hold its weights (pushed)."""
+        """The run goes on after step `step`: its weights to the rollout workers."""
+        self.t.push_weights(step)
         self.version = self.next = step
 
     def fill(self) -> None:

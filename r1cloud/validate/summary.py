@@ -165,7 +165,7 @@ def _rollout(spec: Spec) -> str:
 
 def async_line(spec: Spec) -> str:
     """Asynchronous training's split: which devices generate, which train, the bound."""
-    a, t = spec.async_training, spec.trainer
+    a = spec.async_training
     push = (
         "every update"
         if a.trigger_parameter_sync_step == 1
@@ -173,7 +173,7 @@ def async_line(spec: Spec) -> str:
     )
     old = "the engine's" if a.use_rollout_log_probs else "the trainer's"
     return (
-        f"{spec.rollout_size} device(s) generate, {t.nnodes * t.n_gpus_per_node} train; samples at most {a.bound} "
+        f"{spec.rollout_size} device(s) generate, {spec.world_size} train; samples at most {a.bound} "
         f"update(s) old, weights pushed {push}; the PPO ratio against {old} log-probs"
     )
 

@@ -1,10 +1,16 @@
-"""Asynchronous training's weight path: a rollout-only worker on a device of its own (a CPU slot
-here), the actor's weights sent to it from train rank 0 by gloo broadcast in buckets
-(trainer/broadcast.py), never through Ray's object store."""
+"""Asynchronous training: the weight path (a rollout-only worker on a device of its own, a CPU slot
+here, and the actor's weights sent to it from train rank 0 by gloo broadcast in buckets, never
+through Ray's object store), and whole runs: equal to the synchronous run at bound 0, the bound
+kept against a slow trainer, resumed without training a sample twice, a rollout worker killed."""
 
 import contextlib
 import json
 import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -116,16 +122,13 @@ def test_a_rollout_worker_samples_from_the_weights_train_rank_0_sends(tmp_path, 
 def test_asynchronous_with_bound_0_trains_the_synchronous_runs_samples(make_run):
     """Two train workers and two rollout workers, bound 0 and a push after every update, against the
     synchronous run on two hybrid workers: the same rewards and losses step for step (seeded)."""
-    import json
-
     from tinyrun import run_trainer
 
     def curve(run) -> list[dict]:
         done = run_trainer(run)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
         keys = ("reward/overall", "actor/pg_loss", "actor/kl_loss", "response_length/mean")
-        return [{k: line[k] for k in keys} for line in lines]
+        return [{k: line[k] for k in keys} for line in lines(run)]
 
     sync = curve(make_run(name="sync"))
     overrides = (
@@ -139,11 +142,7 @@ def test_asynchronous_with_bound_0_trains_the_synchronous_runs_samples(make_run)
     for a, b in zip(got, sync, strict=True):
         for k in a:
             assert abs(a[k] - b[k]) <= 1e-5, (k, a, b)
-    staleness = [
-        json.loads(x)["async/staleness_max"]
-        for x in (asynchronous / "metrics.jsonl").read_text().splitlines()
-    ]
-    assert staleness == [0.0, 0.0, 0.0]
+    assert [m["async/staleness_max"] for m in lines(asynchronous)] == [0.0, 0.0, 0.0]
 
 
 # The digits reward, slowly (the driver scores: a deliberately slow trainer, which the rollout
@@ -192,7 +191,16 @@ def scored(path: Path) -> list[list[str]]:
 
 
 def lines(run: Path) -> list[dict]:
-    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    path = run / "metrics.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def start(run: Path, tmp_path: Path, **env: str) -> subprocess.Popen:
+    """The node entrypoint on `run` in a session of its own, its output in tmp_path/RUN.out and .err."""
+    out, err = (open(tmp_path / f"{run.name}.{x}", "w") for x in ("out", "err"))  # noqa: SIM115 - to the child
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **env}
+    cmd = [sys.executable, "-m", "r1cloud.trainer", str(run)]
+    return subprocess.Popen(cmd, env=env, stdout=out, stderr=err, start_new_session=True)
 
 
 def test_no_sample_trains_older_than_the_bound_and_a_resumed_run_trains_none_twice(scored_run, tmp_path):
@@ -200,12 +208,6 @@ def test_no_sample_trains_older_than_the_bound_and_a_resumed_run_trains_none_twi
     the rollout worker reports say no trained sample lagged more than 2 updates, and some lagged 2.
     Killed after step 2's checkpoint and resumed, the run trains the same prompts step for step as
     one that was not, the batch that was in flight generated again."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
     from tinyrun import run_trainer
 
     slow = {"R1_SLOW": "1"}
@@ -219,13 +221,9 @@ def test_no_sample_trains_older_than_the_bound_and_a_resumed_run_trains_none_twi
     assert all(m["async/trainer_idle"] < 0.5 < m["async/rollout_idle"] for m in got[1:]), got
 
     killed = scored_run(*BOUND_2, "trainer.save_freq=1", name="killed")
-    env = {**os.environ, **slow, "R1_SCORED": str(tmp_path / "killed.txt"), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "r1cloud.trainer", str(killed)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    proc = start(killed, tmp_path, **slow, R1_SCORED=str(tmp_path / "killed.txt"))
     deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        if (killed / "metrics.jsonl").exists() and len(lines(killed)) == 2:
-            break
+    while time.time() < deadline and proc.poll() is None and len(lines(killed)) < 2:
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)  # the driver, its Ray cluster and workers: no goodbye
     proc.wait()
@@ -254,29 +252,22 @@ def rollout_workers() -> list[int]:
 
 
 def test_a_rollout_worker_killed_mid_run_ends_the_job_in_one_line_naming_its_pool(scored_run, tmp_path):
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
     run = scored_run(*BOUND_2, "trainer.max_steps=50", name="kill")
-    env = {**os.environ, "R1_SLOW": "0.5", "R1_SCORED": str(tmp_path / "kill.txt"), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "r1cloud.trainer", str(run)], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    proc = start(run, tmp_path, R1_SLOW="0.5", R1_SCORED=str(tmp_path / "kill.txt"))
     try:
         deadline, ours = time.time() + 300, []
         while time.time() < deadline and proc.poll() is None and not ours:
-            if (run / "metrics.jsonl").exists() and lines(run):  # a step done: the next one is under way
+            if lines(run):  # a step done: the next one is under way
                 ours = rollout_workers()
             time.sleep(0.05)
         assert len(ours) == 1 and proc.poll() is None, (ours, proc.poll())
         os.kill(ours[0], signal.SIGKILL)
         killed = time.time()
-        out, err = proc.communicate(timeout=180)
+        proc.wait(timeout=180)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+    out, err = ((tmp_path / f"kill.{x}").read_text() for x in ("out", "err"))
     assert proc.returncode == 1, out[-3000:] + err[-3000:]
     assert time.time() - killed < 120  # fast, not a collective's time-out
     said = [x for x in err.splitlines() if x.startswith("error:")]
